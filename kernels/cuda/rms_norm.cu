@@ -1,0 +1,52 @@
+#include "kernels/cuda/rms_norm.h"
+
+namespace ringmoe::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__inline__ __device__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// One block per row; the sum of squares is reduced in float32 across the
+// block, so rows of any length (ragged, not multiples of 32) are handled.
+__global__ void RmsNormF32Kernel(const float* __restrict__ x,
+                                 const float* __restrict__ weight,
+                                 float* __restrict__ y, int cols, float eps) {
+  const float* row_in = x + static_cast<size_t>(blockIdx.x) * cols;
+  float* row_out = y + static_cast<size_t>(blockIdx.x) * cols;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    sum += row_in[i] * row_in[i];
+  }
+  __shared__ float warp_sums[kThreads / 32];
+  sum = WarpSum(sum);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) warp_sums[0] = v;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(warp_sums[0] / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    row_out[i] = row_in[i] * scale * weight[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNormF32(const float* x, const float* weight, float* y,
+                             int rows, int cols, float eps,
+                             cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  RmsNormF32Kernel<<<rows, kThreads, 0, stream>>>(x, weight, y, cols, eps);
+  return cudaGetLastError();
+}
+
+}  // namespace ringmoe::cuda

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ringmoe's build, tests and demo need.
+# Idempotent: installs only what is missing, with a single `apt-get update`.
+set -euo pipefail
+
+packages=(
+  # Build: Debian's Bazel and the rule sets it needs offline.
+  bazel-bootstrap bazel-rules-java bazel-platforms bazel-skylib
+  build-essential clang clang-format libclang-rt-14-dev
+  # System libraries linked through third_party/.
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev libpcre2-dev
+  # Tests and clients: Python grpcio, a real Prometheus, Node for @grpc/grpc-js.
+  python3 python3-numpy python3-grpcio python3-grpc-tools python3-yaml
+  prometheus curl nlohmann-json3-dev
+)
+# Node.js may come from elsewhere (NodeSource ships npm inside nodejs, and
+# Debian's npm conflicts with it): take Debian's only when npm is missing.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
