@@ -1,0 +1,134 @@
+#include "engine/model/architecture.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "engine/model/architecture_internal.h"
+#include "engine/model/json_fields.h"
+
+namespace ringmoe::model {
+namespace {
+
+const std::vector<const Architecture*>& Registry() {
+  static const auto* registry = new std::vector<const Architecture*>{
+      &internal::Mixtral(), &internal::Qwen2Moe(), &internal::Qwen3Moe(),
+      &internal::Olmoe()};
+  return *registry;
+}
+
+}  // namespace
+
+std::string Architecture::RouterTensor(int layer) const {
+  return LayerTensor(layer, "mlp.gate.weight");
+}
+
+MlpTensorNames Architecture::ExpertTensors(int layer, int expert) const {
+  return GateUpDownTensors(layer, absl::StrCat("mlp.experts.", expert, "."));
+}
+
+MlpTensorNames Architecture::SharedExpertTensors(int layer) const { return {}; }
+
+std::string Architecture::SharedExpertGateTensor(int layer) const { return ""; }
+
+MlpTensorNames Architecture::DenseMlpTensors(int layer) const {
+  return GateUpDownTensors(layer, "mlp.");
+}
+
+std::string LayerTensor(int layer, absl::string_view suffix) {
+  return absl::StrCat("model.layers.", layer, ".", suffix);
+}
+
+MlpTensorNames GateUpDownTensors(int layer, absl::string_view prefix) {
+  return {LayerTensor(layer, absl::StrCat(prefix, "gate_proj.weight")),
+          LayerTensor(layer, absl::StrCat(prefix, "up_proj.weight")),
+          LayerTensor(layer, absl::StrCat(prefix, "down_proj.weight"))};
+}
+
+absl::StatusOr<const Architecture*> FindArchitecture(absl::string_view name) {
+  for (const Architecture* arch : Registry()) {
+    if (arch->name() == name) return arch;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("unknown architecture '", name, "' (supported: ",
+                   absl::StrJoin(SupportedArchitectures(), ", "), ")"));
+}
+
+std::vector<std::string> SupportedArchitectures() {
+  std::vector<std::string> names;
+  for (const Architecture* arch : Registry()) names.emplace_back(arch->name());
+  return names;
+}
+
+namespace internal {
+
+absl::Status ParseExperts(const nlohmann::json& config,
+                          absl::string_view num_experts_key,
+                          absl::string_view intermediate_key, ModelSpec* spec) {
+  ASSIGN_OR_RETURN(spec->num_experts, RequiredInt(config, num_experts_key));
+  ASSIGN_OR_RETURN(spec->experts_per_token,
+                   RequiredInt(config, "num_experts_per_tok"));
+  ASSIGN_OR_RETURN(spec->expert_intermediate_size,
+                   RequiredInt(config, intermediate_key));
+  return absl::OkStatus();
+}
+
+void AllLayersMoe(ModelSpec* spec) {
+  spec->layer_is_moe.assign(spec->num_layers, true);
+}
+
+absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
+                                     ModelSpec* spec) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                   OptionalInt(config, "decoder_sparse_step"));
+  const int64_t sparse_step = step.value_or(1);
+  if (sparse_step < 1) {
+    return absl::InvalidArgumentError("decoder_sparse_step must be at least 1");
+  }
+  std::vector<bool> mlp_only(spec->num_layers, false);
+  auto it = config.find("mlp_only_layers");
+  if (it != config.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError("mlp_only_layers must be a list of layer indices");
+    }
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() >= spec->num_layers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mlp_only_layers has an invalid layer index ", v.dump()));
+      }
+      mlp_only[v.get<int64_t>()] = true;
+    }
+  }
+  spec->layer_is_moe.assign(spec->num_layers, false);
+  bool any_dense = false;
+  for (int64_t l = 0; l < spec->num_layers; ++l) {
+    spec->layer_is_moe[l] =
+        !mlp_only[l] && spec->num_experts > 0 && (l + 1) % sparse_step == 0;
+    any_dense |= !spec->layer_is_moe[l];
+  }
+  if (any_dense) {
+    ASSIGN_OR_RETURN(spec->dense_intermediate_size,
+                     RequiredInt(config, "intermediate_size"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
+                               ModelSpec* spec) {
+  ASSIGN_OR_RETURN(std::optional<bool> norm, OptionalBool(config, "norm_topk_prob"));
+  spec->norm_topk_prob = norm.value_or(default_value);
+  return absl::OkStatus();
+}
+
+absl::Status RejectQwenSlidingWindow(const nlohmann::json& config) {
+  ASSIGN_OR_RETURN(std::optional<bool> sliding,
+                   OptionalBool(config, "use_sliding_window"));
+  if (sliding.value_or(false)) {
+    return absl::UnimplementedError(
+        "use_sliding_window: true is not supported for this architecture");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+}  // namespace ringmoe::model

@@ -1,0 +1,65 @@
+// Architecture: what differs between MoE model families — config keys,
+// tensor names and flags. One small file per architecture (mixtral.cc,
+// qwen2_moe.cc, qwen3_moe.cc, olmoe.cc) implements it.
+#ifndef RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
+#define RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model/model_spec.h"
+#include "nlohmann/json.hpp"
+
+namespace ringmoe::model {
+
+// The projections of one SiLU-gated MLP (an expert, the shared expert, or a
+// dense layer): down(silu(gate(x)) * up(x)).
+struct MlpTensorNames {
+  std::string gate;
+  std::string up;
+  std::string down;
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+
+  // The `architectures[0]` value of config.json this class handles.
+  virtual absl::string_view name() const = 0;
+
+  // Fills the architecture-specific fields of `spec` (MoE keys, flags);
+  // the common fields are already parsed.
+  virtual absl::Status ParseConfig(const nlohmann::json& config,
+                                   ModelSpec* spec) const = 0;
+
+  // Tensor names. The attention and norm names are shared by every
+  // architecture here; the defaults below are the `mlp.` layout that
+  // Qwen2-MoE, Qwen3-MoE and OLMoE use.
+  virtual std::string RouterTensor(int layer) const;
+  virtual MlpTensorNames ExpertTensors(int layer, int expert) const;
+  // Empty names: the architecture has no shared expert.
+  virtual MlpTensorNames SharedExpertTensors(int layer) const;
+  virtual std::string SharedExpertGateTensor(int layer) const;
+  virtual MlpTensorNames DenseMlpTensors(int layer) const;
+};
+
+// The architecture registered under `name`, or NOT_FOUND listing the
+// supported ones.
+absl::StatusOr<const Architecture*> FindArchitecture(absl::string_view name);
+
+// Names of every supported architecture.
+std::vector<std::string> SupportedArchitectures();
+
+// "model.layers.{layer}.{suffix}".
+std::string LayerTensor(int layer, absl::string_view suffix);
+
+// The gate_proj / up_proj / down_proj weights under
+// "model.layers.{layer}.{prefix}".
+MlpTensorNames GateUpDownTensors(int layer, absl::string_view prefix);
+
+}  // namespace ringmoe::model
+
+#endif  // RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_

@@ -1,0 +1,176 @@
+#include "engine/model/model_weights.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+
+namespace ringmoe::model {
+namespace {
+
+using checkpoint::DType;
+using checkpoint::TensorView;
+
+class Binder {
+ public:
+  explicit Binder(const checkpoint::Checkpoint& ckpt) : ckpt_(ckpt) {}
+
+  absl::StatusOr<kernels::Matrix> Matrix(const std::string& name, int64_t rows,
+                                         int64_t cols) {
+    ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {rows, cols}));
+    ASSIGN_OR_RETURN(kernels::WeightType type, WeightTypeOf(*t));
+    return kernels::Matrix{t->data, type, rows, cols};
+  }
+
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t size) {
+    ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {size}));
+    RETURN_IF_ERROR(WeightTypeOf(*t).status());
+    return checkpoint::CopyAsFloat32(*t);
+  }
+
+  // A [1, size] tensor read as a vector (Linear(hidden, 1) weights).
+  absl::StatusOr<std::vector<float>> RowVector(const std::string& name, int64_t size) {
+    ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {1, size}));
+    RETURN_IF_ERROR(WeightTypeOf(*t).status());
+    return checkpoint::CopyAsFloat32(*t);
+  }
+
+  absl::StatusOr<MlpWeights> Mlp(const MlpTensorNames& names, int64_t hidden,
+                                 int64_t intermediate) {
+    MlpWeights mlp;
+    ASSIGN_OR_RETURN(mlp.gate, Matrix(names.gate, intermediate, hidden));
+    ASSIGN_OR_RETURN(mlp.up, Matrix(names.up, intermediate, hidden));
+    ASSIGN_OR_RETURN(mlp.down, Matrix(names.down, hidden, intermediate));
+    return mlp;
+  }
+
+  bool Has(const std::string& name) const { return ckpt_.Find(name) != nullptr; }
+
+ private:
+  absl::StatusOr<const TensorView*> Tensor(const std::string& name,
+                                           const std::vector<int64_t>& shape) {
+    const TensorView* t = ckpt_.Find(name);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", ckpt_.dir(),
+                                              ": missing tensor '", name, "'"));
+    }
+    if (t->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": tensor '", name, "' has shape [",
+          absl::StrJoin(t->shape, ", "), "], expected [",
+          absl::StrJoin(shape, ", "), "]"));
+    }
+    return t;
+  }
+
+  absl::StatusOr<kernels::WeightType> WeightTypeOf(const TensorView& t) const {
+    switch (t.dtype) {
+      case DType::kF32:
+        return kernels::WeightType::kF32;
+      case DType::kBF16:
+        return kernels::WeightType::kBF16;
+      case DType::kF16:
+        return kernels::WeightType::kF16;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint ", ckpt_.dir(), ": tensor '", t.name,
+            "' has dtype ", checkpoint::DTypeName(t.dtype),
+            ", expected F32, BF16 or F16"));
+    }
+  }
+
+  const checkpoint::Checkpoint& ckpt_;
+};
+
+absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
+                                       const Architecture& arch, int l,
+                                       Binder& bind) {
+  const int64_t h = spec.hidden_size;
+  LayerWeights layer;
+  ASSIGN_OR_RETURN(layer.input_norm,
+                   bind.Vector(LayerTensor(l, "input_layernorm.weight"), h));
+  ASSIGN_OR_RETURN(layer.post_attention_norm,
+                   bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
+  ASSIGN_OR_RETURN(layer.q, bind.Matrix(LayerTensor(l, "self_attn.q_proj.weight"),
+                                        spec.q_width(), h));
+  ASSIGN_OR_RETURN(layer.k, bind.Matrix(LayerTensor(l, "self_attn.k_proj.weight"),
+                                        spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.v, bind.Matrix(LayerTensor(l, "self_attn.v_proj.weight"),
+                                        spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.o, bind.Matrix(LayerTensor(l, "self_attn.o_proj.weight"),
+                                        h, spec.q_width()));
+  if (spec.qkv_bias) {
+    ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(LayerTensor(l, "self_attn.q_proj.bias"),
+                                               spec.q_width()));
+    ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(LayerTensor(l, "self_attn.k_proj.bias"),
+                                               spec.kv_width()));
+    ASSIGN_OR_RETURN(layer.v_bias, bind.Vector(LayerTensor(l, "self_attn.v_proj.bias"),
+                                               spec.kv_width()));
+  }
+  if (spec.o_proj_bias) {
+    ASSIGN_OR_RETURN(layer.o_bias,
+                     bind.Vector(LayerTensor(l, "self_attn.o_proj.bias"), h));
+  }
+  if (spec.qk_norm != QkNorm::kNone) {
+    const bool per_head = spec.qk_norm == QkNorm::kPerHead;
+    ASSIGN_OR_RETURN(layer.q_norm,
+                     bind.Vector(LayerTensor(l, "self_attn.q_norm.weight"),
+                                 per_head ? spec.head_dim : spec.q_width()));
+    ASSIGN_OR_RETURN(layer.k_norm,
+                     bind.Vector(LayerTensor(l, "self_attn.k_norm.weight"),
+                                 per_head ? spec.head_dim : spec.kv_width()));
+  }
+  layer.is_moe = spec.layer_is_moe[l];
+  if (!layer.is_moe) {
+    ASSIGN_OR_RETURN(layer.dense_mlp, bind.Mlp(arch.DenseMlpTensors(l), h,
+                                               spec.dense_intermediate_size));
+    return layer;
+  }
+  ASSIGN_OR_RETURN(layer.router,
+                   bind.Matrix(arch.RouterTensor(l), spec.num_experts, h));
+  layer.experts.reserve(spec.num_experts);
+  for (int e = 0; e < spec.num_experts; ++e) {
+    ASSIGN_OR_RETURN(MlpWeights expert, bind.Mlp(arch.ExpertTensors(l, e), h,
+                                                 spec.expert_intermediate_size));
+    layer.experts.push_back(expert);
+  }
+  if (spec.shared_expert_intermediate_size > 0) {
+    layer.has_shared_expert = true;
+    ASSIGN_OR_RETURN(layer.shared_expert,
+                     bind.Mlp(arch.SharedExpertTensors(l), h,
+                              spec.shared_expert_intermediate_size));
+    ASSIGN_OR_RETURN(layer.shared_expert_gate,
+                     bind.RowVector(arch.SharedExpertGateTensor(l), h));
+  }
+  return layer;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> BindModelWeights(
+    const ModelSpec& spec, const Architecture& arch,
+    const checkpoint::Checkpoint& checkpoint) {
+  Binder bind(checkpoint);
+  ModelWeights weights;
+  ASSIGN_OR_RETURN(weights.embed_tokens,
+                   bind.Matrix("model.embed_tokens.weight", spec.vocab_size,
+                               spec.hidden_size));
+  ASSIGN_OR_RETURN(weights.final_norm,
+                   bind.Vector("model.norm.weight", spec.hidden_size));
+  // Tied checkpoints usually omit lm_head.weight; some still write it.
+  if (spec.tie_word_embeddings && !bind.Has("lm_head.weight")) {
+    weights.lm_head = weights.embed_tokens;
+  } else {
+    ASSIGN_OR_RETURN(weights.lm_head, bind.Matrix("lm_head.weight", spec.vocab_size,
+                                                  spec.hidden_size));
+  }
+  weights.layers.reserve(spec.num_layers);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    ASSIGN_OR_RETURN(LayerWeights layer, BindLayer(spec, arch, l, bind));
+    weights.layers.push_back(std::move(layer));
+  }
+  return weights;
+}
+
+}  // namespace ringmoe::model

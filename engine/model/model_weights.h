@@ -1,0 +1,57 @@
+// ModelWeights: every tensor the forward pass reads, bound by name from a
+// checkpoint and checked for shape and dtype before anything runs. Matrices
+// are zero-copy views into the memory-mapped checkpoint; the small vectors
+// (norms, biases) are widened to float32 once.
+#ifndef RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
+#define RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/architecture.h"
+#include "engine/model/model_spec.h"
+#include "kernels/cpu/ops.h"
+
+namespace ringmoe::model {
+
+// down(silu(gate(x)) * up(x)).
+struct MlpWeights {
+  kernels::Matrix gate;  // [intermediate, hidden]
+  kernels::Matrix up;    // [intermediate, hidden]
+  kernels::Matrix down;  // [hidden, intermediate]
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;
+  std::vector<float> post_attention_norm;
+  kernels::Matrix q, k, v, o;
+  // Empty when the architecture has none.
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;
+  std::vector<float> q_norm, k_norm;
+
+  bool is_moe = true;
+  kernels::Matrix router;  // [num_experts, hidden]
+  std::vector<MlpWeights> experts;
+  bool has_shared_expert = false;
+  MlpWeights shared_expert;
+  std::vector<float> shared_expert_gate;  // [hidden]: one logit per token
+  MlpWeights dense_mlp;                   // when !is_moe
+};
+
+struct ModelWeights {
+  kernels::Matrix embed_tokens;  // [vocab, hidden]
+  kernels::Matrix lm_head;       // [vocab, hidden]; embed_tokens when tied
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+};
+
+// Binds every tensor `spec` needs. Errors name the checkpoint and the tensor:
+// a missing tensor, a wrong shape, or a dtype other than F32/BF16/F16.
+absl::StatusOr<ModelWeights> BindModelWeights(
+    const ModelSpec& spec, const Architecture& arch,
+    const checkpoint::Checkpoint& checkpoint);
+
+}  // namespace ringmoe::model
+
+#endif  // RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_

@@ -1,0 +1,45 @@
+// Qwen2MoeForCausalLM: q/k/v biases, a shared expert scaled by a sigmoid
+// gate, norm_topk_prob (default false), dense layers via
+// decoder_sparse_step and mlp_only_layers.
+#include "base/status_macros.h"
+#include "engine/model/architecture_internal.h"
+#include "engine/model/json_fields.h"
+
+namespace ringmoe::model::internal {
+namespace {
+
+class Qwen2MoeArchitecture : public Architecture {
+ public:
+  absl::string_view name() const override { return "Qwen2MoeForCausalLM"; }
+
+  absl::Status ParseConfig(const nlohmann::json& config,
+                           ModelSpec* spec) const override {
+    RETURN_IF_ERROR(
+        ParseExperts(config, "num_experts", "moe_intermediate_size", spec));
+    RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
+    RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
+    RETURN_IF_ERROR(RejectQwenSlidingWindow(config));
+    ASSIGN_OR_RETURN(std::optional<int64_t> shared,
+                     OptionalInt(config, "shared_expert_intermediate_size"));
+    spec->shared_expert_intermediate_size = shared.value_or(0);
+    spec->qkv_bias = true;
+    return absl::OkStatus();
+  }
+
+  MlpTensorNames SharedExpertTensors(int layer) const override {
+    return GateUpDownTensors(layer, "mlp.shared_expert.");
+  }
+
+  std::string SharedExpertGateTensor(int layer) const override {
+    return LayerTensor(layer, "mlp.shared_expert_gate.weight");
+  }
+};
+
+}  // namespace
+
+const Architecture& Qwen2Moe() {
+  static const Qwen2MoeArchitecture arch;
+  return arch;
+}
+
+}  // namespace ringmoe::model::internal

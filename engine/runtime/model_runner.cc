@@ -1,0 +1,187 @@
+#include "engine/runtime/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "engine/moe/moe_block.h"
+#include "kernels/cpu/ops.h"
+
+namespace ringmoe::runtime {
+
+ModelRunner::ModelRunner(const model::ModelSpec& spec,
+                         const model::ModelWeights& weights)
+    : spec_(spec), weights_(weights), rope_(spec) {}
+
+absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
+                                  KvCache* cache) const {
+  absl::flat_hash_map<SequenceId, int64_t> new_length;
+  int64_t blocks = 0;
+  for (const SequenceChunk& c : chunks) {
+    if (c.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence, ": empty chunk"));
+    }
+    if (new_length.contains(c.sequence)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence, " appears twice in one step"));
+    }
+    for (int32_t t : c.tokens) {
+      if (t < 0 || t >= spec_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", c.sequence, ": token id ", t,
+            " is outside the vocabulary [0, ", spec_.vocab_size, ")"));
+      }
+    }
+    const int64_t length = cache->Length(c.sequence) + c.tokens.size();
+    if (length > spec_.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", c.sequence, ": ", length,
+          " positions exceed the model's max_position_embeddings (",
+          spec_.max_position_embeddings, ")"));
+    }
+    new_length[c.sequence] = length;
+    blocks += cache->BlocksNeeded(c.sequence, length);
+  }
+  if (blocks > cache->num_free_blocks()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache: the step needs ", blocks, " blocks, ",
+                     cache->num_free_blocks(), " are free"));
+  }
+  for (const auto& [seq, length] : new_length) {
+    absl::Status status = cache->Grow(seq, length);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
+                                  KvCache* cache,
+                                  std::vector<float>* logits) const {
+  std::vector<SequenceId> seq_of;
+  std::vector<int64_t> position_of;
+  std::vector<int64_t> output_rows;
+  for (const SequenceChunk& c : chunks) {
+    const int64_t start = cache->Length(c.sequence);
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      if (c.all_logits || i + 1 == c.tokens.size()) {
+        output_rows.push_back(static_cast<int64_t>(seq_of.size()));
+      }
+      seq_of.push_back(c.sequence);
+      position_of.push_back(start + static_cast<int64_t>(i));
+    }
+  }
+  absl::Status reserved = Reserve(chunks, cache);
+  if (!reserved.ok()) return reserved;
+
+  const int64_t n = static_cast<int64_t>(seq_of.size());
+  const int64_t hidden = spec_.hidden_size;
+  std::vector<float> x(n * hidden), normed(n * hidden), delta(n * hidden);
+  int64_t row = 0;
+  for (const SequenceChunk& c : chunks) {
+    for (int32_t t : c.tokens) {
+      kernels::ReadRow(weights_.embed_tokens, t, x.data() + row * hidden);
+      ++row;
+    }
+  }
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    const model::LayerWeights& layer = weights_.layers[l];
+    kernels::RmsNorm(x.data(), layer.input_norm.data(), n, hidden,
+                     static_cast<float>(spec_.rms_norm_eps), normed.data());
+    Attention(l, seq_of, position_of, normed.data(), n, cache, delta.data());
+    for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
+    kernels::RmsNorm(x.data(), layer.post_attention_norm.data(), n, hidden,
+                     static_cast<float>(spec_.rms_norm_eps), normed.data());
+    moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data());
+    for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
+  }
+  const int64_t rows = static_cast<int64_t>(output_rows.size());
+  std::vector<float> last(rows * hidden);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(x.data() + output_rows[r] * hidden, hidden,
+                last.data() + r * hidden);
+  }
+  kernels::RmsNorm(last.data(), weights_.final_norm.data(), rows, hidden,
+                   static_cast<float>(spec_.rms_norm_eps), last.data());
+  logits->resize(rows * spec_.vocab_size);
+  kernels::MatMulTransposed(last.data(), rows, weights_.lm_head,
+                            logits->data());
+  return absl::OkStatus();
+}
+
+void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
+                            const std::vector<int64_t>& position_of,
+                            const float* x, int64_t n, KvCache* cache,
+                            float* out) const {
+  const model::LayerWeights& layer = weights_.layers[l];
+  const int64_t qw = spec_.q_width(), kvw = spec_.kv_width();
+  const int64_t head_dim = spec_.head_dim;
+  std::vector<float> q(n * qw), k(n * kvw), v(n * kvw);
+  kernels::MatMulTransposed(x, n, layer.q, q.data());
+  kernels::MatMulTransposed(x, n, layer.k, k.data());
+  kernels::MatMulTransposed(x, n, layer.v, v.data());
+  if (!layer.q_bias.empty()) {
+    kernels::AddBias(q.data(), n, qw, layer.q_bias.data());
+    kernels::AddBias(k.data(), n, kvw, layer.k_bias.data());
+    kernels::AddBias(v.data(), n, kvw, layer.v_bias.data());
+  }
+  if (spec_.clip_qkv > 0) {
+    const float c = static_cast<float>(spec_.clip_qkv);
+    for (auto* t : {&q, &k, &v}) {
+      for (float& e : *t) e = std::clamp(e, -c, c);
+    }
+  }
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  switch (spec_.qk_norm) {
+    case model::QkNorm::kNone:
+      break;
+    case model::QkNorm::kPerHead:
+      kernels::RmsNorm(q.data(), layer.q_norm.data(), n * spec_.num_heads,
+                       head_dim, eps, q.data());
+      kernels::RmsNorm(k.data(), layer.k_norm.data(), n * spec_.num_kv_heads,
+                       head_dim, eps, k.data());
+      break;
+    case model::QkNorm::kWholeProjection:
+      kernels::RmsNorm(q.data(), layer.q_norm.data(), n, qw, eps, q.data());
+      kernels::RmsNorm(k.data(), layer.k_norm.data(), n, kvw, eps, k.data());
+      break;
+  }
+  std::vector<float> cos(head_dim / 2), sin(head_dim / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    rope_.CosSin(position_of[i], cos.data(), sin.data());
+    kernels::ApplyRotaryHalf(q.data() + i * qw, spec_.num_heads, head_dim,
+                             cos.data(), sin.data());
+    kernels::ApplyRotaryHalf(k.data() + i * kvw, spec_.num_kv_heads, head_dim,
+                             cos.data(), sin.data());
+    std::copy_n(k.data() + i * kvw, kvw,
+                cache->Key(seq_of[i], l, position_of[i]));
+    std::copy_n(v.data() + i * kvw, kvw,
+                cache->Value(seq_of[i], l, position_of[i]));
+  }
+  // Every token's keys are in the cache before any token attends, so a
+  // chunk's tokens see each other causally.
+  std::vector<float> attended(n * qw);
+  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  KvCache::LayerView view;
+  SequenceId viewed = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 0 || seq_of[i] != viewed) {
+      cache->View(seq_of[i], l, &view);
+      viewed = seq_of[i];
+    }
+    const int64_t end = position_of[i] + 1;
+    const int64_t first = spec_.sliding_window > 0
+                              ? std::max<int64_t>(0, end - spec_.sliding_window)
+                              : 0;
+    kernels::AttendOneQuery(q.data() + i * qw, spec_.num_heads,
+                            spec_.num_kv_heads, head_dim, view.blocks(), first,
+                            end, scale, attended.data() + i * qw);
+  }
+  kernels::MatMulTransposed(attended.data(), n, layer.o, out);
+  if (!layer.o_bias.empty()) {
+    kernels::AddBias(out, n, spec_.hidden_size, layer.o_bias.data());
+  }
+}
+
+}  // namespace ringmoe::runtime

@@ -1,0 +1,56 @@
+// ModelRunner: the decoder stack's forward pass over a batch of sequences,
+// each contributing any number of new tokens (a prompt chunk or one decode
+// token), reading and extending their entries in the KV cache.
+#ifndef RINGMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_
+#define RINGMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/model/model_spec.h"
+#include "engine/model/model_weights.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/rope.h"
+
+namespace ringmoe::runtime {
+
+// New tokens of one sequence, placed after the positions it already has in
+// the KV cache.
+struct SequenceChunk {
+  SequenceId sequence = 0;
+  absl::Span<const int32_t> tokens;
+  // Logits for every token of the chunk; otherwise for its last token only.
+  bool all_logits = false;
+};
+
+class ModelRunner {
+ public:
+  // `spec` and `weights` must outlive the runner.
+  ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights);
+
+  // Runs the chunks through the model in one step. Logits rows come in chunk
+  // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
+  // chunk, a token id out of range, a sequence longer than the model's
+  // maximum, or too few free KV-cache blocks.
+  absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
+                       std::vector<float>* logits) const;
+
+  const model::ModelSpec& spec() const { return spec_; }
+
+ private:
+  absl::Status Reserve(absl::Span<const SequenceChunk> chunks,
+                       KvCache* cache) const;
+  void Attention(int64_t layer, const std::vector<SequenceId>& seq_of,
+                 const std::vector<int64_t>& position_of, const float* x,
+                 int64_t n, KvCache* cache, float* out) const;
+
+  const model::ModelSpec& spec_;
+  const model::ModelWeights& weights_;
+  Rope rope_;
+};
+
+}  // namespace ringmoe::runtime
+
+#endif  // RINGMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_

@@ -1,0 +1,186 @@
+// The forward pass against the independent float64 reference logits and
+// greedy continuations of tests/testdata/moe-tiny (see its README).
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model/architecture.h"
+#include "engine/model/config.h"
+#include "engine/model/model_weights.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/model_runner.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe {
+namespace {
+
+constexpr int kNumCases = 5;
+constexpr int kGreedyTokens = 16;
+
+struct GoldenCase {
+  std::vector<int32_t> input_ids;
+  std::vector<float> logits;  // [T, vocab]
+  std::vector<int32_t> greedy;
+};
+
+class GoldenModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = "tests/testdata/moe-tiny/" + GetParam();
+    auto spec = model::LoadModelConfig(dir_);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    auto ckpt = checkpoint::Checkpoint::Open(dir_);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    checkpoint_ = std::move(*ckpt);
+    auto arch = model::FindArchitecture(spec_.architecture);
+    ASSERT_TRUE(arch.ok()) << arch.status();
+    auto weights = model::BindModelWeights(spec_, **arch, *checkpoint_);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    weights_ = std::move(*weights);
+    runner_ = std::make_unique<runtime::ModelRunner>(spec_, weights_);
+
+    auto golden = checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    for (int i = 0; i < kNumCases; ++i) {
+      const std::string prefix = "case" + std::to_string(i) + ".";
+      GoldenCase c;
+      auto ids = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "input_ids"));
+      auto logits = checkpoint::CopyAsFloat32(*(*golden)->Find(prefix + "logits"));
+      auto greedy = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "greedy"));
+      ASSERT_TRUE(ids.ok() && logits.ok() && greedy.ok());
+      c.input_ids.assign(ids->begin(), ids->end());
+      c.logits = *logits;
+      c.greedy.assign(greedy->begin(), greedy->end());
+      cases_.push_back(std::move(c));
+    }
+  }
+
+  runtime::KvCache NewCache() const {
+    return runtime::KvCache(spec_.num_layers, spec_.kv_width(), /*block_size=*/8,
+                            /*num_blocks=*/128);
+  }
+
+  // Relative error and max abs difference of one position's logits.
+  void ExpectClose(const float* got, const float* want, const std::string& where) {
+    double err = 0, norm = 0, max_abs = 0;
+    for (int64_t v = 0; v < spec_.vocab_size; ++v) {
+      ASSERT_TRUE(std::isfinite(got[v])) << where;
+      const double d = double(got[v]) - want[v];
+      err += d * d;
+      norm += double(want[v]) * want[v];
+      max_abs = std::max(max_abs, std::abs(d));
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-4) << where;
+    EXPECT_LE(max_abs, 1e-3) << where;
+  }
+
+  static int32_t Argmax(const float* logits, int64_t n) {
+    return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  }
+
+  std::string dir_;
+  model::ModelSpec spec_;
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
+  model::ModelWeights weights_;
+  std::unique_ptr<runtime::ModelRunner> runner_;
+  std::vector<GoldenCase> cases_;
+};
+
+TEST_P(GoldenModelTest, FullPrefillLogitsMatchReference) {
+  for (int i = 0; i < kNumCases; ++i) {
+    runtime::KvCache cache = NewCache();
+    const auto& c = cases_[i];
+    std::vector<float> logits;
+    runtime::SequenceChunk chunk{0, c.input_ids, /*all_logits=*/true};
+    ASSERT_TRUE(runner_->Forward({chunk}, &cache, &logits).ok());
+    ASSERT_EQ(logits.size(), c.logits.size());
+    for (size_t t = 0; t < c.input_ids.size(); ++t) {
+      ExpectClose(&logits[t * spec_.vocab_size], &c.logits[t * spec_.vocab_size],
+                  "case " + std::to_string(i) + " position " + std::to_string(t));
+    }
+  }
+}
+
+TEST_P(GoldenModelTest, PrefillThenDecodeMatchesReference) {
+  for (int i = 0; i < kNumCases; ++i) {
+    const auto& c = cases_[i];
+    runtime::KvCache cache = NewCache();
+    const size_t split = (c.input_ids.size() + 1) / 2;
+    std::vector<float> logits;
+    std::vector<int32_t> head(c.input_ids.begin(), c.input_ids.begin() + split);
+    ASSERT_TRUE(runner_->Forward({{0, head, true}}, &cache, &logits).ok());
+    for (size_t t = split; t < c.input_ids.size(); ++t) {
+      std::vector<int32_t> one = {c.input_ids[t]};
+      ASSERT_TRUE(runner_->Forward({{0, one, false}}, &cache, &logits).ok());
+      ExpectClose(logits.data(), &c.logits[t * spec_.vocab_size],
+                  "case " + std::to_string(i) + " decode position " + std::to_string(t));
+    }
+  }
+}
+
+TEST_P(GoldenModelTest, GreedyContinuationOneSequenceAtATime) {
+  for (int i = 0; i < kNumCases; ++i) {
+    const auto& c = cases_[i];
+    runtime::KvCache cache = NewCache();
+    std::vector<float> logits;
+    ASSERT_TRUE(runner_->Forward({{0, c.input_ids, false}}, &cache, &logits).ok());
+    std::vector<int32_t> generated;
+    for (int step = 0; step < kGreedyTokens; ++step) {
+      generated.push_back(Argmax(logits.data(), spec_.vocab_size));
+      if (step + 1 == kGreedyTokens) break;
+      std::vector<int32_t> next = {generated.back()};
+      ASSERT_TRUE(runner_->Forward({{0, next, false}}, &cache, &logits).ok());
+    }
+    EXPECT_EQ(generated, c.greedy) << "case " << i;
+  }
+}
+
+TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
+  runtime::KvCache cache = NewCache();
+  std::vector<runtime::SequenceChunk> chunks;
+  for (int i = 0; i < kNumCases; ++i) chunks.push_back({i, cases_[i].input_ids, true});
+  std::vector<float> logits;
+  ASSERT_TRUE(runner_->Forward(chunks, &cache, &logits).ok());
+  size_t row = 0;
+  for (int i = 0; i < kNumCases; ++i) {
+    for (size_t t = 0; t < cases_[i].input_ids.size(); ++t, ++row) {
+      ExpectClose(&logits[row * spec_.vocab_size],
+                  &cases_[i].logits[t * spec_.vocab_size],
+                  "batched case " + std::to_string(i) + " position " + std::to_string(t));
+    }
+  }
+  // Greedy decoding of all cases together, one token per sequence per step.
+  std::vector<std::vector<int32_t>> generated(kNumCases);
+  std::vector<float> last(kNumCases * spec_.vocab_size);
+  row = 0;
+  for (int i = 0; i < kNumCases; ++i) {
+    row += cases_[i].input_ids.size();
+    std::copy_n(&logits[(row - 1) * spec_.vocab_size], spec_.vocab_size,
+                &last[i * spec_.vocab_size]);
+  }
+  for (int step = 0; step < kGreedyTokens; ++step) {
+    std::vector<std::vector<int32_t>> next(kNumCases);
+    chunks.clear();
+    for (int i = 0; i < kNumCases; ++i) {
+      generated[i].push_back(Argmax(&last[i * spec_.vocab_size], spec_.vocab_size));
+      next[i] = {generated[i].back()};
+      chunks.push_back({i, next[i], false});
+    }
+    if (step + 1 == kGreedyTokens) break;
+    ASSERT_TRUE(runner_->Forward(chunks, &cache, &last).ok());
+  }
+  for (int i = 0; i < kNumCases; ++i) {
+    EXPECT_EQ(generated[i], cases_[i].greedy) << "batched case " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeTiny, GoldenModelTest,
+                         ::testing::Values("mixtral", "mixtral_sharded", "qwen2_moe",
+                                           "qwen3_moe", "olmoe"));
+
+}  // namespace
+}  // namespace ringmoe
