@@ -1,0 +1,131 @@
+#include "engine/model/config.h"
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace ringmoe::model {
+namespace {
+
+constexpr char kTiny[] = "tests/testdata/moe-tiny/";
+
+std::string ReadConfig(const std::string& model) {
+  std::ifstream in(std::string(kTiny) + model + "/config.json");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(ConfigTest, MixtralRenormalisesEveryLayerSparse) {
+  auto spec = LoadModelConfig(std::string(kTiny) + "mixtral");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->architecture, "MixtralForCausalLM");
+  EXPECT_EQ(spec->vocab_size, 512);
+  EXPECT_EQ(spec->hidden_size, 64);
+  EXPECT_EQ(spec->head_dim, 16);
+  EXPECT_EQ(spec->num_kv_heads, 2);
+  EXPECT_EQ(spec->num_experts, 8);
+  EXPECT_EQ(spec->experts_per_token, 2);
+  EXPECT_EQ(spec->expert_intermediate_size, 96);
+  EXPECT_TRUE(spec->norm_topk_prob);
+  EXPECT_EQ(spec->qk_norm, QkNorm::kNone);
+  EXPECT_EQ(spec->layer_is_moe, std::vector<bool>({true, true}));
+  EXPECT_DOUBLE_EQ(spec->rms_norm_eps, 1e-6);
+}
+
+TEST(ConfigTest, Qwen2MoeUsesMoeIntermediateAndSharedExpert) {
+  auto spec = LoadModelConfig(std::string(kTiny) + "qwen2_moe");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->expert_intermediate_size, 96);  // not intermediate_size 192
+  EXPECT_EQ(spec->shared_expert_intermediate_size, 128);
+  EXPECT_FALSE(spec->norm_topk_prob);
+  EXPECT_TRUE(spec->qkv_bias);
+  EXPECT_FALSE(spec->o_proj_bias);
+}
+
+TEST(ConfigTest, Qwen3AndOlmoeQkNorms) {
+  auto qwen3 = LoadModelConfig(std::string(kTiny) + "qwen3_moe");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_EQ(qwen3->qk_norm, QkNorm::kPerHead);
+  EXPECT_TRUE(qwen3->norm_topk_prob);
+  auto olmoe = LoadModelConfig(std::string(kTiny) + "olmoe");
+  ASSERT_TRUE(olmoe.ok()) << olmoe.status();
+  EXPECT_EQ(olmoe->qk_norm, QkNorm::kWholeProjection);
+  EXPECT_FALSE(olmoe->norm_topk_prob);
+}
+
+TEST(ConfigTest, SparseStepAndMlpOnlyLayers) {
+  auto json = nlohmann::json::parse(ReadConfig("qwen2_moe"));
+  json["num_hidden_layers"] = 6;
+  json["decoder_sparse_step"] = 2;
+  json["mlp_only_layers"] = {3};
+  auto spec = ParseModelConfig(json.dump(), "cfg");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layer_is_moe,
+            std::vector<bool>({false, true, false, false, false, true}));
+  EXPECT_EQ(spec->dense_intermediate_size, 192);
+}
+
+TEST(ConfigTest, RopeScalingKinds) {
+  auto json = nlohmann::json::parse(ReadConfig("qwen3_moe"));
+  json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0},
+                          {"original_max_position_embeddings", 32768}};
+  auto spec = ParseModelConfig(json.dump(), "cfg");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(spec->rope_scaling.original_max_position_embeddings, 32768);
+  json["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  auto bad = ParseModelConfig(json.dump(), "cfg");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dynamic"), std::string::npos);
+}
+
+struct BadConfig {
+  std::string name;
+  std::function<void(nlohmann::json&)> edit;
+  std::string expected;
+};
+
+TEST(ConfigTest, BadConfigsNameTheProblem) {
+  const std::vector<BadConfig> cases = {
+      {"unknown arch", [](nlohmann::json& j) { j["architectures"] = {"FooForCausalLM"}; },
+       "unknown architecture 'FooForCausalLM'"},
+      {"no arch", [](nlohmann::json& j) { j.erase("architectures"); }, "architectures"},
+      {"missing hidden", [](nlohmann::json& j) { j.erase("hidden_size"); }, "'hidden_size'"},
+      {"wrong type", [](nlohmann::json& j) { j["num_hidden_layers"] = "two"; },
+       "'num_hidden_layers' must be an integer"},
+      {"zero heads", [](nlohmann::json& j) { j["num_attention_heads"] = 0; },
+       "'num_attention_heads' is 0"},
+      {"gqa mismatch", [](nlohmann::json& j) { j["num_key_value_heads"] = 3; },
+       "not a multiple of num_key_value_heads"},
+      {"top-k too big", [](nlohmann::json& j) { j["num_experts_per_tok"] = 9; },
+       "num_experts_per_tok (9) exceeds"},
+      {"activation", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }, "hidden_act 'gelu'"},
+      {"missing experts", [](nlohmann::json& j) { j.erase("num_local_experts"); },
+       "'num_local_experts'"},
+  };
+  for (const auto& c : cases) {
+    auto json = nlohmann::json::parse(ReadConfig("mixtral"));
+    c.edit(json);
+    auto spec = ParseModelConfig(json.dump(), "some/dir/config.json");
+    ASSERT_FALSE(spec.ok()) << c.name;
+    EXPECT_NE(spec.status().message().find(c.expected), std::string::npos)
+        << c.name << ": " << spec.status();
+    EXPECT_NE(spec.status().message().find("some/dir/config.json"), std::string::npos)
+        << c.name;
+  }
+  auto malformed = ParseModelConfig("{\"architectures\": [", "x/config.json");
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_NE(malformed.status().message().find("x/config.json: not a valid JSON"),
+            std::string::npos);
+  auto missing = LoadModelConfig("/nonexistent-model-dir");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent-model-dir/config.json"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ringmoe::model
