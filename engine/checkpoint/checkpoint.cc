@@ -1,0 +1,265 @@
+#include "engine/checkpoint/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/memory/memory.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/checkpoint/json_strict.h"
+#include "nlohmann/json.hpp"
+
+namespace ringmoe::checkpoint {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kIndexName[] = "model.safetensors.index.json";
+constexpr char kSingleName[] = "model.safetensors";
+// Index files list every tensor once: tens of MB for the largest models.
+constexpr uint64_t kMaxIndexBytes = 256ull << 20;
+// {"metadata": {...}, "weight_map": {...}}; metadata's contents are not
+// ours to constrain, but unbounded nesting is never legitimate.
+constexpr int kIndexMaxDepth = 16;
+
+absl::Status ErrnoError(int err, absl::string_view what) {
+  return absl::Status(absl::ErrnoToStatusCode(err),
+                      absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+std::string JoinPath(absl::string_view dir, absl::string_view name) {
+  if (dir.empty()) return std::string(name);
+  if (absl::EndsWith(dir, "/")) return absl::StrCat(dir, name);
+  return absl::StrCat(dir, "/", name);
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, absl::StrCat(path, ": cannot open"));
+  std::string text;
+  char buffer[1 << 16];
+  absl::Status status;
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status = ErrnoError(errno, absl::StrCat(path, ": read failed"));
+      break;
+    }
+    if (n == 0) break;
+    if (text.size() + n > max_bytes) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(path, ": larger than ", max_bytes, " bytes"));
+      break;
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return text;
+}
+
+// The *.safetensors regular files directly in `dir`, sorted.
+absl::StatusOr<std::vector<std::string>> ListSafetensors(
+    const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return ErrnoError(
+        errno, absl::StrCat("checkpoint ", dir, ": cannot open directory"));
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (absl::EndsWith(name, ".safetensors") &&
+        IsRegularFile(JoinPath(dir, name))) {
+      names.push_back(name);
+    }
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Shards must sit beside the index: a path could point anywhere on the disk.
+bool IsPlainFileName(absl::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         !absl::StrContains(name, '/') && !absl::StrContains(name, '\0');
+}
+
+// tensor -> shard file name, from the index's weight_map.
+absl::StatusOr<std::map<std::string, std::string>> ReadIndex(
+    const std::string& index_path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(index_path, kMaxIndexBytes);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Json> json = ParseJsonStrict(*text, kIndexMaxDepth);
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": ", json.status().message()));
+  }
+  if (!json->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": not a JSON object"));
+  }
+  const auto map_it = json->find("weight_map");
+  if (map_it == json->end() || !map_it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": no \"weight_map\" object"));
+  }
+  if (map_it->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": \"weight_map\" is empty"));
+  }
+  std::map<std::string, std::string> weight_map;
+  for (const auto& [tensor, shard] : map_it->items()) {
+    if (!shard.is_string() ||
+        !IsPlainFileName(shard.get_ref<const std::string&>())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index_path, ": tensor \"", tensor,
+          "\" is not mapped to a shard file name in this directory"));
+    }
+    weight_map.emplace(tensor, shard.get_ref<const std::string&>());
+  }
+  return weight_map;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    const std::string& model_dir) {
+  struct stat st;
+  if (::stat(model_dir.c_str(), &st) != 0) {
+    return ErrnoError(errno, absl::StrCat("checkpoint ", model_dir));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", model_dir, ": not a directory"));
+  }
+  auto checkpoint = absl::WrapUnique(new Checkpoint());
+  checkpoint->dir_ = model_dir;
+
+  const std::string index_path = JoinPath(model_dir, kIndexName);
+  if (IsRegularFile(index_path)) {
+    absl::StatusOr<std::map<std::string, std::string>> weight_map =
+        ReadIndex(index_path);
+    if (!weight_map.ok()) return weight_map.status();
+    std::map<std::string, std::vector<std::string>> by_shard;
+    for (const auto& [tensor, shard] : *weight_map) {
+      by_shard[shard].push_back(tensor);
+    }
+    for (const auto& [shard, tensors] : by_shard) {
+      const std::string shard_path = JoinPath(model_dir, shard);
+      absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+          SafetensorsFile::Open(shard_path);
+      if (!file.ok()) {
+        return absl::Status(
+            file.status().code(),
+            absl::StrCat(
+                index_path, " assigns tensor \"", tensors.front(), "\"",
+                tensors.size() > 1
+                    ? absl::StrCat(" and ", tensors.size() - 1, " others")
+                    : "",
+                " to shard \"", shard,
+                "\", which cannot be read: ", file.status().message()));
+      }
+      for (const std::string& tensor : tensors) {
+        if ((*file)->Find(tensor) == nullptr) {
+          return absl::NotFoundError(absl::StrCat(
+              index_path, " assigns tensor \"", tensor, "\" to shard \"", shard,
+              "\", but ", shard_path, " does not hold it"));
+        }
+      }
+      for (const TensorView& view : (*file)->tensors()) {
+        const auto it = weight_map->find(view.name);
+        if (it == weight_map->end() || it->second != shard) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              shard_path, " holds tensor \"", view.name, "\", which ",
+              index_path,
+              it == weight_map->end()
+                  ? " does not list"
+                  : absl::StrCat(" assigns to shard \"", it->second, "\"")));
+        }
+      }
+      checkpoint->files_.push_back(*std::move(file));
+    }
+  } else {
+    std::string path = JoinPath(model_dir, kSingleName);
+    if (!IsRegularFile(path)) {
+      absl::StatusOr<std::vector<std::string>> names =
+          ListSafetensors(model_dir);
+      if (!names.ok()) return names.status();
+      if (names->empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("checkpoint ", model_dir, ": no ", kIndexName, ", ",
+                         kSingleName, " or other *.safetensors file"));
+      }
+      if (names->size() > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint ", model_dir, ": no ", kIndexName, " or ", kSingleName,
+            ", and several *.safetensors files (", absl::StrJoin(*names, ", "),
+            "): which hold the weights?"));
+      }
+      path = JoinPath(model_dir, names->front());
+    }
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+        SafetensorsFile::Open(path);
+    if (!file.ok()) return file.status();
+    checkpoint->files_.push_back(*std::move(file));
+  }
+
+  for (const auto& file : checkpoint->files_) {
+    for (const TensorView& view : file->tensors()) {
+      // Shards are checked against the index, so a repeat means two shards
+      // hold the same name; a single file cannot repeat one.
+      if (!checkpoint->by_name_.emplace(view.name, &view).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint ", model_dir, ": tensor \"", view.name,
+                         "\" is held by more than one file"));
+      }
+      checkpoint->total_bytes_ += view.num_bytes;
+    }
+  }
+  return checkpoint;
+}
+
+const TensorView* Checkpoint::Find(absl::string_view name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<const TensorView*> Checkpoint::Get(
+    absl::string_view name) const {
+  const TensorView* view = Find(name);
+  if (view == nullptr) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir_,
+                                            ": no tensor \"", name, "\" (",
+                                            by_name_.size(), " tensors)"));
+  }
+  return view;
+}
+
+std::vector<std::string> Checkpoint::TensorNames() const {
+  std::vector<std::string> names;
+  names.reserve(by_name_.size());
+  for (const auto& [name, view] : by_name_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace ringmoe::checkpoint
