@@ -1,0 +1,239 @@
+#include "memory_ring/disk_tier.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ringmoe::memory_ring {
+namespace {
+
+constexpr uint64_t kAlign = 4096;
+constexpr uint64_t kChunk = 8 << 20;  // bytes per read request
+
+class HostBuffer : public TierBuffer {
+ public:
+  explicit HostBuffer(size_t bytes)
+      : size_(bytes),
+        data_(static_cast<uint8_t*>(std::aligned_alloc(kAlign, RoundUp(bytes)))) {}
+  ~HostBuffer() override { std::free(data_); }
+  uint8_t* data() override { return data_; }
+  size_t size() const override { return size_; }
+  bool ok() const { return data_ != nullptr; }
+  static size_t RoundUp(size_t n) { return std::max<size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign); }
+
+ private:
+  size_t size_;
+  uint8_t* data_;
+};
+
+// One source file. A read error closes the descriptors, so the next read
+// reopens the path: a file restored (or replaced) after a fault reads again.
+class SourceFile {
+ public:
+  SourceFile(std::string path, bool direct) : path_(std::move(path)), want_direct_(direct) {}
+  ~SourceFile() { Close(); }
+
+  const std::string& path() const { return path_; }
+
+  // Reads [offset, offset + size) into dst; `bounce` is kChunk + 2 * kAlign
+  // aligned bytes for O_DIRECT.
+  absl::Status Read(uint64_t offset, uint64_t size, uint8_t* dst, uint8_t* bounce) {
+    int fd, direct_fd;
+    {
+      absl::MutexLock lock(&mu_);
+      if (fd_ < 0) {
+        fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0) {
+          return absl::UnavailableError(
+              absl::StrCat("cannot open ", path_, ": ", std::strerror(errno)));
+        }
+        direct_fd_ = want_direct_ ? open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+      }
+      fd = fd_;
+      direct_fd = direct_fd_;
+    }
+    absl::Status status = direct_fd >= 0 ? ReadDirect(direct_fd, offset, size, dst, bounce)
+                                         : ReadBuffered(fd, offset, size, dst);
+    if (!status.ok()) Close();
+    return status;
+  }
+
+ private:
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    if (fd_ >= 0) close(fd_);
+    if (direct_fd_ >= 0) close(direct_fd_);
+    fd_ = direct_fd_ = -1;
+  }
+
+  absl::Status ShortRead(uint64_t offset, uint64_t want, uint64_t got, int err) const {
+    if (err != 0) {
+      return absl::DataLossError(absl::StrCat("read error in ", path_, " at offset ", offset,
+                                              ": ", std::strerror(err)));
+    }
+    return absl::DataLossError(absl::StrCat("short read of ", path_, " at offset ", offset,
+                                            ": got ", got, " of ", want,
+                                            " bytes (file truncated?)"));
+  }
+
+  absl::Status ReadBuffered(int fd, uint64_t offset, uint64_t size, uint8_t* dst) const {
+    uint64_t done = 0;
+    while (done < size) {
+      const ssize_t n = pread(fd, dst + done, std::min(size - done, kChunk), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ShortRead(offset, size, done, n < 0 ? errno : 0);
+      done += n;
+    }
+    return absl::OkStatus();
+  }
+
+  // O_DIRECT needs aligned offsets, sizes and buffers: read the aligned
+  // cover of each chunk into the bounce buffer and copy out the middle.
+  absl::Status ReadDirect(int fd, uint64_t offset, uint64_t size, uint8_t* dst,
+                          uint8_t* bounce) {
+    uint64_t done = 0;
+    while (done < size) {
+      const uint64_t want = std::min(size - done, kChunk);
+      const uint64_t begin = (offset + done) / kAlign * kAlign;
+      const uint64_t end = (offset + done + want + kAlign - 1) / kAlign * kAlign;
+      uint64_t got = 0;
+      while (got < end - begin) {
+        const ssize_t n = pread(fd, bounce + got, end - begin - got, begin + got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINVAL) {
+          // The file system refused O_DIRECT after all: read buffered from
+          // now on.
+          const int fd_plain = DisableDirect();
+          return ReadBuffered(fd_plain, offset + done, size - done, dst + done);
+        }
+        if (n <= 0) break;
+        got += n;
+      }
+      const uint64_t skip = offset + done - begin;
+      if (got < skip + want) {
+        return ShortRead(offset, size, done + (got > skip ? got - skip : 0), 0);
+      }
+      std::memcpy(dst + done, bounce + skip, want);
+      done += want;
+    }
+    return absl::OkStatus();
+  }
+
+  int DisableDirect() {
+    absl::MutexLock lock(&mu_);
+    want_direct_ = false;
+    if (direct_fd_ >= 0) close(direct_fd_);
+    direct_fd_ = -1;
+    return fd_;
+  }
+
+  const std::string path_;
+  bool want_direct_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  int direct_fd_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+class DiskTier : public Tier {
+ public:
+  DiskTier(std::vector<std::string> paths, DiskTierOptions options) {
+    for (std::string& p : paths) {
+      files_.push_back(std::make_unique<SourceFile>(std::move(p), options.direct_io));
+    }
+    for (int i = 0; i < std::max(1, options.io_threads); ++i) {
+      threads_.emplace_back([this] { Work(); });
+    }
+  }
+
+  ~DiskTier() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+
+  absl::string_view name() const override { return "disk_to_host"; }
+
+  absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override {
+    auto buffer = std::make_unique<HostBuffer>(bytes);
+    if (!buffer->ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+    }
+    return buffer;
+  }
+
+  void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
+                 Done done) override {
+    absl::MutexLock lock(&mu_);
+    jobs_.push_back({std::move(pieces), dst, std::move(done)});
+  }
+
+  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Job {
+    std::vector<CopyPiece> pieces;
+    uint8_t* dst;
+    Done done;
+  };
+
+  void Work() {
+    HostBuffer bounce(kChunk + 2 * kAlign);
+    while (true) {
+      Job job;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this] { return stop_ || !jobs_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      absl::Status status;
+      for (const CopyPiece& p : job.pieces) {
+        if (p.source < 0 || p.source >= static_cast<int>(files_.size())) {
+          status = absl::InvalidArgumentError(absl::StrCat("no source file ", p.source));
+          break;
+        }
+        status = files_[p.source]->Read(p.offset, p.size, job.dst + p.dst_offset,
+                                        bounce.data());
+        if (!status.ok()) break;
+      }
+      job.done(std::move(status));
+    }
+  }
+
+  std::vector<std::unique_ptr<SourceFile>> files_;
+  absl::Mutex mu_;
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tier>> CreateDiskTier(std::vector<std::string> paths,
+                                                     DiskTierOptions options) {
+  for (const std::string& p : paths) {
+    if (access(p.c_str(), R_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat("cannot read ", p, ": ", std::strerror(errno)));
+    }
+  }
+  return std::unique_ptr<Tier>(new DiskTier(std::move(paths), options));
+}
+
+}  // namespace ringmoe::memory_ring

@@ -1,0 +1,62 @@
+// Placement: from the model's weights and a memory budget, what stays
+// resident in the compute tier and what streams through the ring. What every
+// token needs (embeddings, attention, norms, routers, shared experts, dense
+// layers) is resident first; then two or more ring slots; then whole experts
+// become resident in the order given (most used first); what is left holds
+// the expert cache.
+#ifndef RINGMOE_MEMORY_RING_PLACEMENT_H_
+#define RINGMOE_MEMORY_RING_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ringmoe::memory_ring {
+
+struct ExpertSize {
+  int layer = 0;
+  int expert = 0;
+  uint64_t bytes = 0;
+};
+
+struct PlacementInput {
+  uint64_t always_resident_bytes = 0;
+  // Every routed expert, most used first (the order experts become resident).
+  std::vector<ExpertSize> experts;
+  int num_layers = 0;
+  int experts_per_layer = 0;
+  uint64_t budget_bytes = 0;  // 0: unlimited (everything resident)
+  int num_slots = 2;
+  // Whether leftover memory becomes an expert cache.
+  bool expert_cache = true;
+};
+
+struct PlacementPlan {
+  uint64_t budget_bytes = 0;
+  uint64_t resident_bytes = 0;  // always-resident + resident experts
+  uint64_t streamed_bytes = 0;  // experts that live in the source tier
+  int num_slots = 0;            // 0: nothing streams
+  uint64_t slot_bytes = 0;      // the largest layer's streamed experts
+  uint64_t cache_bytes = 0;
+  uint64_t expert_bytes = 0;  // the largest expert (cache entry size)
+  int resident_experts = 0;
+  int streamed_experts = 0;
+  std::vector<std::vector<bool>> expert_resident;  // [layer][expert]
+
+  bool streams() const { return num_slots > 0; }
+  // One line for logs and GetModelInfo.
+  std::string Summary() const;
+};
+
+// Fails with RESOURCE_EXHAUSTED when the budget is below what must stay
+// resident plus two ring slots, naming the smallest budget that works.
+absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input);
+
+// "1073741824", "512MiB", "1.5GiB", "64KiB", "3GB" -> bytes.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+}  // namespace ringmoe::memory_ring
+
+#endif  // RINGMOE_MEMORY_RING_PLACEMENT_H_

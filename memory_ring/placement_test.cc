@@ -1,0 +1,77 @@
+#include "memory_ring/placement.h"
+
+#include "gtest/gtest.h"
+
+namespace ringmoe::memory_ring {
+namespace {
+
+PlacementInput Input(uint64_t budget) {
+  PlacementInput in;
+  in.always_resident_bytes = 1000;
+  in.num_layers = 4;
+  in.experts_per_layer = 4;
+  for (int l = 0; l < 4; ++l) {
+    for (int e = 0; e < 4; ++e) in.experts.push_back({l, e, 100});
+  }
+  in.budget_bytes = budget;
+  in.num_slots = 3;
+  return in;
+}
+
+TEST(PlacementTest, EverythingResidentWhenItFits) {
+  for (uint64_t budget : {0ull, 2600ull, 5000ull}) {
+    auto plan = PlanPlacement(Input(budget));
+    ASSERT_TRUE(plan.ok());
+    EXPECT_FALSE(plan->streams());
+    EXPECT_EQ(plan->resident_bytes, 2600u);
+    EXPECT_EQ(plan->resident_experts, 16);
+  }
+}
+
+TEST(PlacementTest, StreamsWhatDoesNotFit) {
+  // 1000 resident + 3 slots of 400 = 2200; 150 left: one more expert, and
+  // 50 bytes for the cache (less than an entry).
+  auto plan = PlanPlacement(Input(2350));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 3);
+  EXPECT_EQ(plan->slot_bytes, 400u);
+  EXPECT_EQ(plan->resident_experts, 1);
+  EXPECT_TRUE(plan->expert_resident[0][0]);
+  EXPECT_FALSE(plan->expert_resident[0][1]);
+  EXPECT_EQ(plan->streamed_experts, 15);
+  EXPECT_EQ(plan->streamed_bytes, 1500u);
+  EXPECT_EQ(plan->resident_bytes, 1100u);
+  EXPECT_EQ(plan->cache_bytes, 50u);
+}
+
+TEST(PlacementTest, FewerSlotsWhenTheBudgetIsTight) {
+  auto plan = PlanPlacement(Input(1850));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_slots, 2);
+  EXPECT_EQ(plan->resident_experts, 0);
+}
+
+TEST(PlacementTest, TooSmallNamesTheMinimum) {
+  auto plan = PlanPlacement(Input(1799));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(plan.status().message().find("smallest budget that works is 1800 bytes"),
+            std::string::npos)
+      << plan.status();
+}
+
+TEST(PlacementTest, ParsesByteSizes) {
+  EXPECT_EQ(*ParseByteSize("1073741824"), 1073741824u);
+  EXPECT_EQ(*ParseByteSize("512MiB"), 512u << 20);
+  EXPECT_EQ(*ParseByteSize("1.5GiB"), 3u << 29);
+  EXPECT_EQ(*ParseByteSize("64KiB"), 65536u);
+  EXPECT_EQ(*ParseByteSize("64k"), 65536u);
+  EXPECT_EQ(*ParseByteSize("3GB"), 3000000000u);
+  EXPECT_EQ(*ParseByteSize(" 2 gib "), 2ull << 30);
+  EXPECT_FALSE(ParseByteSize("lots").ok());
+  EXPECT_FALSE(ParseByteSize("12 parsecs").ok());
+  EXPECT_FALSE(ParseByteSize("-5MiB").ok());
+}
+
+}  // namespace
+}  // namespace ringmoe::memory_ring
