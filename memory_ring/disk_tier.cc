@@ -7,11 +7,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 
 namespace ringmoe::memory_ring {
 namespace {
@@ -49,7 +50,7 @@ class SourceFile {
   absl::Status Read(uint64_t offset, uint64_t size, uint8_t* dst, uint8_t* bounce) {
     int fd, direct_fd;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (fd_ < 0) {
         fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd_ < 0) {
@@ -69,7 +70,7 @@ class SourceFile {
 
  private:
   void Close() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (fd_ >= 0) close(fd_);
     if (direct_fd_ >= 0) close(direct_fd_);
     fd_ = direct_fd_ = -1;
@@ -129,7 +130,7 @@ class SourceFile {
   }
 
   int DisableDirect() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     want_direct_ = false;
     if (direct_fd_ >= 0) close(direct_fd_);
     direct_fd_ = -1;
@@ -137,10 +138,12 @@ class SourceFile {
   }
 
   const std::string path_;
-  bool want_direct_ ABSL_GUARDED_BY(mu_);
-  mutable absl::Mutex mu_;
-  int fd_ ABSL_GUARDED_BY(mu_) = -1;
-  int direct_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  bool want_direct_;
+  // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
+  // ThreadSanitizer, which then cannot see absl::Mutex's ordering.
+  mutable std::mutex mu_;
+  int fd_ = -1;
+  int direct_fd_ = -1;
 };
 
 class DiskTier : public Tier {
@@ -156,9 +159,10 @@ class DiskTier : public Tier {
 
   ~DiskTier() override {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
+    work_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
 
@@ -175,8 +179,11 @@ class DiskTier : public Tier {
 
   void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
                  Done done) override {
-    absl::MutexLock lock(&mu_);
-    jobs_.push_back({std::move(pieces), dst, std::move(done)});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back({std::move(pieces), dst, std::move(done)});
+    }
+    work_.notify_one();
   }
 
   absl::Status CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) override {
@@ -196,9 +203,8 @@ class DiskTier : public Tier {
     while (true) {
       Job job;
       {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this] { return stop_ || !jobs_.empty(); };
-        mu_.Await(absl::Condition(&ready));
+        std::unique_lock<std::mutex> lock(mu_);
+        work_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
@@ -218,9 +224,10 @@ class DiskTier : public Tier {
   }
 
   std::vector<std::unique_ptr<SourceFile>> files_;
-  absl::Mutex mu_;
-  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::deque<Job> jobs_;
+  bool stop_ = false;
   std::vector<std::thread> threads_;
 };
 

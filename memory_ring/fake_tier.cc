@@ -26,9 +26,10 @@ FakeTier::FakeTier(absl::Duration delay, int threads) : delay_(delay) {
 
 FakeTier::~FakeTier() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  work_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -57,8 +58,11 @@ void FakeTier::CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence afte
     job.done(Run(job));
     return;
   }
-  absl::MutexLock lock(&mu_);
-  jobs_.push_back(std::move(job));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  work_.notify_one();
 }
 
 absl::Status FakeTier::CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) {
@@ -70,9 +74,8 @@ void FakeTier::Work() {
   while (true) {
     Job job;
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this] { return stop_ || !jobs_.empty(); };
-      mu_.Await(absl::Condition(&ready));
+      std::unique_lock<std::mutex> lock(mu_);
+      work_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();

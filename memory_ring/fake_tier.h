@@ -6,12 +6,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "memory_ring/tier.h"
 
@@ -52,9 +53,10 @@ class FakeTier : public Tier {
   const absl::Duration delay_;
   std::atomic<int> failing_source_{-1};
   std::atomic<int> copies_started_{0};
-  absl::Mutex mu_;
-  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::deque<Job> jobs_;
+  bool stop_ = false;
   std::vector<std::thread> threads_;
 };
 

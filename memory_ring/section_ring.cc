@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace ringmoe::memory_ring {
 namespace {
@@ -92,8 +93,9 @@ void SectionRing::Start(std::vector<Launch> launches) {
 }
 
 void SectionRing::LoadDone(Ticket ticket, uint64_t bytes, absl::Status status) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   --loads_in_flight_;
+  changed_.notify_all();
   Section* s = Find(ticket);
   if (s == nullptr) return;
   s->status = std::move(status);
@@ -110,7 +112,7 @@ SectionRing::Ticket SectionRing::Enqueue(std::vector<CopyPiece> pieces) {
   std::vector<Launch> launches;
   Ticket ticket;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ticket = first_ + static_cast<Ticket>(sections_.size());
     sections_.push_back({std::move(pieces), State::kQueued, absl::OkStatus()});
     launches = CollectLoads();
@@ -121,16 +123,18 @@ SectionRing::Ticket SectionRing::Enqueue(std::vector<CopyPiece> pieces) {
 
 absl::Status SectionRing::LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst) {
   const uint64_t bytes = TotalBytes(pieces);
-  absl::Mutex done_mu;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
   bool done = false;
   absl::Status result;
   tier_->CopyAsync(std::move(pieces), dst, nullptr, [&](absl::Status status) {
-    absl::MutexLock lock(&done_mu);
+    std::lock_guard<std::mutex> lock(done_mu);
     result = std::move(status);
     done = true;
+    done_cv.notify_all();
   });
-  absl::MutexLock lock(&done_mu);
-  done_mu.Await(absl::Condition(&done));
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return done; });
   if (result.ok()) {
     stats_->AddMoved(tier_->name(), bytes);
   } else {
@@ -148,7 +152,7 @@ absl::StatusOr<uint8_t*> SectionRing::Acquire(Ticket ticket,
   {
     std::vector<Launch> launches;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       Section* s = Find(ticket);
       if (s == nullptr || s->state == State::kReleased) {
         return absl::FailedPreconditionError(
@@ -158,12 +162,12 @@ absl::StatusOr<uint8_t*> SectionRing::Acquire(Ticket ticket,
       launches = CollectLoads();
     }
     Start(std::move(launches));
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     Section* s = Find(ticket);
     auto ready = [s] { return s->state == State::kReady; };
     if (!ready()) {
       waited = true;
-      mu_.Await(absl::Condition(&ready));
+      changed_.wait(lock, ready);
     }
     status = s->status;
     slot = slots_[ticket % options_.num_slots]->data();
@@ -182,12 +186,11 @@ absl::StatusOr<uint8_t*> SectionRing::Acquire(Ticket ticket,
 void SectionRing::Release(Ticket ticket) {
   std::vector<Launch> launches;
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     Section* s = Find(ticket);
     if (s == nullptr || s->state == State::kReleased) return;
     // A load still in flight keeps writing into the slot: wait for it.
-    auto settled = [s] { return s->state != State::kLoading; };
-    mu_.Await(absl::Condition(&settled));
+    changed_.wait(lock, [s] { return s->state != State::kLoading; });
     s->state = State::kReleased;
     slot_fence_[ticket % options_.num_slots] = tier_->RecordComputeFence();
     while (!sections_.empty() && sections_.front().state == State::kReleased) {
@@ -200,9 +203,8 @@ void SectionRing::Release(Ticket ticket) {
 }
 
 void SectionRing::Reset() {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this] { return loads_in_flight_ == 0; };
-  mu_.Await(absl::Condition(&idle));
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [this] { return loads_in_flight_ == 0; });
   const Tier::Fence fence = tier_->RecordComputeFence();
   for (auto& f : slot_fence_) f = fence;
   first_ += static_cast<Ticket>(sections_.size());
@@ -211,7 +213,7 @@ void SectionRing::Reset() {
 }
 
 uint64_t SectionRing::SlotGeneration(int slot) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return generation_[slot];
 }
 

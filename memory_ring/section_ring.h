@@ -9,14 +9,15 @@
 #ifndef RINGMOE_MEMORY_RING_SECTION_RING_H_
 #define RINGMOE_MEMORY_RING_SECTION_RING_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "memory_ring/ring_stats.h"
 #include "memory_ring/tier.h"
 
@@ -79,13 +80,14 @@ class SectionRing {
     Tier::Fence after;
   };
 
-  Section* Find(Ticket ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool SlotFree(Ticket ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Callers hold mu_ for the members below and these three helpers.
+  Section* Find(Ticket ticket);
+  bool SlotFree(Ticket ticket) const;
   // Marks every load the protocol allows now as started; the caller hands
   // them to Start() after dropping the lock (a tier may finish a copy on the
   // calling thread).
-  std::vector<Launch> CollectLoads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Start(std::vector<Launch> launches) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Launch> CollectLoads();
+  void Start(std::vector<Launch> launches);
   void LoadDone(Ticket ticket, uint64_t bytes, absl::Status status);
   // Copies `pieces` into `dst` and waits for them.
   absl::Status LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst);
@@ -96,15 +98,18 @@ class SectionRing {
   RingStats* const stats_;
   std::vector<std::unique_ptr<TierBuffer>> slots_;
 
-  mutable absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
+  // ThreadSanitizer, which then cannot see absl::Mutex's ordering.
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a section's state moved
   // Sections [first_, first_ + sections_.size()) by ticket.
-  std::deque<Section> sections_ ABSL_GUARDED_BY(mu_);
-  Ticket first_ ABSL_GUARDED_BY(mu_) = 0;
-  Ticket frontier_ ABSL_GUARDED_BY(mu_) = -1;  // newest ticket asked for
-  int loads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<uint64_t> generation_ ABSL_GUARDED_BY(mu_);
+  std::deque<Section> sections_;
+  Ticket first_ = 0;
+  Ticket frontier_ = -1;  // newest ticket asked for
+  int loads_in_flight_ = 0;
+  std::vector<uint64_t> generation_;
   // Fence recorded when each slot's last section was released.
-  std::vector<Tier::Fence> slot_fence_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tier::Fence> slot_fence_;
 };
 
 }  // namespace ringmoe::memory_ring
