@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
 bazel build --config=opt //...
-bazel run --config=opt //clients/cli:ringmoe_devices
+bazel run --config=opt //clients/cli:ringmoe -- devices

@@ -1,12 +1,14 @@
-// Lists the CUDA devices ringmoe can use, or says why there are none.
 #include <cstdio>
 #include <string>
 
+#include "clients/cli/commands.h"
 #include "kernels/cuda/device_info.h"
 
-int main() {
+namespace ringmoe::cli {
+
+int RunDevices() {
   std::string why;
-  auto devices = ringmoe::cuda::ListDevices(&why);
+  auto devices = cuda::ListDevices(&why);
   if (devices.empty()) {
     std::printf("no CUDA devices: %s\n", why.c_str());
     return 0;
@@ -18,3 +20,5 @@ int main() {
   }
   return 0;
 }
+
+}  // namespace ringmoe::cli

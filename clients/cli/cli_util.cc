@@ -1,0 +1,31 @@
+#include "clients/cli/cli_util.h"
+
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ringmoe::cli {
+
+absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    int32_t id;
+    if (!absl::SimpleAtoi(item, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", item, "' in the id list is not an integer"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+int Fail(absl::string_view command, const absl::Status& status) {
+  std::cerr << "ringmoe " << command << ": " << status << "\n";
+  return 1;
+}
+
+}  // namespace ringmoe::cli

@@ -1,0 +1,23 @@
+// Helpers the subcommands share.
+#ifndef RINGMOE_CLIENTS_CLI_CLI_UTIL_H_
+#define RINGMOE_CLIENTS_CLI_CLI_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ringmoe::cli {
+
+// "1,2,3" -> {1, 2, 3}; spaces allowed; INVALID_ARGUMENT naming the bad item.
+absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text);
+
+// Prints "ringmoe <command>: <status>" on stderr and returns 1.
+int Fail(absl::string_view command, const absl::Status& status);
+
+}  // namespace ringmoe::cli
+
+#endif  // RINGMOE_CLIENTS_CLI_CLI_UTIL_H_

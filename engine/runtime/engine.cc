@@ -1,0 +1,46 @@
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/status_macros.h"
+#include "engine/model/architecture.h"
+#include "engine/model/config.h"
+
+namespace ringmoe::runtime {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+  std::unique_ptr<Engine> engine(new Engine());
+  ASSIGN_OR_RETURN(engine->spec_, model::LoadModelConfig(options.model_dir));
+  ASSIGN_OR_RETURN(const model::Architecture* arch,
+                   model::FindArchitecture(engine->spec_.architecture));
+  ASSIGN_OR_RETURN(engine->checkpoint_, checkpoint::Checkpoint::Open(options.model_dir));
+  ASSIGN_OR_RETURN(engine->weights_,
+                   model::BindModelWeights(engine->spec_, *arch, *engine->checkpoint_));
+  if (std::filesystem::exists(options.model_dir + "/tokenizer.json")) {
+    ASSIGN_OR_RETURN(engine->tokenizer_,
+                     tokenizer::Tokenizer::FromDirectory(options.model_dir));
+  }
+  engine->eos_token_ids_ = engine->spec_.eos_token_ids;
+  if (engine->eos_token_ids_.empty() && engine->tokenizer_ &&
+      engine->tokenizer_->eos_token_id()) {
+    engine->eos_token_ids_.push_back(*engine->tokenizer_->eos_token_id());
+  }
+  engine->runner_ = std::make_unique<ModelRunner>(engine->spec_, engine->weights_);
+  const int64_t block = std::max<int64_t>(1, options.kv_block_size);
+  const int64_t tokens =
+      options.kv_cache_tokens > 0
+          ? options.kv_cache_tokens
+          : std::max<int64_t>(4096, engine->spec_.max_position_embeddings);
+  engine->kv_cache_ = std::make_unique<KvCache>(
+      engine->spec_.num_layers, engine->spec_.kv_width(), block,
+      (tokens + block - 1) / block);
+  return engine;
+}
+
+absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
+                          std::vector<float>* logits) {
+  return runner_->Forward(chunks, kv_cache_.get(), logits);
+}
+
+}  // namespace ringmoe::runtime

@@ -1,0 +1,64 @@
+// Engine: a loaded model — checkpoint, spec, weights, tokenizer and KV cache —
+// and the step that runs a batch of sequence chunks through it.
+#ifndef RINGMOE_ENGINE_RUNTIME_ENGINE_H_
+#define RINGMOE_ENGINE_RUNTIME_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/model_spec.h"
+#include "engine/model/model_weights.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/model_runner.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ringmoe::runtime {
+
+struct EngineOptions {
+  std::string model_dir;
+  // KV-cache capacity in tokens over all sequences; 0 picks the model's
+  // max_position_embeddings (one full-length sequence), at least 4096.
+  int64_t kv_cache_tokens = 0;
+  int64_t kv_block_size = 16;
+};
+
+class Engine {
+ public:
+  // Loads DIR/config.json (+ generation_config.json), the safetensors
+  // weights (checked against the architecture before anything runs) and
+  // DIR/tokenizer.json when present.
+  static absl::StatusOr<std::unique_ptr<Engine>> Load(
+      const EngineOptions& options);
+
+  const model::ModelSpec& spec() const { return spec_; }
+  // Null when the model directory has no tokenizer.json.
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  KvCache& kv_cache() { return *kv_cache_; }
+  // Token ids that end generation: generation_config/config eos ids, else
+  // the tokenizer's eos token.
+  const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+
+  // Runs one step (see ModelRunner::Forward).
+  absl::Status Step(absl::Span<const SequenceChunk> chunks,
+                    std::vector<float>* logits);
+
+ private:
+  Engine() = default;
+
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
+  model::ModelSpec spec_;
+  model::ModelWeights weights_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<KvCache> kv_cache_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::vector<int32_t> eos_token_ids_;
+};
+
+}  // namespace ringmoe::runtime
+
+#endif  // RINGMOE_ENGINE_RUNTIME_ENGINE_H_

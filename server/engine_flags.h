@@ -1,0 +1,27 @@
+// Engine flags shared by ringmoe_server and the offline `ringmoe` commands,
+// so both load a model the same way.
+#ifndef RINGMOE_SERVER_ENGINE_FLAGS_H_
+#define RINGMOE_SERVER_ENGINE_FLAGS_H_
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "engine/runtime/engine.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(int, threads);
+ABSL_DECLARE_FLAG(std::string, weight_dtype);
+ABSL_DECLARE_FLAG(int64_t, kv_cache_tokens);
+ABSL_DECLARE_FLAG(int64_t, kv_block_size);
+
+namespace ringmoe::server {
+
+// EngineOptions from the flags above; INVALID_ARGUMENT or UNIMPLEMENTED for
+// values this build cannot serve, naming the flag.
+absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags();
+
+}  // namespace ringmoe::server
+
+#endif  // RINGMOE_SERVER_ENGINE_FLAGS_H_
