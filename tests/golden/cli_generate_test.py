@@ -1,5 +1,7 @@
-"""`ringmoe generate --model` prints the golden greedy continuation of every
-moe-tiny case, and `ringmoe logits` writes the golden logits."""
+"""The ringmoe CLI against reference data: `generate --model` prints the
+golden greedy continuation of every moe-tiny case, `logits` writes the golden
+logits, `tokenize` gives the reference tokenizers' ids, and the demo model
+adds."""
 import json
 import os
 import struct
@@ -9,6 +11,8 @@ import tempfile
 
 RINGMOE = sys.argv[1]
 TINY = "tests/testdata/moe-tiny"
+TOKENIZERS = "tests/testdata/tokenizers"
+ADDER = "tests/testdata/moe-adder"
 MODELS = ["mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe"]
 
 
@@ -66,6 +70,43 @@ def main():
             if err / norm > 1e-4:
                 print("FAIL %s logits position %d relative error %g" % (model, t, err / norm))
                 failures += 1
+    # `ringmoe tokenize --jsonl`: one {"ids": [...]} line per input line, with
+    # and without the tokenizer's default special tokens.
+    for name in ["mistral", "qwen3", "deepseek_v3"]:
+        cases = os.path.join(TOKENIZERS, name, "cases.jsonl")
+        with open(cases) as f:
+            # Unicode 16 letters depend on the regex engine's tables (the
+            # tokenizer's own test reports them separately).
+            lines = [json.loads(line) for line in f if line.strip()]
+            lines = [c for c in lines if c["category"] != "unicode_version_sensitive"]
+        for flag, field in [("--add_special_tokens=true", "ids_with_special"),
+                            ("--add_special_tokens=false", "ids")]:
+            subset = os.path.join(os.environ["TEST_TMPDIR"], name + ".jsonl")
+            with open(subset, "w") as f:
+                f.writelines(json.dumps({"text": c["text"]}) + "\n" for c in lines)
+            out = subprocess.run(
+                [RINGMOE, "tokenize", "--tokenizer",
+                 os.path.join(TOKENIZERS, name, "tokenizer.json"), "--jsonl", subset, flag],
+                capture_output=True, text=True, check=True).stdout.splitlines()
+            got = [json.loads(line)["ids"] for line in out]
+            want = [c[field] for c in lines]
+            bad = sum(1 for g, w in zip(got, want) if g != w) + abs(len(got) - len(want))
+            if bad:
+                print("FAIL tokenize %s %s: %d of %d lines differ" % (name, flag, bad, len(want)))
+                failures += 1
+    out = subprocess.run([RINGMOE, "tokenize", "--model", ADDER, "--text", "37+485="],
+                         capture_output=True, text=True, check=True).stdout
+    if json.loads(out)["ids"] != [1, 28705, 28770, 28787, 28806, 28781, 28783, 28782, 28746]:
+        print("FAIL tokenize --model: %s" % out)
+        failures += 1
+    # Text to text on the demo model.
+    out = subprocess.run([RINGMOE, "generate", "--model", ADDER, "--prompt", "37+485=",
+                          "--max_tokens", "6", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    if json.loads(out) != {"ids": [28782, 28750, 28750, 2], "text": "522",
+                           "finish_reason": "stop"}:
+        print("FAIL generate --prompt: %s" % out)
+        failures += 1
     # Bad input: a clear error and a non-zero exit, no crash.
     bad = subprocess.run([RINGMOE, "generate", "--model", os.path.join(TINY, "mixtral"),
                           "--input_ids", "1,2,99999", "--max_tokens", "2"],
