@@ -62,7 +62,7 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
   plan.resident_bytes = input.always_resident_bytes;
   plan.resident_experts = 0;
   for (const ExpertSize& e : input.experts) {
-    if (e.bytes <= left) {
+    if (!input.expert_cache && e.bytes <= left) {
       left -= e.bytes;
       plan.resident_bytes += e.bytes;
       ++plan.resident_experts;
@@ -72,7 +72,6 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
       ++plan.streamed_experts;
     }
   }
-  // Whatever the greedy pass left can still cache streamed experts.
   plan.cache_bytes = input.expert_cache ? left : 0;
   return plan;
 }

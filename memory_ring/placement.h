@@ -1,9 +1,10 @@
 // Placement: from the model's weights and a memory budget, what stays
 // resident in the compute tier and what streams through the ring. What every
 // token needs (embeddings, attention, norms, routers, shared experts, dense
-// layers) is resident first; then two or more ring slots; then whole experts
-// become resident in the order given (most used first); what is left holds
-// the expert cache.
+// layers) is resident first; then two or more ring slots. The memory left
+// holds the most-used experts: with the expert cache on, dynamically (the
+// cache learns which experts the traffic uses); with it off, statically,
+// whole experts in the order given (most used first).
 #ifndef RINGMOE_MEMORY_RING_PLACEMENT_H_
 #define RINGMOE_MEMORY_RING_PLACEMENT_H_
 
@@ -23,13 +24,14 @@ struct ExpertSize {
 
 struct PlacementInput {
   uint64_t always_resident_bytes = 0;
-  // Every routed expert, most used first (the order experts become resident).
+  // Every routed expert, most used first (the order experts become resident
+  // when the cache is off).
   std::vector<ExpertSize> experts;
   int num_layers = 0;
   int experts_per_layer = 0;
   uint64_t budget_bytes = 0;  // 0: unlimited (everything resident)
   int num_slots = 2;
-  // Whether leftover memory becomes an expert cache.
+  // Whether leftover memory becomes an expert cache (else resident experts).
   bool expert_cache = true;
 };
 

@@ -29,9 +29,11 @@ TEST(PlacementTest, EverythingResidentWhenItFits) {
 }
 
 TEST(PlacementTest, StreamsWhatDoesNotFit) {
-  // 1000 resident + 3 slots of 400 = 2200; 150 left: one more expert, and
-  // 50 bytes for the cache (less than an entry).
-  auto plan = PlanPlacement(Input(2350));
+  // 1000 resident + 3 slots of 400 = 2200; 150 left: one more expert
+  // (the cache is off), and 50 bytes unused.
+  auto input = Input(2350);
+  input.expert_cache = false;
+  auto plan = PlanPlacement(input);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->num_slots, 3);
   EXPECT_EQ(plan->slot_bytes, 400u);
@@ -41,7 +43,16 @@ TEST(PlacementTest, StreamsWhatDoesNotFit) {
   EXPECT_EQ(plan->streamed_experts, 15);
   EXPECT_EQ(plan->streamed_bytes, 1500u);
   EXPECT_EQ(plan->resident_bytes, 1100u);
-  EXPECT_EQ(plan->cache_bytes, 50u);
+  EXPECT_EQ(plan->cache_bytes, 0u);
+}
+
+TEST(PlacementTest, LeftoverMemoryCachesExperts) {
+  auto plan = PlanPlacement(Input(2550));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 3);
+  EXPECT_EQ(plan->resident_experts, 0);
+  EXPECT_EQ(plan->streamed_experts, 16);
+  EXPECT_EQ(plan->cache_bytes, 350u);
 }
 
 TEST(PlacementTest, FewerSlotsWhenTheBudgetIsTight) {

@@ -1,0 +1,42 @@
+// ExpertSource: where the MoE block gets the weights of the experts a step
+// routes to. Without one, every expert is resident (LayerWeights::experts);
+// the memory ring's implementation streams the others in (StreamedExperts).
+#ifndef RINGMOE_ENGINE_MOE_EXPERT_SOURCE_H_
+#define RINGMOE_ENGINE_MOE_EXPERT_SOURCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/model/model_weights.h"
+
+namespace ringmoe::moe {
+
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+
+  // A step of `num_tokens` tokens begins.
+  virtual void BeginStep(int64_t num_tokens) = 0;
+
+  // Router logits of `layer` ([num_tokens, num_experts]) computed ahead of
+  // time from an earlier layer's hidden state: the experts they pick are
+  // likely to be needed, so they may be fetched now.
+  virtual void Predict(int layer, const float* router_logits, int64_t num_tokens) = 0;
+
+  // Weights of `experts` (ascending) of `layer`, valid until Release(layer).
+  // Fails, naming what could not be read, when a weight load fails.
+  virtual absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
+                               std::vector<const model::MlpWeights*>* weights) = 0;
+
+  // The step is done with `layer`'s experts.
+  virtual void Release(int layer) = 0;
+
+  // The step ends (also after a failure: drops whatever it still holds).
+  virtual void EndStep() = 0;
+};
+
+}  // namespace ringmoe::moe
+
+#endif  // RINGMOE_ENGINE_MOE_EXPERT_SOURCE_H_

@@ -1,0 +1,243 @@
+#include "engine/runtime/streamed_experts.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cpu/ops.h"
+#include "memory_ring/disk_tier.h"
+
+namespace ringmoe::runtime {
+namespace {
+
+constexpr uint64_t kPlaceAlign = 64;
+
+uint64_t AlignUp(uint64_t n) { return (n + kPlaceAlign - 1) / kPlaceAlign * kPlaceAlign; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
+    const model::ModelSpec& spec, const model::Architecture& arch,
+    const checkpoint::Checkpoint& checkpoint, const model::ModelWeights& weights,
+    const StreamingOptions& options, memory_ring::RingStats* stats,
+    memory_ring::PlacementPlan* plan) {
+  std::unique_ptr<StreamedExperts> s(new StreamedExperts(spec, weights));
+  s->options_ = options;
+  s->stats_ = stats;
+  const int num_layers = static_cast<int>(spec.num_layers);
+  const int num_experts = static_cast<int>(spec.num_experts);
+
+  // Each expert's three tensors, laid out one after the other in its place.
+  absl::flat_hash_map<std::string, int> source_of;
+  std::vector<std::string> paths;
+  for (const auto& file : checkpoint.files()) {
+    source_of[file->path()] = static_cast<int>(paths.size());
+    paths.push_back(file->path());
+  }
+  uint64_t expert_bytes_total = 0;
+  s->streamed_.assign(num_layers, std::vector<StreamedExpert>(num_experts));
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec.layer_is_moe[l]) continue;
+    for (int e = 0; e < num_experts; ++e) {
+      const model::MlpTensorNames names = arch.ExpertTensors(l, e);
+      const model::MlpWeights& bound = weights.layers[l].experts[e];
+      uint64_t offset = 0;
+      for (const auto& [name, matrix] :
+           {std::pair{names.gate, &bound.gate}, {names.up, &bound.up}, {names.down, &bound.down}}) {
+        ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
+        if (matrix->data != t->data) {
+          return absl::UnimplementedError(
+              "converting expert weights on load (--weight_dtype) cannot be combined with "
+              "streaming them from disk; give the model a larger memory budget or use "
+              "--weight_dtype=auto");
+        }
+        s->streamed_[l][e].pieces.push_back(
+            {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
+        offset = AlignUp(offset + t->num_bytes);
+        expert_bytes_total += t->num_bytes;
+      }
+      s->expert_stride_ = std::max(s->expert_stride_, offset);
+    }
+  }
+
+  memory_ring::PlacementInput input;
+  input.always_resident_bytes = checkpoint.total_bytes() - expert_bytes_total;
+  input.num_layers = num_layers;
+  input.experts_per_layer = num_experts;
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec.layer_is_moe[l]) continue;
+    for (int e = 0; e < num_experts; ++e) input.experts.push_back({l, e, s->expert_stride_});
+  }
+  input.budget_bytes = options.memory_budget;
+  input.num_slots = options.num_slots;
+  input.expert_cache = options.expert_cache;
+  ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
+  stats->bytes_resident = plan->resident_bytes;
+  stats->bytes_streamed = plan->streamed_bytes;
+  if (!plan->streams()) return std::unique_ptr<StreamedExperts>();
+  s->resident_ = plan->expert_resident;
+
+  ASSIGN_OR_RETURN(s->tier_, memory_ring::CreateDiskTier(
+                                 paths, {options.io_threads, options.direct_io}));
+  const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
+  ASSIGN_OR_RETURN(s->ring_, memory_ring::SectionRing::Create(
+                                 s->tier_.get(), num_experts * s->expert_stride_,
+                                 {plan->num_slots, depth}, stats));
+  if (options.expert_cache) {
+    ASSIGN_OR_RETURN(s->cache_, memory_ring::ExpertCache::Create(
+                                    s->tier_.get(), plan->cache_bytes, s->expert_stride_, stats));
+  }
+  s->layers_.resize(num_layers);
+  return s;
+}
+
+StreamedExperts::~StreamedExperts() {
+  // The ring waits for loads in flight before the tier goes away.
+  ring_.reset();
+}
+
+std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(
+    int layer, absl::Span<const int32_t> experts) const {
+  std::vector<memory_ring::CopyPiece> pieces;
+  for (int32_t e : experts) {
+    for (memory_ring::CopyPiece p : streamed_[layer][e].pieces) {
+      p.dst_offset += e * expert_stride_;
+      pieces.push_back(p);
+    }
+  }
+  return pieces;
+}
+
+model::MlpWeights StreamedExperts::ViewAt(int layer, int expert, const uint8_t* base) const {
+  model::MlpWeights view = weights_.layers[layer].experts[expert];
+  const auto& pieces = streamed_[layer][expert].pieces;
+  view.gate.data = base + pieces[0].dst_offset;
+  view.up.data = base + pieces[1].dst_offset;
+  view.down.data = base + pieces[2].dst_offset;
+  return view;
+}
+
+void StreamedExperts::BeginStep(int64_t num_tokens) {
+  expert_mode_ = options_.mode == RingMode::kExpert ||
+                 (options_.mode == RingMode::kAuto &&
+                  num_tokens * spec_.experts_per_token < spec_.num_experts);
+  const int num_experts = static_cast<int>(spec_.num_experts);
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
+    LayerState& st = layers_[l];
+    st = LayerState();
+    st.requested.assign(num_experts, false);
+    st.views.resize(num_experts);
+    if (expert_mode_ || !spec_.layer_is_moe[l]) continue;
+    std::vector<int32_t> all;
+    for (int e = 0; e < num_experts; ++e) {
+      if (Streams(l, e)) all.push_back(e);
+    }
+    if (all.empty()) continue;
+    for (int32_t e : all) st.requested[e] = true;
+    st.ticket = ring_->Enqueue(PiecesFor(l, all));
+  }
+}
+
+void StreamedExperts::Predict(int layer, const float* router_logits, int64_t num_tokens) {
+  if (!expert_mode_ || layer >= static_cast<int>(layers_.size()) ||
+      !spec_.layer_is_moe[layer] || layers_[layer].ticket >= 0) {
+    return;
+  }
+  LayerState& st = layers_[layer];
+  const int64_t k = spec_.experts_per_token;
+  std::vector<int32_t> top(k);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    kernels::TopK(router_logits + t * spec_.num_experts, spec_.num_experts,
+                  static_cast<int>(k), top.data());
+    for (int32_t e : top) {
+      if (Streams(layer, e) && !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
+        st.requested[e] = true;
+      }
+    }
+  }
+  std::vector<int32_t> predicted;
+  for (int e = 0; e < spec_.num_experts; ++e) {
+    if (st.requested[e]) predicted.push_back(e);
+  }
+  if (!predicted.empty()) st.ticket = ring_->Enqueue(PiecesFor(layer, predicted));
+}
+
+absl::Status StreamedExperts::Acquire(int layer, absl::Span<const int32_t> experts,
+                                      std::vector<const model::MlpWeights*>* weights) {
+  LayerState& st = layers_[layer];
+  weights->assign(experts.size(), nullptr);
+  std::vector<int32_t> to_stream;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int32_t e = experts[i];
+    if (!Streams(layer, e)) {
+      (*weights)[i] = &weights_.layers[layer].experts[e];
+      continue;
+    }
+    const uint8_t* cached = cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr;
+    if (cached != nullptr) {
+      st.views[e] = ViewAt(layer, e, cached);
+      (*weights)[i] = &st.views[e];
+      continue;
+    }
+    to_stream.push_back(e);
+  }
+  if (to_stream.empty()) return absl::OkStatus();
+  std::vector<int32_t> missed;
+  for (int32_t e : to_stream) {
+    if (st.ticket >= 0 && st.requested[e]) {
+      ++stats_->prefetch_hits;
+    } else {
+      ++stats_->prefetch_misses;
+      missed.push_back(e);
+    }
+  }
+  std::vector<memory_ring::CopyPiece> extra;
+  if (st.ticket < 0) {
+    st.ticket = ring_->Enqueue(PiecesFor(layer, missed));
+  } else {
+    extra = PiecesFor(layer, missed);
+  }
+  absl::StatusOr<uint8_t*> slot = ring_->Acquire(st.ticket, std::move(extra));
+  if (!slot.ok()) {
+    return absl::Status(slot.status().code(),
+                        absl::StrCat("streaming the experts of layer ", layer, ": ",
+                                     slot.status().message()));
+  }
+  st.slot = *slot;
+  st.streamed_in_use = to_stream;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if ((*weights)[i] == nullptr) {
+      const int32_t e = experts[i];
+      st.views[e] = ViewAt(layer, e, st.slot + e * expert_stride_);
+      (*weights)[i] = &st.views[e];
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StreamedExperts::Release(int layer) {
+  LayerState& st = layers_[layer];
+  if (st.ticket < 0) return;
+  if (expert_mode_ && cache_ && st.slot != nullptr) {
+    // A failed copy into the cache only costs a later transfer.
+    for (int32_t e : st.streamed_in_use) {
+      cache_->Offer(CacheKey(layer, e), st.slot + e * expert_stride_, expert_stride_)
+          .IgnoreError();
+    }
+  }
+  ring_->Release(st.ticket);
+  st.ticket = -1;
+  st.slot = nullptr;
+  st.streamed_in_use.clear();
+}
+
+void StreamedExperts::EndStep() {
+  bool outstanding = false;
+  for (const LayerState& st : layers_) outstanding |= st.ticket >= 0;
+  // Sections scheduled but never used (a failed step): drop them all.
+  if (outstanding) ring_->Reset();
+  for (LayerState& st : layers_) st.ticket = -1;
+}
+
+}  // namespace ringmoe::runtime
