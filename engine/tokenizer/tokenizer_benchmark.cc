@@ -1,7 +1,8 @@
 // Encode throughput on about 1 MB of English prose (the long_paragraph golden
 // case repeated) for each tokenizer in tests/testdata/tokenizers. Prints one
 // JSON object per tokenizer:
-//   {"tokenizer": ..., "bytes": ..., "tokens": ..., "tokens_per_s": ...}
+//   {"tokenizer": ..., "bytes": ..., "tokens": ..., "tokens_per_s": ...,
+//    "load_s": ...}
 // Usage: tokenizer_benchmark [name...] (default: all four; gpt_oss needs
 // ../shared beside the checkout or $RINGMOE_GPT_OSS_TOKENIZER_JSON).
 #include <algorithm>
@@ -37,7 +38,10 @@ std::string LongText(absl::string_view name) {
 
 int Run(const std::vector<std::string>& names) {
   for (const std::string& name : names) {
+    const auto load_start = std::chrono::steady_clock::now();
     const Tokenizer* tokenizer = testdata::GetTokenizer(name);
+    const std::chrono::duration<double> load_seconds =
+        std::chrono::steady_clock::now() - load_start;
     if (tokenizer == nullptr) {
       std::fprintf(stderr, "%s: tokenizer.json not found, skipped\n",
                    name.c_str());
@@ -60,6 +64,7 @@ int Run(const std::vector<std::string>& names) {
         {"bytes", text.size()},
         {"tokens", tokens},
         {"tokens_per_s", static_cast<int64_t>(tokens / best_seconds)},
+        {"load_s", load_seconds.count()},
     };
     std::printf("%s\n", result.dump().c_str());
   }
