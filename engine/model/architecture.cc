@@ -120,7 +120,10 @@ absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
   return absl::OkStatus();
 }
 
-absl::Status RejectQwenSlidingWindow(const nlohmann::json& config) {
+absl::Status ParseQwenMoeBlock(const nlohmann::json& config, ModelSpec* spec) {
+  RETURN_IF_ERROR(ParseExperts(config, "num_experts", "moe_intermediate_size", spec));
+  RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
+  RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
   ASSIGN_OR_RETURN(std::optional<bool> sliding,
                    OptionalBool(config, "use_sliding_window"));
   if (sliding.value_or(false)) {

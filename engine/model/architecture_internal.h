@@ -33,9 +33,11 @@ absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
 absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
                                ModelSpec* spec);
 
-// Qwen configs can ask for sliding-window attention, which ringmoe does not
-// implement for them; refuse rather than compute something else.
-absl::Status RejectQwenSlidingWindow(const nlohmann::json& config);
+// What Qwen2-MoE and Qwen3-MoE share: num_experts, moe_intermediate_size,
+// norm_topk_prob (default false), the sparse layer pattern, and a refusal of
+// use_sliding_window (not implemented for them; refuse rather than compute
+// something else).
+absl::Status ParseQwenMoeBlock(const nlohmann::json& config, ModelSpec* spec);
 
 }  // namespace ringmoe::model::internal
 

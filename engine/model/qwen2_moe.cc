@@ -14,11 +14,7 @@ class Qwen2MoeArchitecture : public Architecture {
 
   absl::Status ParseConfig(const nlohmann::json& config,
                            ModelSpec* spec) const override {
-    RETURN_IF_ERROR(
-        ParseExperts(config, "num_experts", "moe_intermediate_size", spec));
-    RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
-    RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
-    RETURN_IF_ERROR(RejectQwenSlidingWindow(config));
+    RETURN_IF_ERROR(ParseQwenMoeBlock(config, spec));
     ASSIGN_OR_RETURN(std::optional<int64_t> shared,
                      OptionalInt(config, "shared_expert_intermediate_size"));
     spec->shared_expert_intermediate_size = shared.value_or(0);
