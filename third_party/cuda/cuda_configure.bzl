@@ -34,7 +34,7 @@ def _cuda_configure_impl(ctx):
         version = ctx.execute([cuda + "/bin/nvcc", "--version"]).stdout.strip().split("\n")[-1]
         build.append("""cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl", "include/**/*.cuh"]),
+    hdrs = glob(["include/**"]),
     includes = ["include"],
 )""")
         rpath = ["-L" + lib_dir, "-Wl,-rpath," + lib_dir]
