@@ -13,6 +13,8 @@ ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(int, threads);
 ABSL_DECLARE_FLAG(std::string, weight_dtype);
+ABSL_DECLARE_FLAG(bool, quantize_attention);
+ABSL_DECLARE_FLAG(int, weight_group_size);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_tokens);
 ABSL_DECLARE_FLAG(int64_t, kv_block_size);
 

@@ -26,13 +26,21 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}" >&2
-sudo_cmd=()
-if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -q
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The Node client of the integration tests: @grpc/grpc-js and
+# @grpc/proto-loader from the npm registry, pinned by the committed lock file.
+node_dir=$(cd "$(dirname "$0")/.." && pwd)/tests/integration/node
+if [[ ! -d $node_dir/node_modules/@grpc/grpc-js ||
+      $node_dir/package-lock.json -nt $node_dir/node_modules ]]; then
+  echo "setup: npm ci in tests/integration/node" >&2
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "setup: npm ci failed; the Node client test installs its own copy" >&2
+fi

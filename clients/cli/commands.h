@@ -5,6 +5,7 @@
 
 namespace ringmoe::cli {
 
+int RunBench();
 int RunDevices();
 int RunGenerate();
 int RunLogits();

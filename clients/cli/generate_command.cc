@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/remote_generate.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/generation.h"
 #include "nlohmann/json.hpp"
@@ -59,9 +60,11 @@ absl::StatusOr<runtime::SamplingParams> SamplingFromFlags() {
 
 int RunGenerate() {
   if (!absl::GetFlag(FLAGS_server).empty()) {
-    return Fail("generate", absl::UnimplementedError(
-                                "--server needs the gRPC front end, which is not built yet; "
-                                "use --model DIR"));
+    auto params = SamplingFromFlags();
+    if (!params.ok()) return Fail("generate", params.status());
+    return RunGenerateOnServer(absl::GetFlag(FLAGS_server), absl::GetFlag(FLAGS_prompt),
+                               absl::GetFlag(FLAGS_input_ids), *params,
+                               absl::GetFlag(FLAGS_stream), absl::GetFlag(FLAGS_json));
   }
   auto options = server::EngineOptionsFromFlags();
   if (!options.ok()) return Fail("generate", options.status());

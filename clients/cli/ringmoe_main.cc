@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/remote_generate.h"
 
 namespace {
 
@@ -19,6 +20,11 @@ constexpr char kUsage[] =
     "  logits    --model DIR --input_ids 1,2,3 --out FILE.safetensors\n"
     "  tokenize  (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl FILE)\n"
     "            [--add_special_tokens=false]\n"
+    "  bench     --model DIR [--prompt_tokens P --gen_tokens G --batch B]\n"
+    "            engine throughput and this machine's ceilings, as JSON\n"
+    "  generate  --server HOST:PORT ...  the same through a running ringmoe_server\n"
+    "  bench-serve --server HOST:PORT [--concurrency N | --rate R] [--num_requests N]\n"
+    "            [--prompt_tokens_min/max N] [--output_tokens_min/max N]  load test (JSON)\n"
     "  devices   list the CUDA devices\n"
     "Run `ringmoe --helpfull` for every flag.";
 
@@ -36,6 +42,8 @@ int main(int argc, char** argv) {
   if (command == "logits") return ringmoe::cli::RunLogits();
   if (command == "tokenize") return ringmoe::cli::RunTokenize();
   if (command == "devices") return ringmoe::cli::RunDevices();
+  if (command == "bench-serve") return ringmoe::cli::RunBenchServe();
+  if (command == "bench") return ringmoe::cli::RunBench();
   std::fprintf(stderr, "ringmoe: unknown command '%s'\n%s\n", command.c_str(), kUsage);
   return 2;
 }

@@ -23,14 +23,16 @@ class Binder {
     return kernels::Matrix{t->data, type, rows, cols};
   }
 
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t size) {
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name,
+                                            int64_t size) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {size}));
     RETURN_IF_ERROR(WeightTypeOf(*t).status());
     return checkpoint::CopyAsFloat32(*t);
   }
 
   // A [1, size] tensor read as a vector (Linear(hidden, 1) weights).
-  absl::StatusOr<std::vector<float>> RowVector(const std::string& name, int64_t size) {
+  absl::StatusOr<std::vector<float>> RowVector(const std::string& name,
+                                               int64_t size) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {1, size}));
     RETURN_IF_ERROR(WeightTypeOf(*t).status());
     return checkpoint::CopyAsFloat32(*t);
@@ -45,7 +47,9 @@ class Binder {
     return mlp;
   }
 
-  bool Has(const std::string& name) const { return ckpt_.Find(name) != nullptr; }
+  bool Has(const std::string& name) const {
+    return ckpt_.Find(name) != nullptr;
+  }
 
  private:
   absl::StatusOr<const TensorView*> Tensor(const std::string& name,
@@ -56,10 +60,10 @@ class Binder {
                                               ": missing tensor '", name, "'"));
     }
     if (t->shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", ckpt_.dir(), ": tensor '", name, "' has shape [",
-          absl::StrJoin(t->shape, ", "), "], expected [",
-          absl::StrJoin(shape, ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", ckpt_.dir(), ": tensor '", name,
+                       "' has shape [", absl::StrJoin(t->shape, ", "),
+                       "], expected [", absl::StrJoin(shape, ", "), "]"));
     }
     return t;
   }
@@ -74,9 +78,8 @@ class Binder {
         return kernels::WeightType::kF16;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint ", ckpt_.dir(), ": tensor '", t.name,
-            "' has dtype ", checkpoint::DTypeName(t.dtype),
-            ", expected F32, BF16 or F16"));
+            "checkpoint ", ckpt_.dir(), ": tensor '", t.name, "' has dtype ",
+            checkpoint::DTypeName(t.dtype), ", expected F32, BF16 or F16"));
     }
   }
 
@@ -90,23 +93,31 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
   LayerWeights layer;
   ASSIGN_OR_RETURN(layer.input_norm,
                    bind.Vector(LayerTensor(l, "input_layernorm.weight"), h));
-  ASSIGN_OR_RETURN(layer.post_attention_norm,
-                   bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
-  ASSIGN_OR_RETURN(layer.q, bind.Matrix(LayerTensor(l, "self_attn.q_proj.weight"),
-                                        spec.q_width(), h));
-  ASSIGN_OR_RETURN(layer.k, bind.Matrix(LayerTensor(l, "self_attn.k_proj.weight"),
-                                        spec.kv_width(), h));
-  ASSIGN_OR_RETURN(layer.v, bind.Matrix(LayerTensor(l, "self_attn.v_proj.weight"),
-                                        spec.kv_width(), h));
-  ASSIGN_OR_RETURN(layer.o, bind.Matrix(LayerTensor(l, "self_attn.o_proj.weight"),
-                                        h, spec.q_width()));
+  ASSIGN_OR_RETURN(
+      layer.post_attention_norm,
+      bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
+  ASSIGN_OR_RETURN(layer.q,
+                   bind.Matrix(LayerTensor(l, "self_attn.q_proj.weight"),
+                               spec.q_width(), h));
+  ASSIGN_OR_RETURN(layer.k,
+                   bind.Matrix(LayerTensor(l, "self_attn.k_proj.weight"),
+                               spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.v,
+                   bind.Matrix(LayerTensor(l, "self_attn.v_proj.weight"),
+                               spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.o,
+                   bind.Matrix(LayerTensor(l, "self_attn.o_proj.weight"), h,
+                               spec.q_width()));
   if (spec.qkv_bias) {
-    ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(LayerTensor(l, "self_attn.q_proj.bias"),
-                                               spec.q_width()));
-    ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(LayerTensor(l, "self_attn.k_proj.bias"),
-                                               spec.kv_width()));
-    ASSIGN_OR_RETURN(layer.v_bias, bind.Vector(LayerTensor(l, "self_attn.v_proj.bias"),
-                                               spec.kv_width()));
+    ASSIGN_OR_RETURN(
+        layer.q_bias,
+        bind.Vector(LayerTensor(l, "self_attn.q_proj.bias"), spec.q_width()));
+    ASSIGN_OR_RETURN(
+        layer.k_bias,
+        bind.Vector(LayerTensor(l, "self_attn.k_proj.bias"), spec.kv_width()));
+    ASSIGN_OR_RETURN(
+        layer.v_bias,
+        bind.Vector(LayerTensor(l, "self_attn.v_proj.bias"), spec.kv_width()));
   }
   if (spec.o_proj_bias) {
     ASSIGN_OR_RETURN(layer.o_bias,
@@ -131,8 +142,9 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
                    bind.Matrix(arch.RouterTensor(l), spec.num_experts, h));
   layer.experts.reserve(spec.num_experts);
   for (int e = 0; e < spec.num_experts; ++e) {
-    ASSIGN_OR_RETURN(MlpWeights expert, bind.Mlp(arch.ExpertTensors(l, e), h,
-                                                 spec.expert_intermediate_size));
+    ASSIGN_OR_RETURN(
+        MlpWeights expert,
+        bind.Mlp(arch.ExpertTensors(l, e), h, spec.expert_intermediate_size));
     layer.experts.push_back(expert);
   }
   if (spec.shared_expert_intermediate_size > 0) {
@@ -146,7 +158,67 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
   return layer;
 }
 
+// Bytes rounded up so every matrix in a shared buffer starts on a cache line.
+int64_t Aligned(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+int64_t ConvertedBytes(const kernels::Matrix& m, kernels::WeightType type,
+                       int32_t group) {
+  return Aligned(kernels::QuantizedDataBytes(type, m.rows, m.cols, group)) +
+         Aligned(kernels::QuantizedScaleCount(type, m.rows, m.cols, group) *
+                 static_cast<int64_t>(sizeof(float)));
+}
+
+// Converts `matrices` into one new buffer and points them into it.
+std::unique_ptr<uint8_t[]> ConvertTogether(
+    const std::vector<kernels::Matrix*>& matrices, kernels::WeightType type,
+    int32_t group) {
+  int64_t total = 0;
+  for (const kernels::Matrix* m : matrices)
+    total += ConvertedBytes(*m, type, group);
+  // operator new[] on uint8_t only guarantees 16-byte alignment; the kernels
+  // use unaligned loads, so that suffices.
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[total]);
+  uint8_t* p = buffer.get();
+  for (kernels::Matrix* m : matrices) {
+    const int64_t data =
+        Aligned(kernels::QuantizedDataBytes(type, m->rows, m->cols, group));
+    *m = kernels::QuantizeMatrix(*m, type, group, p,
+                                 reinterpret_cast<float*>(p + data));
+    p += ConvertedBytes(*m, type, group);
+  }
+  return buffer;
+}
+
 }  // namespace
+
+absl::Status ConvertWeights(const WeightConversion& conversion,
+                            ThreadPool* pool, ModelWeights* weights) {
+  if (!conversion.mlp_type) return absl::OkStatus();
+  const kernels::WeightType type = *conversion.mlp_type;
+  if (type == kernels::WeightType::kInt4 && conversion.group_size != 32 &&
+      conversion.group_size != 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "int4 group size must be 32 or 64, got ", conversion.group_size));
+  }
+  // Each unit converts into one buffer: an MLP, or a layer's attention.
+  std::vector<std::vector<kernels::Matrix*>> units;
+  auto add_mlp = [&](MlpWeights& mlp) {
+    units.push_back({&mlp.gate, &mlp.up, &mlp.down});
+  };
+  for (LayerWeights& layer : weights->layers) {
+    if (conversion.attention)
+      units.push_back({&layer.q, &layer.k, &layer.v, &layer.o});
+    if (!layer.is_moe) add_mlp(layer.dense_mlp);
+    for (MlpWeights& expert : layer.experts) add_mlp(expert);
+    if (layer.has_shared_expert) add_mlp(layer.shared_expert);
+  }
+  std::vector<std::unique_ptr<uint8_t[]>> buffers(units.size());
+  ParallelFor(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
+    buffers[i] = ConvertTogether(units[i], type, conversion.group_size);
+  });
+  for (auto& b : buffers) weights->converted.push_back(std::move(b));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
@@ -162,8 +234,9 @@ absl::StatusOr<ModelWeights> BindModelWeights(
   if (spec.tie_word_embeddings && !bind.Has("lm_head.weight")) {
     weights.lm_head = weights.embed_tokens;
   } else {
-    ASSIGN_OR_RETURN(weights.lm_head, bind.Matrix("lm_head.weight", spec.vocab_size,
-                                                  spec.hidden_size));
+    ASSIGN_OR_RETURN(
+        weights.lm_head,
+        bind.Matrix("lm_head.weight", spec.vocab_size, spec.hidden_size));
   }
   weights.layers.reserve(spec.num_layers);
   for (int l = 0; l < spec.num_layers; ++l) {

@@ -5,9 +5,13 @@
 #ifndef RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 #define RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model_spec.h"
@@ -44,6 +48,20 @@ struct ModelWeights {
   kernels::Matrix lm_head;       // [vocab, hidden]; embed_tokens when tied
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
+  // Buffers of converted weights (ConvertWeights); the matrices above point
+  // into them. Each MLP's three matrices, data and scales, share one buffer
+  // so an expert stays a self-contained region.
+  std::vector<std::unique_ptr<uint8_t[]>> converted;
+};
+
+// How weights are stored after loading.
+struct WeightConversion {
+  // Type of every MLP matrix (experts, shared experts, dense MLPs); nullopt
+  // keeps the checkpoint's.
+  std::optional<kernels::WeightType> mlp_type;
+  // Also convert the attention projections (q, k, v, o) to mlp_type.
+  bool attention = false;
+  int32_t group_size = 32;  // int4 only: 32 or 64
 };
 
 // Binds every tensor `spec` needs. Errors name the checkpoint and the tensor:
@@ -51,6 +69,11 @@ struct ModelWeights {
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint);
+
+// Converts (quantizes) the weights `conversion` names, in place, spreading
+// the work over `pool` (may be null). INVALID_ARGUMENT for a bad group size.
+absl::Status ConvertWeights(const WeightConversion& conversion,
+                            ThreadPool* pool, ModelWeights* weights);
 
 }  // namespace ringmoe::model
 

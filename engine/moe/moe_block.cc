@@ -5,49 +5,101 @@
 #include <vector>
 
 #include "engine/moe/routing.h"
-#include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
+namespace {
 
-void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out) {
-  const int64_t inter = mlp.gate.rows;
-  std::vector<float> gate(n * inter), up(n * inter);
-  kernels::MatMulTransposed(x, n, mlp.gate, gate.data());
-  kernels::MatMulTransposed(x, n, mlp.up, up.data());
-  kernels::SiluMul(gate.data(), up.data(), n * inter, gate.data());
-  kernels::MatMulTransposed(gate.data(), n, mlp.down, out);
+// The MLPs of one step, each on its own rows of activations: gate and up of
+// all of them in one parallel loop, then down of all of them in another.
+struct MlpRun {
+  const model::MlpWeights* mlp;
+  const float* x;  // [n, hidden]
+  int64_t n;
+  float* out;  // [n, hidden]
+};
+
+void RunMlps(const std::vector<MlpRun>& runs, ThreadPool* pool,
+             kernels::ProductWork* work) {
+  std::vector<std::vector<float>> gate(runs.size()), up(runs.size());
+  std::vector<kernels::MatMulJob> jobs;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const MlpRun& r = runs[i];
+    gate[i].resize(r.n * r.mlp->gate.rows);
+    up[i].resize(r.n * r.mlp->up.rows);
+    jobs.push_back({r.x, r.n, r.mlp->gate, gate[i].data()});
+    jobs.push_back({r.x, r.n, r.mlp->up, up[i].data()});
+  }
+  kernels::MatMulBatch(jobs, pool);
+  if (work != nullptr) work->Add(jobs);
+  jobs.clear();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    kernels::SiluMul(gate[i].data(), up[i].data(), gate[i].size(),
+                     gate[i].data());
+    jobs.push_back({gate[i].data(), runs[i].n, runs[i].mlp->down, runs[i].out});
+  }
+  kernels::MatMulBatch(jobs, pool);
+  if (work != nullptr) work->Add(jobs);
+}
+
+}  // namespace
+
+void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
+            ThreadPool* pool, kernels::ProductWork* work) {
+  RunMlps({{&mlp, x, n, out}}, pool, work);
 }
 
 void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                    const model::LayerWeights& layer, float* out) {
+                    const model::LayerWeights& layer, float* out,
+                    ThreadPool* pool, kernels::ProductWork* work) {
   const int64_t hidden = spec.hidden_size;
   if (!layer.is_moe) {
-    RunMlp(x, n, layer.dense_mlp, out);
+    RunMlp(x, n, layer.dense_mlp, out, pool, work);
     return;
   }
   std::vector<float> router_logits(n * spec.num_experts);
-  kernels::MatMulTransposed(x, n, layer.router, router_logits.data());
-  const Routing routing = RouteTokens(router_logits.data(), n, spec.num_experts,
-                                      spec.experts_per_token, spec.norm_topk_prob);
-  std::fill(out, out + n * hidden, 0.f);
-  std::vector<float> gathered, expert_out;
-  for (const ExpertAssignment& a : GroupByExpert(routing, spec.num_experts)) {
+  const kernels::MatMulJob router{x, n, layer.router, router_logits.data()};
+  kernels::MatMulBatch({&router, 1}, pool);
+  if (work != nullptr) work->Add({&router, 1});
+  const Routing routing =
+      RouteTokens(router_logits.data(), n, spec.num_experts,
+                  spec.experts_per_token, spec.norm_topk_prob);
+  const std::vector<ExpertAssignment> assignments =
+      GroupByExpert(routing, spec.num_experts);
+
+  // Gather each expert's tokens into contiguous rows; the shared expert (if
+  // any) runs in the same loops on all tokens.
+  int64_t rows = 0;
+  for (const ExpertAssignment& a : assignments) rows += a.tokens.size();
+  std::vector<float> gathered(rows * hidden), expert_out(rows * hidden);
+  std::vector<float> shared;
+  std::vector<MlpRun> runs;
+  int64_t row = 0;
+  for (const ExpertAssignment& a : assignments) {
     const int64_t m = static_cast<int64_t>(a.tokens.size());
-    gathered.resize(m * hidden);
-    expert_out.resize(m * hidden);
     for (int64_t i = 0; i < m; ++i) {
-      std::copy_n(x + a.tokens[i] * hidden, hidden, gathered.data() + i * hidden);
+      std::copy_n(x + a.tokens[i] * hidden, hidden,
+                  gathered.data() + (row + i) * hidden);
     }
-    RunMlp(gathered.data(), m, layer.experts[a.expert], expert_out.data());
-    for (int64_t i = 0; i < m; ++i) {
+    runs.push_back({&layer.experts[a.expert], gathered.data() + row * hidden, m,
+                    expert_out.data() + row * hidden});
+    row += m;
+  }
+  if (layer.has_shared_expert) {
+    shared.resize(n * hidden);
+    runs.push_back({&layer.shared_expert, x, n, shared.data()});
+  }
+  RunMlps(runs, pool, work);
+
+  std::fill(out, out + n * hidden, 0.f);
+  row = 0;
+  for (const ExpertAssignment& a : assignments) {
+    for (size_t i = 0; i < a.tokens.size(); ++i, ++row) {
       float* dst = out + a.tokens[i] * hidden;
-      const float* src = expert_out.data() + i * hidden;
+      const float* src = expert_out.data() + row * hidden;
       for (int64_t d = 0; d < hidden; ++d) dst[d] += a.weights[i] * src[d];
     }
   }
   if (layer.has_shared_expert) {
-    std::vector<float> shared(n * hidden);
-    RunMlp(x, n, layer.shared_expert, shared.data());
     for (int64_t t = 0; t < n; ++t) {
       float logit = 0.f;
       for (int64_t d = 0; d < hidden; ++d) {

@@ -1,22 +1,32 @@
 // The feed-forward half of a decoder layer: a sparse MoE block (router,
 // experts, optional gated shared expert) or a dense SiLU-gated MLP.
+//
+// Tokens are grouped by expert, so each expert's weights are read once per
+// step for all of its tokens, and the products of all the experts a step
+// uses run in one parallel loop (split over experts and output rows).
 #ifndef RINGMOE_ENGINE_MOE_MOE_BLOCK_H_
 #define RINGMOE_ENGINE_MOE_MOE_BLOCK_H_
 
 #include <cstdint>
 
+#include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
 
 // out[n, hidden] = down(silu(gate(x)) * up(x)) for x[n, hidden].
-void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out);
+void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
+            ThreadPool* pool = nullptr, kernels::ProductWork* work = nullptr);
 
 // out[n, hidden] = the layer's feed-forward output for the normalised hidden
-// states x[n, hidden] (not including the residual).
+// states x[n, hidden] (not including the residual). `pool` may be null;
+// `work`, when set, accumulates the weight bytes and FLOPs of the products.
 void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                    const model::LayerWeights& layer, float* out);
+                    const model::LayerWeights& layer, float* out,
+                    ThreadPool* pool = nullptr,
+                    kernels::ProductWork* work = nullptr);
 
 }  // namespace ringmoe::moe
 

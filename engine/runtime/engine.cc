@@ -9,14 +9,20 @@
 
 namespace ringmoe::runtime {
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
+    const EngineOptions& options) {
   std::unique_ptr<Engine> engine(new Engine());
   ASSIGN_OR_RETURN(engine->spec_, model::LoadModelConfig(options.model_dir));
   ASSIGN_OR_RETURN(const model::Architecture* arch,
                    model::FindArchitecture(engine->spec_.architecture));
-  ASSIGN_OR_RETURN(engine->checkpoint_, checkpoint::Checkpoint::Open(options.model_dir));
-  ASSIGN_OR_RETURN(engine->weights_,
-                   model::BindModelWeights(engine->spec_, *arch, *engine->checkpoint_));
+  ASSIGN_OR_RETURN(engine->checkpoint_,
+                   checkpoint::Checkpoint::Open(options.model_dir));
+  ASSIGN_OR_RETURN(
+      engine->weights_,
+      model::BindModelWeights(engine->spec_, *arch, *engine->checkpoint_));
+  engine->pool_ = std::make_unique<ThreadPool>(options.threads);
+  RETURN_IF_ERROR(model::ConvertWeights(
+      options.weight_conversion, engine->pool_.get(), &engine->weights_));
   if (std::filesystem::exists(options.model_dir + "/tokenizer.json")) {
     ASSIGN_OR_RETURN(engine->tokenizer_,
                      tokenizer::Tokenizer::FromDirectory(options.model_dir));
@@ -26,21 +32,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
       engine->tokenizer_->eos_token_id()) {
     engine->eos_token_ids_.push_back(*engine->tokenizer_->eos_token_id());
   }
-  engine->runner_ = std::make_unique<ModelRunner>(engine->spec_, engine->weights_);
+  engine->runner_ = std::make_unique<ModelRunner>(
+      engine->spec_, engine->weights_, engine->pool_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
       options.kv_cache_tokens > 0
           ? options.kv_cache_tokens
           : std::max<int64_t>(4096, engine->spec_.max_position_embeddings);
-  engine->kv_cache_ = std::make_unique<KvCache>(
-      engine->spec_.num_layers, engine->spec_.kv_width(), block,
-      (tokens + block - 1) / block);
+  engine->kv_cache_ = std::make_unique<KvCache>(engine->spec_.num_layers,
+                                                engine->spec_.kv_width(), block,
+                                                (tokens + block - 1) / block);
   return engine;
 }
 
 absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
-                          std::vector<float>* logits) {
-  return runner_->Forward(chunks, kv_cache_.get(), logits);
+                          std::vector<float>* logits,
+                          kernels::ProductWork* work) {
+  return runner_->Forward(chunks, kv_cache_.get(), logits, work);
 }
 
 }  // namespace ringmoe::runtime

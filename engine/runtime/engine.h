@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/thread_pool.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
@@ -25,6 +26,10 @@ struct EngineOptions {
   // max_position_embeddings (one full-length sequence), at least 4096.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_size = 16;
+  // Threads for the forward pass, the caller's included; 0 = all cores.
+  int threads = 0;
+  // Conversion (quantization) of the weights on load.
+  model::WeightConversion weight_conversion;
 };
 
 class Engine {
@@ -43,9 +48,14 @@ class Engine {
   // the tokenizer's eos token.
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
 
+  const model::ModelWeights& weights() const { return weights_; }
+  // The forward pass's threads (also used for load-time conversion).
+  ThreadPool* pool() const { return pool_.get(); }
+
   // Runs one step (see ModelRunner::Forward).
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
-                    std::vector<float>* logits);
+                    std::vector<float>* logits,
+                    kernels::ProductWork* work = nullptr);
 
  private:
   Engine() = default;
@@ -53,6 +63,7 @@ class Engine {
   std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
   model::ModelSpec spec_;
   model::ModelWeights weights_;
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -10,9 +10,17 @@
 
 namespace ringmoe::runtime {
 
+namespace {
+
+// Keys per slice when one query's attention is split across threads: long
+// enough that merging the slices costs little.
+constexpr int64_t kMinPositionsPerSlice = 256;
+
+}  // namespace
+
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
-                         const model::ModelWeights& weights)
-    : spec_(spec), weights_(weights), rope_(spec) {}
+                         const model::ModelWeights& weights, ThreadPool* pool)
+    : spec_(spec), weights_(weights), pool_(pool), rope_(spec) {}
 
 absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache) const {
@@ -57,8 +65,8 @@ absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
 }
 
 absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
-                                  KvCache* cache,
-                                  std::vector<float>* logits) const {
+                                  KvCache* cache, std::vector<float>* logits,
+                                  kernels::ProductWork* work) const {
   std::vector<SequenceId> seq_of;
   std::vector<int64_t> position_of;
   std::vector<int64_t> output_rows;
@@ -89,11 +97,13 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     const model::LayerWeights& layer = weights_.layers[l];
     kernels::RmsNorm(x.data(), layer.input_norm.data(), n, hidden,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
-    Attention(l, seq_of, position_of, normed.data(), n, cache, delta.data());
+    Attention(l, seq_of, position_of, normed.data(), n, cache, delta.data(),
+              work);
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
     kernels::RmsNorm(x.data(), layer.post_attention_norm.data(), n, hidden,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
-    moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data());
+    moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data(), pool_,
+                        work);
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
   }
   const int64_t rows = static_cast<int64_t>(output_rows.size());
@@ -105,22 +115,30 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   kernels::RmsNorm(last.data(), weights_.final_norm.data(), rows, hidden,
                    static_cast<float>(spec_.rms_norm_eps), last.data());
   logits->resize(rows * spec_.vocab_size);
-  kernels::MatMulTransposed(last.data(), rows, weights_.lm_head,
-                            logits->data());
+  const kernels::MatMulJob lm_head{last.data(), rows, weights_.lm_head,
+                                   logits->data()};
+  kernels::MatMulBatch({&lm_head, 1}, pool_);
+  if (work != nullptr) {
+    work->Add({&lm_head, 1});
+    work->weight_bytes +=
+        n * kernels::RowBytes(weights_.embed_tokens.type, hidden, 0);
+  }
   return absl::OkStatus();
 }
 
 void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
                             const std::vector<int64_t>& position_of,
                             const float* x, int64_t n, KvCache* cache,
-                            float* out) const {
+                            float* out, kernels::ProductWork* work) const {
   const model::LayerWeights& layer = weights_.layers[l];
   const int64_t qw = spec_.q_width(), kvw = spec_.kv_width();
   const int64_t head_dim = spec_.head_dim;
   std::vector<float> q(n * qw), k(n * kvw), v(n * kvw);
-  kernels::MatMulTransposed(x, n, layer.q, q.data());
-  kernels::MatMulTransposed(x, n, layer.k, k.data());
-  kernels::MatMulTransposed(x, n, layer.v, v.data());
+  const kernels::MatMulJob qkv[] = {{x, n, layer.q, q.data()},
+                                    {x, n, layer.k, k.data()},
+                                    {x, n, layer.v, v.data()}};
+  kernels::MatMulBatch(qkv, pool_);
+  if (work != nullptr) work->Add(qkv);
   if (!layer.q_bias.empty()) {
     kernels::AddBias(q.data(), n, qw, layer.q_bias.data());
     kernels::AddBias(k.data(), n, kvw, layer.k_bias.data());
@@ -160,25 +178,75 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
                 cache->Value(seq_of[i], l, position_of[i]));
   }
   // Every token's keys are in the cache before any token attends, so a
-  // chunk's tokens see each other causally.
-  std::vector<float> attended(n * qw);
-  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-  KvCache::LayerView view;
-  SequenceId viewed = -1;
+  // chunk's tokens see each other causally. Work items are (token, slice of
+  // its positions): a token's positions are split across threads only when
+  // there are too few tokens to keep the threads busy (decode), and the
+  // slices are merged by their log-sum-exps.
+  std::vector<KvCache::LayerView> views;
+  std::vector<int32_t> view_of(n);
   for (int64_t i = 0; i < n; ++i) {
-    if (i == 0 || seq_of[i] != viewed) {
-      cache->View(seq_of[i], l, &view);
-      viewed = seq_of[i];
+    if (i == 0 || seq_of[i] != seq_of[i - 1]) {
+      views.emplace_back();
+      cache->View(seq_of[i], l, &views.back());
     }
+    view_of[i] = static_cast<int32_t>(views.size()) - 1;
+  }
+  const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
+  struct Item {
+    int64_t token, first, end, part;
+  };
+  std::vector<Item> items;
+  std::vector<int64_t> first_item(n + 1);
+  int64_t parts = 0;
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t end = position_of[i] + 1;
     const int64_t first = spec_.sliding_window > 0
                               ? std::max<int64_t>(0, end - spec_.sliding_window)
                               : 0;
-    kernels::AttendOneQuery(q.data() + i * qw, spec_.num_heads,
-                            spec_.num_kv_heads, head_dim, view.blocks(), first,
-                            end, scale, attended.data() + i * qw);
+    const int64_t slices =
+        n >= threads ? 1
+                     : std::clamp<int64_t>(
+                           (end - first) / kMinPositionsPerSlice, 1, threads);
+    first_item[i] = static_cast<int64_t>(items.size());
+    for (int64_t s = 0; s < slices; ++s) {
+      items.push_back({i, first + (end - first) * s / slices,
+                       first + (end - first) * (s + 1) / slices,
+                       slices == 1 ? -1 : parts++});
+    }
+    if (work != nullptr) {
+      work->flops += 4.0 * spec_.num_heads * head_dim * (end - first);
+    }
   }
-  kernels::MatMulTransposed(attended.data(), n, layer.o, out);
+  first_item[n] = static_cast<int64_t>(items.size());
+  std::vector<float> attended(n * qw);
+  std::vector<float> part_out(parts * qw), part_lse(parts * spec_.num_heads);
+  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  ParallelFor(pool_, static_cast<int64_t>(items.size()), [&](int64_t t) {
+    const Item& it = items[t];
+    const float* qi = q.data() + it.token * qw;
+    const kernels::KvBlocks blocks = views[view_of[it.token]].blocks();
+    if (it.part < 0) {
+      kernels::AttendOneQuery(qi, spec_.num_heads, spec_.num_kv_heads, head_dim,
+                              blocks, it.first, it.end, scale,
+                              attended.data() + it.token * qw);
+    } else {
+      kernels::AttendOneQueryPartial(
+          qi, spec_.num_heads, spec_.num_kv_heads, head_dim, blocks, it.first,
+          it.end, scale, part_out.data() + it.part * qw,
+          part_lse.data() + it.part * spec_.num_heads);
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    const Item& it = items[first_item[i]];
+    if (it.part < 0) continue;
+    kernels::MergeAttention(first_item[i + 1] - first_item[i], spec_.num_heads,
+                            head_dim, part_out.data() + it.part * qw,
+                            part_lse.data() + it.part * spec_.num_heads,
+                            attended.data() + i * qw);
+  }
+  const kernels::MatMulJob o_proj{attended.data(), n, layer.o, out};
+  kernels::MatMulBatch({&o_proj, 1}, pool_);
+  if (work != nullptr) work->Add({&o_proj, 1});
   if (!layer.o_bias.empty()) {
     kernels::AddBias(out, n, spec_.hidden_size, layer.o_bias.data());
   }

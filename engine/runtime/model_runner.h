@@ -9,10 +9,12 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/rope.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::runtime {
 
@@ -27,15 +29,19 @@ struct SequenceChunk {
 
 class ModelRunner {
  public:
-  // `spec` and `weights` must outlive the runner.
-  ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights);
+  // `spec`, `weights` and `pool` (null: single-threaded) must outlive the
+  // runner.
+  ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
+              ThreadPool* pool = nullptr);
 
   // Runs the chunks through the model in one step. Logits rows come in chunk
   // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
   // chunk, a token id out of range, a sequence longer than the model's
-  // maximum, or too few free KV-cache blocks.
+  // maximum, or too few free KV-cache blocks. `work`, when set, accumulates
+  // the weight bytes the step read and its FLOPs (products and attention).
   absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
-                       std::vector<float>* logits) const;
+                       std::vector<float>* logits,
+                       kernels::ProductWork* work = nullptr) const;
 
   const model::ModelSpec& spec() const { return spec_; }
 
@@ -44,10 +50,12 @@ class ModelRunner {
                        KvCache* cache) const;
   void Attention(int64_t layer, const std::vector<SequenceId>& seq_of,
                  const std::vector<int64_t>& position_of, const float* x,
-                 int64_t n, KvCache* cache, float* out) const;
+                 int64_t n, KvCache* cache, float* out,
+                 kernels::ProductWork* work) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;
+  ThreadPool* pool_;
   Rope rope_;
 };
 

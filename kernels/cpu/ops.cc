@@ -5,17 +5,69 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/numeric.h"
 
 namespace ringmoe::kernels {
 namespace {
 
-template <typename Widen>
-void MatMulRows(const float* x, int64_t n, const Matrix& w, float* y,
-                Widen widen) {
+int64_t GroupsPerRow(int64_t cols, int32_t group_size) {
+  return (cols + group_size - 1) / group_size;
+}
+
+// Weight (r, c) of `w` as float32, dequantized.
+float WeightAt(const Matrix& w, int64_t r, int64_t c) {
+  switch (w.type) {
+    case WeightType::kF32:
+      return static_cast<const float*>(w.data)[r * w.cols + c];
+    case WeightType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
+    case WeightType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
+    case WeightType::kInt8:
+      return static_cast<const int8_t*>(w.data)[r * w.cols + c] * w.scales[r];
+    case WeightType::kInt4: {
+      const int64_t groups = GroupsPerRow(w.cols, w.group_size);
+      const uint8_t byte = static_cast<const uint8_t*>(
+          w.data)[r * groups * w.group_size / 2 + c / 2];
+      const int q = ((c & 1) ? byte >> 4 : byte & 0xf) - 8;
+      return q * w.scales[r * groups + c / w.group_size];
+    }
+  }
+  return 0.f;
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  if (UseAvx2()) return internal::DotAvx2(a, b, n);
+  float acc = 0.f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
+  if (UseAvx2()) return internal::AxpyAvx2(alpha, x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
+                int64_t row_end, float* y) {
+  if (UseAvx2()) {
+    internal::MatMulRowsAvx2(x, n, w, row_begin, row_end, y);
+  } else {
+    internal::MatMulRowsScalar(x, n, w, row_begin, row_end, y);
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
+                      int64_t row_begin, int64_t row_end, float* y) {
   std::vector<float> row(w.cols);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t c = 0; c < w.cols; ++c) row[c] = widen(r * w.cols + c);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    ReadRow(w, r, row.data());
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * w.cols;
       float acc = 0.f;
@@ -25,10 +77,120 @@ void MatMulRows(const float* x, int64_t n, const Matrix& w, float* y,
   }
 }
 
-}  // namespace
+}  // namespace internal
 
-int WeightTypeSize(WeightType type) {
-  return type == WeightType::kF32 ? 4 : 2;
+const char* WeightTypeName(WeightType type) {
+  switch (type) {
+    case WeightType::kF32:
+      return "f32";
+    case WeightType::kBF16:
+      return "bf16";
+    case WeightType::kF16:
+      return "f16";
+    case WeightType::kInt8:
+      return "int8";
+    case WeightType::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
+int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size) {
+  switch (type) {
+    case WeightType::kF32:
+      return cols * 4;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      return cols * 2;
+    case WeightType::kInt8:
+      return cols;
+    case WeightType::kInt4:
+      return GroupsPerRow(cols, group_size) * group_size / 2;
+  }
+  return 0;
+}
+
+int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
+                           int32_t group_size) {
+  return rows * RowBytes(type, cols, group_size);
+}
+
+int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
+                            int32_t group_size) {
+  if (type == WeightType::kInt8) return rows;
+  if (type == WeightType::kInt4) return rows * GroupsPerRow(cols, group_size);
+  return 0;
+}
+
+int64_t MatrixBytes(const Matrix& w) {
+  return QuantizedDataBytes(w.type, w.rows, w.cols, w.group_size) +
+         QuantizedScaleCount(w.type, w.rows, w.cols, w.group_size) *
+             static_cast<int64_t>(sizeof(float));
+}
+
+Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
+                      void* data, float* scales) {
+  Matrix out{data,     type,   src.rows,
+             src.cols, scales, type == WeightType::kInt4 ? group_size : 0};
+  const int64_t cols = src.cols;
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < src.rows; ++r) {
+    ReadRow(src, r, row.data());
+    switch (type) {
+      case WeightType::kF32:
+        std::copy(row.begin(), row.end(), static_cast<float*>(data) + r * cols);
+        break;
+      case WeightType::kBF16:
+      case WeightType::kF16: {
+        uint16_t* dst = static_cast<uint16_t*>(data) + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          dst[c] =
+              type == WeightType::kBF16 ? F32ToBf16(row[c]) : F32ToF16(row[c]);
+        }
+        break;
+      }
+      case WeightType::kInt8: {
+        float max_abs = 0.f;
+        for (float v : row) max_abs = std::max(max_abs, std::abs(v));
+        const float scale = max_abs / 127.f;
+        const float inv = scale > 0 ? 1.f / scale : 0.f;
+        int8_t* dst = static_cast<int8_t*>(data) + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          dst[c] = static_cast<int8_t>(std::lround(row[c] * inv));
+        }
+        scales[r] = scale;
+        break;
+      }
+      case WeightType::kInt4: {
+        const int64_t groups = GroupsPerRow(cols, group_size);
+        uint8_t* dst =
+            static_cast<uint8_t*>(data) + r * groups * group_size / 2;
+        std::fill(dst, dst + groups * group_size / 2, 0x88);  // zero padding
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t begin = g * group_size;
+          const int64_t end = std::min(cols, begin + group_size);
+          // The largest-magnitude value maps to -8, the one code with no
+          // positive twin, so the full 16 levels are used.
+          float extreme = 0.f;
+          for (int64_t c = begin; c < end; ++c) {
+            if (std::abs(row[c]) > std::abs(extreme)) extreme = row[c];
+          }
+          const float scale = extreme / -8.f;
+          const float inv = scale != 0 ? 1.f / scale : 0.f;
+          for (int64_t c = begin; c < end; ++c) {
+            const long q =
+                std::clamp<long>(std::lround(row[c] * inv), -8, 7) + 8;
+            uint8_t& b = dst[c / 2];
+            b = (c & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4))
+                        : static_cast<uint8_t>((b & 0xf0) | q);
+          }
+          scales[r * groups + g] = scale;
+        }
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 void ReadRow(const Matrix& w, int64_t row, float* out) {
@@ -42,31 +204,53 @@ void ReadRow(const Matrix& w, int64_t row, float* out) {
       for (int64_t c = 0; c < w.cols; ++c) out[c] = Bf16ToF32(p[c]);
       break;
     }
-    case WeightType::kF16: {
-      const auto* p = static_cast<const uint16_t*>(w.data) + base;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = F16ToF32(p[c]);
+    default:
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = WeightAt(w, row, c);
       break;
-    }
   }
 }
 
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y) {
-  switch (w.type) {
-    case WeightType::kF32: {
-      const auto* p = static_cast<const float*>(w.data);
-      MatMulRows(x, n, w, y, [p](int64_t i) { return p[i]; });
-      break;
+  MatMulRows(x, n, w, 0, w.rows, y);
+}
+
+void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  if (threads == 1) {
+    for (const MatMulJob& j : jobs) MatMulTransposed(j.x, j.n, j.w, j.y);
+    return;
+  }
+  // Row slices of every job, a few per thread so that fast threads take
+  // more; slices are multiples of 8 rows (the kernels' widest tile) and
+  // never so small that the loop overhead shows.
+  struct Slice {
+    const MatMulJob* job;
+    int64_t begin, end;
+  };
+  int64_t total = 0;
+  for (const MatMulJob& j : jobs)
+    total += MatrixBytes(j.w) + j.n * j.w.rows * j.w.cols / 8;
+  const int64_t target = std::max<int64_t>(total / (4 * threads), 1);
+  std::vector<Slice> slices;
+  for (const MatMulJob& j : jobs) {
+    const int64_t cost = MatrixBytes(j.w) + j.n * j.w.rows * j.w.cols / 8;
+    int64_t parts = std::clamp<int64_t>(cost / target, 1,
+                                        std::max<int64_t>(1, j.w.rows / 16));
+    const int64_t step = (j.w.rows / parts + 7) / 8 * 8;
+    for (int64_t r = 0; r < j.w.rows; r += step) {
+      slices.push_back({&j, r, std::min(j.w.rows, r + step)});
     }
-    case WeightType::kBF16: {
-      const auto* p = static_cast<const uint16_t*>(w.data);
-      MatMulRows(x, n, w, y, [p](int64_t i) { return Bf16ToF32(p[i]); });
-      break;
-    }
-    case WeightType::kF16: {
-      const auto* p = static_cast<const uint16_t*>(w.data);
-      MatMulRows(x, n, w, y, [p](int64_t i) { return F16ToF32(p[i]); });
-      break;
-    }
+  }
+  pool->ParallelFor(static_cast<int64_t>(slices.size()), [&](int64_t i) {
+    const Slice& s = slices[i];
+    MatMulRows(s.job->x, s.job->n, s.job->w, s.begin, s.end, s.job->y);
+  });
+}
+
+void ProductWork::Add(absl::Span<const MatMulJob> jobs) {
+  for (const MatMulJob& j : jobs) {
+    weight_bytes += MatrixBytes(j.w);
+    flops += 2.0 * j.n * j.w.rows * j.w.cols;
   }
 }
 
@@ -80,8 +264,7 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
              float eps, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x + i * dim;
-    float sum = 0.f;
-    for (int64_t d = 0; d < dim; ++d) sum += xi[d] * xi[d];
+    const float sum = Dot(xi, xi, dim);
     const float scale = 1.f / std::sqrt(sum / static_cast<float>(dim) + eps);
     float* yi = y + i * dim;
     for (int64_t d = 0; d < dim; ++d) yi[d] = xi[d] * scale * weight[d];
@@ -131,33 +314,73 @@ void TopK(const float* x, int64_t n, int k, int32_t* indices) {
   std::copy_n(order.begin(), k, indices);
 }
 
-void AttendOneQuery(const float* q, int64_t num_heads, int64_t num_kv_heads,
-                    int64_t head_dim, const KvBlocks& kv,
-                    int64_t first_position, int64_t end_position, float scale,
-                    float* out) {
+void AttendOneQueryPartial(const float* q, int64_t num_heads,
+                           int64_t num_kv_heads, int64_t head_dim,
+                           const KvBlocks& kv, int64_t first_position,
+                           int64_t end_position, float scale, float* out,
+                           float* log_sum_exp) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t row_width = num_kv_heads * head_dim;
   const int64_t num_positions = end_position - first_position;
-  std::vector<float> scores(num_positions);
+  thread_local std::vector<float> scores;
+  scores.resize(num_positions);
   for (int64_t h = 0; h < num_heads; ++h) {
     const float* qh = q + h * head_dim;
     const int64_t kv_offset = (h / group) * head_dim;
+    float max = -INFINITY;
     for (int64_t i = 0; i < num_positions; ++i) {
       const int64_t p = first_position + i;
       const float* k = kv.k_blocks[p / kv.block_size] +
                        (p % kv.block_size) * row_width + kv_offset;
-      float dot = 0.f;
-      for (int64_t d = 0; d < head_dim; ++d) dot += qh[d] * k[d];
-      scores[i] = dot * scale;
+      scores[i] = Dot(qh, k, head_dim) * scale;
+      max = std::max(max, scores[i]);
     }
-    Softmax(scores.data(), num_positions);
+    float sum = 0.f;
+    for (int64_t i = 0; i < num_positions; ++i) {
+      scores[i] = std::exp(scores[i] - max);
+      sum += scores[i];
+    }
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.f);
+    const float inv = 1.f / sum;
     for (int64_t i = 0; i < num_positions; ++i) {
       const int64_t p = first_position + i;
       const float* v = kv.v_blocks[p / kv.block_size] +
                        (p % kv.block_size) * row_width + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) oh[d] += scores[i] * v[d];
+      Axpy(scores[i] * inv, v, head_dim, oh);
+    }
+    log_sum_exp[h] = max + std::log(sum);
+  }
+}
+
+void AttendOneQuery(const float* q, int64_t num_heads, int64_t num_kv_heads,
+                    int64_t head_dim, const KvBlocks& kv,
+                    int64_t first_position, int64_t end_position, float scale,
+                    float* out) {
+  thread_local std::vector<float> log_sum_exp;
+  log_sum_exp.resize(num_heads);
+  AttendOneQueryPartial(q, num_heads, num_kv_heads, head_dim, kv,
+                        first_position, end_position, scale, out,
+                        log_sum_exp.data());
+}
+
+void MergeAttention(int64_t num_parts, int64_t num_heads, int64_t head_dim,
+                    const float* outs, const float* log_sum_exps, float* out) {
+  for (int64_t h = 0; h < num_heads; ++h) {
+    float max = -INFINITY;
+    for (int64_t p = 0; p < num_parts; ++p) {
+      max = std::max(max, log_sum_exps[p * num_heads + h]);
+    }
+    float total = 0.f;
+    for (int64_t p = 0; p < num_parts; ++p) {
+      total += std::exp(log_sum_exps[p * num_heads + h] - max);
+    }
+    float* oh = out + h * head_dim;
+    std::fill(oh, oh + head_dim, 0.f);
+    for (int64_t p = 0; p < num_parts; ++p) {
+      const float weight =
+          std::exp(log_sum_exps[p * num_heads + h] - max) / total;
+      Axpy(weight, outs + (p * num_heads + h) * head_dim, head_dim, oh);
     }
   }
 }

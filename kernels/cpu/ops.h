@@ -1,31 +1,65 @@
 // The CPU math the engine's forward pass is built from. Model-agnostic:
 // shapes and layouts are explicit, nothing here knows about layers or
-// architectures. Activations are float32; weights may be f32, bf16 or f16
-// and are widened as they are read (accumulation is always float32).
+// architectures. Activations are float32; weights may be f32, bf16, f16,
+// int8 or int4 and are widened as they are read (accumulation is always
+// float32). Products dispatch at run time to AVX2/FMA/F16C code when the CPU
+// has it (see cpu_features.h) and to a portable scalar path otherwise.
 #ifndef RINGMOE_KERNELS_CPU_OPS_H_
 #define RINGMOE_KERNELS_CPU_OPS_H_
 
 #include <cstdint>
 
+#include "absl/types/span.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/matrix.h"
+
 namespace ringmoe::kernels {
 
-enum class WeightType : uint8_t { kF32, kBF16, kF16 };
+// "f32", "bf16", "f16", "int8" or "int4".
+const char* WeightTypeName(WeightType type);
 
-// Bytes per element of a weight type.
-int WeightTypeSize(WeightType type);
+// Bytes of one row's data (padding included) and of the whole matrix
+// (data plus scales): what a product reads from memory.
+int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size);
+int64_t MatrixBytes(const Matrix& w);
 
-// A row-major weight matrix [rows, cols] in PyTorch's [out, in] order.
-struct Matrix {
-  const void* data = nullptr;
-  WeightType type = WeightType::kF32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
+// Bytes of the data and of the scales that QuantizeMatrix writes.
+int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
+                           int32_t group_size);
+int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
+                            int32_t group_size);
+
+// Converts `src` (any type) to `type`, writing QuantizedDataBytes bytes to
+// `data` and QuantizedScaleCount floats to `scales`; returns the view.
+// int8 scales each row by its largest magnitude / 127; int4 maps each
+// group's largest-magnitude value to -8 (round to nearest in between).
+Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
+                      void* data, float* scales);
 
 // y[n, w.rows] = x[n, w.cols] · wᵀ.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 
-// Widens row `row` of `w` into `out[w.cols]`.
+// One product of a batch of independent products.
+struct MatMulJob {
+  const float* x = nullptr;  // [n, w.cols]
+  int64_t n = 0;
+  Matrix w;
+  float* y = nullptr;  // [n, w.rows]
+};
+
+// Runs every job, splitting them over output rows into one parallel loop on
+// `pool` (null: inline), so small products of different experts share the
+// threads instead of each being split thinly.
+void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool);
+
+// The work of products: weight bytes read and FLOPs (two per multiply-add).
+struct ProductWork {
+  int64_t weight_bytes = 0;
+  double flops = 0;
+  void Add(absl::Span<const MatMulJob> jobs);
+};
+
+// Widens (dequantizes) row `row` of `w` into `out[w.cols]`.
 void ReadRow(const Matrix& w, int64_t row, float* out);
 
 // y[i, :] += bias for each of the n rows.
@@ -68,6 +102,21 @@ void AttendOneQuery(const float* q, int64_t num_heads, int64_t num_kv_heads,
                     int64_t head_dim, const KvBlocks& kv,
                     int64_t first_position, int64_t end_position, float scale,
                     float* out);
+
+// AttendOneQuery over a slice of the positions, for splitting one query's
+// keys across threads: `out` is the slice's own normalised output and
+// `log_sum_exp[num_heads]` the log of its softmax denominator (in scaled
+// score units), which MergeAttention uses to weight the slices.
+void AttendOneQueryPartial(const float* q, int64_t num_heads,
+                           int64_t num_kv_heads, int64_t head_dim,
+                           const KvBlocks& kv, int64_t first_position,
+                           int64_t end_position, float scale, float* out,
+                           float* log_sum_exp);
+
+// Combines `num_parts` partial results ([num_parts, num_heads, head_dim]
+// outputs and [num_parts, num_heads] log-sum-exps) into out.
+void MergeAttention(int64_t num_parts, int64_t num_heads, int64_t head_dim,
+                    const float* outs, const float* log_sum_exps, float* out);
 
 }  // namespace ringmoe::kernels
 

@@ -2,24 +2,30 @@
 // with ragged sizes.
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/numeric.h"
 
 namespace ringmoe::kernels {
 namespace {
 
-std::vector<float> RandomVector(std::mt19937& rng, int64_t n, float scale = 1.f) {
+std::vector<float> RandomVector(std::mt19937& rng, int64_t n,
+                                float scale = 1.f) {
   std::normal_distribution<float> normal(0.f, scale);
   std::vector<float> v(n);
   for (auto& x : v) x = normal(rng);
   return v;
 }
 
-double RelativeError(const std::vector<float>& got, const std::vector<double>& want) {
+double RelativeError(const std::vector<float>& got,
+                     const std::vector<double>& want) {
   double err = 0, norm = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_TRUE(std::isfinite(got[i])) << "element " << i;
@@ -69,52 +75,183 @@ TEST(NumericTest, Bf16RoundsToNearestEven) {
   }
 }
 
-class MatMulTest : public ::testing::TestWithParam<WeightType> {};
+// Both code paths on this machine: AVX2 (when the CPU has it) and scalar.
+class PathTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { SetForceScalar(GetParam()); }
+  void TearDown() override { SetForceScalar(false); }
+};
+
+// A weight matrix in `type` built from random values, and its weights as
+// doubles decoded independently of the kernels' own readers.
+struct TestMatrix {
+  Matrix w;
+  std::vector<double> dequantized;  // [rows, cols]
+  std::vector<float> f32;
+  std::vector<uint16_t> f16;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+};
+
+TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
+                      int64_t cols, int32_t group = 32) {
+  TestMatrix m;
+  m.f32 = RandomVector(rng, rows * cols, 0.1f);
+  const Matrix src{m.f32.data(), WeightType::kF32, rows, cols};
+  m.dequantized.resize(rows * cols);
+  switch (type) {
+    case WeightType::kF32:
+      m.w = src;
+      for (int64_t i = 0; i < rows * cols; ++i) m.dequantized[i] = m.f32[i];
+      break;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      m.f16.resize(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        m.f16[i] = type == WeightType::kBF16 ? F32ToBf16(m.f32[i])
+                                             : F32ToF16(m.f32[i]);
+        m.dequantized[i] = type == WeightType::kBF16 ? Bf16ToF32(m.f16[i])
+                                                     : F16ToF32(m.f16[i]);
+      }
+      m.w = {m.f16.data(), type, rows, cols};
+      break;
+    case WeightType::kInt8:
+    case WeightType::kInt4: {
+      m.bytes.resize(QuantizedDataBytes(type, rows, cols, group));
+      m.scales.resize(QuantizedScaleCount(type, rows, cols, group));
+      m.w = QuantizeMatrix(src, type, group, m.bytes.data(), m.scales.data());
+      const int64_t groups = (cols + group - 1) / group;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          double q, s;
+          if (type == WeightType::kInt8) {
+            q = static_cast<int8_t>(m.bytes[r * cols + c]);
+            s = m.scales[r];
+          } else {
+            const uint8_t b = m.bytes[r * groups * group / 2 + c / 2];
+            q = ((c % 2 == 1) ? b >> 4 : b & 15) - 8.0;
+            s = m.scales[r * groups + c / group];
+          }
+          m.dequantized[r * cols + c] = q * s;
+        }
+      }
+      break;
+    }
+  }
+  return m;
+}
+
+std::vector<double> ReferenceProduct(const std::vector<float>& x, int64_t n,
+                                     const TestMatrix& m) {
+  const int64_t rows = m.w.rows, cols = m.w.cols;
+  std::vector<double> want(n * rows);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        acc += double(x[i * cols + c]) * m.dequantized[r * cols + c];
+      want[i * rows + r] = acc;
+    }
+  }
+  return want;
+}
+
+class MatMulTest
+    : public ::testing::TestWithParam<std::tuple<WeightType, bool>> {
+ protected:
+  void SetUp() override { SetForceScalar(std::get<1>(GetParam())); }
+  void TearDown() override { SetForceScalar(false); }
+};
 
 TEST_P(MatMulTest, MatchesDoubleReference) {
   std::mt19937 rng(11);
-  const WeightType type = GetParam();
-  const int64_t shapes[][3] = {{1, 1, 1}, {1, 7, 33}, {3, 65, 31}, {5, 129, 200}, {17, 96, 64}};
+  const WeightType type = std::get<0>(GetParam());
+  // Ragged everywhere: rows not multiples of 4 or 8, columns not multiples
+  // of 8 or the int4 group, activation counts on both sides of the tiles.
+  const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},   {2, 13, 45},
+                               {3, 65, 31},   {4, 9, 70},   {5, 129, 200},
+                               {7, 37, 95},   {17, 96, 64}, {1, 203, 331},
+                               {64, 45, 103}, {100, 21, 77}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], rows = s[1], cols = s[2];
-    auto x = RandomVector(rng, n * cols);
-    auto wf = RandomVector(rng, rows * cols, 0.1f);
-    std::vector<uint16_t> w16(wf.size());
-    std::vector<double> wd(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i) {
-      if (type == WeightType::kBF16) {
-        w16[i] = F32ToBf16(wf[i]);
-        wd[i] = Bf16ToF32(w16[i]);
-      } else if (type == WeightType::kF16) {
-        w16[i] = F32ToF16(wf[i]);
-        wd[i] = F16ToF32(w16[i]);
-      } else {
-        wd[i] = wf[i];
+    for (int32_t group : {32, 64}) {
+      if (group == 64 && type != WeightType::kInt4) continue;
+      const TestMatrix m = MakeMatrix(rng, type, rows, cols, group);
+      auto x = RandomVector(rng, n * cols);
+      std::vector<float> y(n * rows, NAN);
+      MatMulTransposed(x.data(), n, m.w, y.data());
+      EXPECT_LE(RelativeError(y, ReferenceProduct(x, n, m)), 2e-6)
+          << n << "x" << rows << "x" << cols << " group " << group;
+      std::vector<float> row(cols);
+      ReadRow(m.w, rows - 1, row.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        EXPECT_FLOAT_EQ(
+            row[c], static_cast<float>(m.dequantized[(rows - 1) * cols + c]));
       }
     }
-    Matrix w{type == WeightType::kF32 ? static_cast<const void*>(wf.data()) : w16.data(),
-             type, rows, cols};
-    std::vector<float> y(n * rows, NAN);
-    MatMulTransposed(x.data(), n, w, y.data());
-    std::vector<double> want(n * rows);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t r = 0; r < rows; ++r) {
-        double acc = 0;
-        for (int64_t c = 0; c < cols; ++c) acc += double(x[i * cols + c]) * wd[r * cols + c];
-        want[i * rows + r] = acc;
-      }
-    }
-    EXPECT_LE(RelativeError(y, want), 1e-6) << n << "x" << rows << "x" << cols;
-    std::vector<float> row(cols);
-    ReadRow(w, rows - 1, row.data());
-    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(row[c], static_cast<float>(wd[(rows - 1) * cols + c]));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
-                         ::testing::Values(WeightType::kF32, WeightType::kBF16, WeightType::kF16));
+TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
+  std::mt19937 rng(23);
+  const WeightType type = std::get<0>(GetParam());
+  ThreadPool pool(3);
+  const int64_t shapes[][3] = {{1, 300, 77}, {2, 41, 130}, {9, 157, 65}};
+  std::vector<TestMatrix> mats;
+  std::vector<std::vector<float>> xs, ys;
+  for (const auto& s : shapes) {
+    mats.push_back(MakeMatrix(rng, type, s[1], s[2]));
+    xs.push_back(RandomVector(rng, s[0] * s[2]));
+    ys.emplace_back(s[0] * s[1], NAN);
+  }
+  std::vector<MatMulJob> jobs;
+  for (size_t i = 0; i < mats.size(); ++i) {
+    jobs.push_back({xs[i].data(), shapes[i][0], mats[i].w, ys[i].data()});
+  }
+  MatMulBatch(jobs, &pool);
+  for (size_t i = 0; i < mats.size(); ++i) {
+    EXPECT_LE(
+        RelativeError(ys[i], ReferenceProduct(xs[i], shapes[i][0], mats[i])),
+        2e-6);
+  }
+}
 
-TEST(OpsTest, RmsNormAndBias) {
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, MatMulTest,
+    ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,
+                                         WeightType::kF16, WeightType::kInt8,
+                                         WeightType::kInt4),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(WeightTypeName(std::get<0>(info.param))) +
+             (std::get<1>(info.param) ? "_scalar" : "_dispatched");
+    });
+
+TEST(QuantizeTest, ErrorWithinHalfAStep) {
+  std::mt19937 rng(29);
+  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+    const int64_t rows = 11, cols = 101;
+    const TestMatrix m = MakeMatrix(rng, type, rows, cols, 32);
+    const int64_t groups = (cols + 31) / 32;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const double step = type == WeightType::kInt8
+                                ? m.scales[r]
+                                : std::abs(m.scales[r * groups + c / 32]);
+        // int4 maps each group's extreme to -8, so a value of the other sign
+        // beyond +7.5 steps clamps to +7 (at most one step away).
+        const bool clamped =
+            type == WeightType::kInt4 &&
+            m.f32[r * cols + c] / m.scales[r * groups + c / 32] > 7.5;
+        EXPECT_LE(std::abs(m.dequantized[r * cols + c] - m.f32[r * cols + c]),
+                  step * (clamped ? 1.0001 : 0.5001))
+            << WeightTypeName(type) << " " << r << "," << c;
+      }
+    }
+  }
+}
+
+TEST_P(PathTest, RmsNormAndBias) {
   std::mt19937 rng(5);
   for (int64_t dim : {1, 7, 33, 130}) {
     const int64_t n = 3;
@@ -125,9 +262,11 @@ TEST(OpsTest, RmsNormAndBias) {
     std::vector<double> want(n * dim);
     for (int64_t i = 0; i < n; ++i) {
       double ss = 0;
-      for (int64_t d = 0; d < dim; ++d) ss += double(x[i * dim + d]) * x[i * dim + d];
+      for (int64_t d = 0; d < dim; ++d)
+        ss += double(x[i * dim + d]) * x[i * dim + d];
       const double scale = 1 / std::sqrt(ss / dim + 1e-6);
-      for (int64_t d = 0; d < dim; ++d) want[i * dim + d] = x[i * dim + d] * scale * w[d];
+      for (int64_t d = 0; d < dim; ++d)
+        want[i * dim + d] = x[i * dim + d] * scale * w[d];
     }
     EXPECT_LE(RelativeError(y, want), 1e-6);
     auto bias = RandomVector(rng, dim);
@@ -137,7 +276,7 @@ TEST(OpsTest, RmsNormAndBias) {
   }
 }
 
-TEST(OpsTest, RotaryHalfPairsJWithJPlusHalf) {
+TEST_P(PathTest, RotaryHalfPairsJWithJPlusHalf) {
   std::mt19937 rng(9);
   const int64_t heads = 3, head_dim = 10;
   auto x = RandomVector(rng, heads * head_dim);
@@ -153,15 +292,17 @@ TEST(OpsTest, RotaryHalfPairsJWithJPlusHalf) {
   std::vector<double> want(x.size());
   for (int h = 0; h < heads; ++h) {
     for (int j = 0; j < head_dim / 2; ++j) {
-      const double a = x[h * head_dim + j], b = x[h * head_dim + j + head_dim / 2];
+      const double a = x[h * head_dim + j],
+                   b = x[h * head_dim + j + head_dim / 2];
       want[h * head_dim + j] = a * std::cos(angle[j]) - b * std::sin(angle[j]);
-      want[h * head_dim + j + head_dim / 2] = b * std::cos(angle[j]) + a * std::sin(angle[j]);
+      want[h * head_dim + j + head_dim / 2] =
+          b * std::cos(angle[j]) + a * std::sin(angle[j]);
     }
   }
   EXPECT_LE(RelativeError(y, want), 1e-6);
 }
 
-TEST(OpsTest, SoftmaxSiluMulTopK) {
+TEST_P(PathTest, SoftmaxSiluMulTopK) {
   std::mt19937 rng(13);
   for (int64_t n : {1, 5, 37}) {
     auto x = RandomVector(rng, n, 4.f);
@@ -176,7 +317,8 @@ TEST(OpsTest, SoftmaxSiluMulTopK) {
     auto up = RandomVector(rng, n);
     std::vector<float> out(n, NAN);
     SiluMul(x.data(), up.data(), n, out.data());
-    for (int64_t i = 0; i < n; ++i) want[i] = x[i] / (1 + std::exp(-double(x[i]))) * up[i];
+    for (int64_t i = 0; i < n; ++i)
+      want[i] = x[i] / (1 + std::exp(-double(x[i]))) * up[i];
     EXPECT_LE(RelativeError(out, want), 1e-6);
 
     const int k = std::min<int>(3, n);
@@ -184,7 +326,8 @@ TEST(OpsTest, SoftmaxSiluMulTopK) {
     TopK(x.data(), n, k, idx.data());
     std::vector<int32_t> order(n);
     for (int i = 0; i < n; ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return x[a] > x[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return x[a] > x[b]; });
     for (int i = 0; i < k; ++i) EXPECT_EQ(idx[i], order[i]);
   }
   const float tied[] = {1.f, 3.f, 3.f, 2.f};
@@ -194,10 +337,11 @@ TEST(OpsTest, SoftmaxSiluMulTopK) {
   EXPECT_EQ(idx[1], 2);
 }
 
-TEST(OpsTest, AttentionOverBlocksMatchesReference) {
+TEST_P(PathTest, AttentionOverBlocksMatchesReference) {
   std::mt19937 rng(17);
-  const int64_t heads = 6, kv_heads = 2, head_dim = 12, block = 5;
-  const int64_t cases[][2] = {{0, 1}, {0, 4}, {0, 5}, {0, 23}, {7, 23}, {22, 23}};
+  const int64_t heads = 6, kv_heads = 2, head_dim = 21, block = 5;
+  const int64_t cases[][2] = {{0, 1},  {0, 4},   {0, 5},  {0, 23},
+                              {7, 23}, {22, 23}, {3, 301}};
   for (const auto& c : cases) {
     const int64_t first = c[0], positions = c[1];
     const int64_t width = kv_heads * head_dim;
@@ -218,8 +362,9 @@ TEST(OpsTest, AttentionOverBlocksMatchesReference) {
     auto q = RandomVector(rng, heads * head_dim);
     std::vector<float> out(heads * head_dim, NAN);
     const float scale = 1.f / std::sqrt(float(head_dim));
-    AttendOneQuery(q.data(), heads, kv_heads, head_dim, {kp.data(), vp.data(), block},
-                   first, positions, scale, out.data());
+    AttendOneQuery(q.data(), heads, kv_heads, head_dim,
+                   {kp.data(), vp.data(), block}, first, positions, scale,
+                   out.data());
     std::vector<double> want(out.size(), 0);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / (heads / kv_heads);
@@ -228,19 +373,49 @@ TEST(OpsTest, AttentionOverBlocksMatchesReference) {
       for (int64_t p = first; p < positions; ++p) {
         const float* k = kp[p / block] + (p % block) * width + g * head_dim;
         double dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += double(q[h * head_dim + d]) * k[d];
+        for (int d = 0; d < head_dim; ++d)
+          dot += double(q[h * head_dim + d]) * k[d];
         s[p] = dot / std::sqrt(double(head_dim));
         mx = std::max(mx, s[p]);
       }
       for (auto& v : s) z += (v = std::exp(v - mx));
       for (int64_t p = first; p < positions; ++p) {
         const float* v = vp[p / block] + (p % block) * width + g * head_dim;
-        for (int d = 0; d < head_dim; ++d) want[h * head_dim + d] += s[p] / z * v[d];
+        for (int d = 0; d < head_dim; ++d)
+          want[h * head_dim + d] += s[p] / z * v[d];
       }
     }
     EXPECT_LE(RelativeError(out, want), 1e-6) << first << ".." << positions;
+
+    // The same query split over three slices of positions and merged.
+    const int64_t count = positions - first;
+    const int64_t cuts[] = {first, first + count / 3, first + 2 * count / 3,
+                            positions};
+    std::vector<float> outs, lses;
+    int64_t parts = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (cuts[i] == cuts[i + 1]) continue;
+      std::vector<float> part(heads * head_dim, NAN), lse(heads, NAN);
+      AttendOneQueryPartial(q.data(), heads, kv_heads, head_dim,
+                            {kp.data(), vp.data(), block}, cuts[i], cuts[i + 1],
+                            scale, part.data(), lse.data());
+      outs.insert(outs.end(), part.begin(), part.end());
+      lses.insert(lses.end(), lse.begin(), lse.end());
+      ++parts;
+    }
+    std::vector<float> merged(heads * head_dim, NAN);
+    MergeAttention(parts, heads, head_dim, outs.data(), lses.data(),
+                   merged.data());
+    EXPECT_LE(RelativeError(merged, want), 1e-6)
+        << "split " << first << ".." << positions;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothPaths, PathTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return std::string(info.param ? "scalar"
+                                                         : "dispatched");
+                         });
 
 }  // namespace
 }  // namespace ringmoe::kernels

@@ -1,0 +1,183 @@
+// ringmoe bench --model DIR [--prompt_tokens P] [--gen_tokens G] [--batch B]
+//
+// Engine throughput on this machine, next to its ceilings measured in the
+// same run: prefill tokens/s against the peak-FLOP probe, decode tokens/s
+// against the streaming-read bandwidth (decode reads every weight it uses
+// once per step, so tokens/s cannot exceed bandwidth / weight bytes per
+// token). Prints one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "clients/cli/cli_util.h"
+#include "clients/cli/commands.h"
+#include "engine/runtime/engine.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/probes.h"
+#include "nlohmann/json.hpp"
+#include "server/engine_flags.h"
+
+ABSL_FLAG(int64_t, prompt_tokens, 512, "bench: prompt length per sequence.");
+ABSL_FLAG(int64_t, gen_tokens, 32, "bench: decode steps after the prompt.");
+ABSL_FLAG(int64_t, batch, 1, "bench: sequences run together.");
+ABSL_FLAG(int, bench_repetitions, 3,
+          "bench: prefill repetitions (the median is reported).");
+
+namespace ringmoe::cli {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Deterministic token ids that avoid the usual special tokens (0..2).
+std::vector<int32_t> Tokens(int64_t count, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(count);
+  uint32_t state = seed * 2654435761u + 1;
+  for (int32_t& id : ids) {
+    state = state * 1664525u + 1013904223u;
+    id = 3 + static_cast<int32_t>(state % static_cast<uint32_t>(vocab - 3));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int RunBench() {
+  auto options = server::EngineOptionsFromFlags();
+  if (!options.ok()) return Fail("bench", options.status());
+  const int64_t prompt = absl::GetFlag(FLAGS_prompt_tokens);
+  const int64_t gen = absl::GetFlag(FLAGS_gen_tokens);
+  const int64_t batch = absl::GetFlag(FLAGS_batch);
+  const int reps = absl::GetFlag(FLAGS_bench_repetitions);
+  if (prompt < 1 || gen < 1 || batch < 1 || reps < 1) {
+    return Fail("bench", absl::InvalidArgumentError(
+                             "--prompt_tokens, --gen_tokens, --batch and "
+                             "--bench_repetitions must be positive"));
+  }
+  if (options->kv_cache_tokens == 0) {
+    options->kv_cache_tokens = batch * (prompt + gen + 16);
+  }
+  const auto load_start = std::chrono::steady_clock::now();
+  auto loaded = runtime::Engine::Load(*options);
+  if (!loaded.ok()) return Fail("bench", loaded.status());
+  runtime::Engine& engine = **loaded;
+  const double load_seconds = SecondsSince(load_start);
+  const int64_t vocab = engine.spec().vocab_size;
+
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t b = 0; b < batch; ++b)
+    prompts.push_back(Tokens(prompt, vocab, b));
+  std::vector<float> logits;
+  runtime::SequenceId next_id = 0;
+  // One prefill of the whole batch; returns the sequence ids it used.
+  auto prefill = [&](kernels::ProductWork* work)
+      -> absl::StatusOr<std::vector<runtime::SequenceId>> {
+    std::vector<runtime::SequenceChunk> chunks;
+    std::vector<runtime::SequenceId> ids;
+    for (int64_t b = 0; b < batch; ++b) {
+      ids.push_back(next_id++);
+      chunks.push_back({ids.back(), prompts[b], false});
+    }
+    absl::Status status = engine.Step(chunks, &logits, work);
+    if (!status.ok()) return status;
+    return ids;
+  };
+  auto release = [&](const std::vector<runtime::SequenceId>& ids) {
+    for (runtime::SequenceId id : ids) engine.kv_cache().Release(id);
+  };
+
+  // Warm-up: touches the memory-mapped weights so page faults are not timed.
+  {
+    auto ids = prefill(nullptr);
+    if (!ids.ok()) return Fail("bench", ids.status());
+    release(*ids);
+  }
+  const double bandwidth = kernels::MeasureReadBandwidth(engine.pool());
+  const double peak_flops = kernels::MeasurePeakFlops(engine.pool());
+
+  std::vector<double> prefill_seconds;
+  kernels::ProductWork prefill_work;
+  std::vector<runtime::SequenceId> ids;
+  for (int r = 0; r < reps; ++r) {
+    if (!ids.empty()) release(ids);
+    kernels::ProductWork work;
+    const auto start = std::chrono::steady_clock::now();
+    auto step_ids = prefill(&work);
+    prefill_seconds.push_back(SecondsSince(start));
+    if (!step_ids.ok()) return Fail("bench", step_ids.status());
+    ids = *step_ids;
+    prefill_work = work;
+  }
+
+  // Decode: greedy next tokens of every sequence, one step per token.
+  std::vector<double> step_seconds;
+  std::vector<int64_t> step_bytes;
+  std::vector<std::vector<int32_t>> next(batch);
+  for (int64_t g = 0; g < gen; ++g) {
+    std::vector<runtime::SequenceChunk> chunks;
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* row = logits.data() + b * vocab;
+      next[b] = {
+          static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+      chunks.push_back({ids[b], next[b], false});
+    }
+    kernels::ProductWork work;
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = engine.Step(chunks, &logits, &work);
+    step_seconds.push_back(SecondsSince(start));
+    if (!status.ok()) return Fail("bench", status);
+    step_bytes.push_back(work.weight_bytes);
+  }
+  release(ids);
+
+  const double prefill_s = Median(prefill_seconds);
+  const double step_s = Median(step_seconds);
+  double mean_step_bytes = 0;
+  for (int64_t b : step_bytes) mean_step_bytes += static_cast<double>(b);
+  mean_step_bytes /= static_cast<double>(step_bytes.size());
+  const double decode_bytes_per_s = mean_step_bytes / step_s;
+  const double prefill_flops_per_s = prefill_work.flops / prefill_s;
+
+  const std::string conversion =
+      options->weight_conversion.mlp_type
+          ? kernels::WeightTypeName(*options->weight_conversion.mlp_type)
+          : "auto";
+  nlohmann::json out = {
+      {"model", options->model_dir},
+      {"weight_dtype", conversion},
+      {"quantize_attention", options->weight_conversion.attention},
+      {"threads", engine.pool()->num_threads()},
+      {"avx2", kernels::UseAvx2()},
+      {"batch", batch},
+      {"prompt_tokens", prompt},
+      {"gen_tokens", gen},
+      {"load_seconds", load_seconds},
+      {"prefill_tokens_per_s", batch * prompt / prefill_s},
+      {"prefill_flops_per_token", prefill_work.flops / (batch * prompt)},
+      {"prefill_flops_per_s", prefill_flops_per_s},
+      {"peak_flops_per_s", peak_flops},
+      {"prefill_peak_ratio", prefill_flops_per_s / peak_flops},
+      {"decode_tokens_per_s", batch / step_s},
+      {"decode_step_seconds_median", step_s},
+      {"weight_bytes_per_step", mean_step_bytes},
+      {"weight_bytes_per_token", mean_step_bytes / batch},
+      {"decode_weight_bytes_per_s", decode_bytes_per_s},
+      {"bandwidth_bytes_per_s", bandwidth},
+      {"decode_ceiling_tokens_per_s", bandwidth / (mean_step_bytes / batch)},
+      {"decode_ceiling_ratio", decode_bytes_per_s / bandwidth},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace ringmoe::cli

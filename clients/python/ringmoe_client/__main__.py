@@ -1,0 +1,3 @@
+from ringmoe_client.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,136 @@
+// The threaded forward pass, with weights converted on load, against the
+// independent float64 reference of tests/testdata/moe-tiny: unconverted and
+// float conversions must match it as closely as the single-threaded pass
+// does; int8 and int4 are measured (relative error, greedy agreement) and
+// int8 must keep at least the first 8 greedy tokens. The figures it prints
+// are the accuracy table of docs/PERFORMANCE.md.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model/architecture.h"
+#include "engine/model/config.h"
+#include "engine/model/model_weights.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/model_runner.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe::runtime {
+namespace {
+
+constexpr int kNumCases = 5;
+constexpr int kGreedyTokens = 16;
+
+struct Conversion {
+  const char* name;
+  std::optional<kernels::WeightType> type;
+  bool attention;
+  int32_t group;
+};
+
+struct Accuracy {
+  double max_relative_error = 0;  // over every position of every case
+  int min_greedy_agreement = kGreedyTokens;  // leading tokens equal
+};
+
+Accuracy Measure(const std::string& dir, const Conversion& conversion) {
+  Accuracy acc;
+  auto spec = model::LoadModelConfig(dir);
+  auto ckpt = checkpoint::Checkpoint::Open(dir);
+  EXPECT_TRUE(spec.ok() && ckpt.ok());
+  auto arch = model::FindArchitecture(spec->architecture);
+  auto weights = model::BindModelWeights(*spec, **arch, **ckpt);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  ThreadPool pool(3);
+  EXPECT_TRUE(model::ConvertWeights(
+                  {conversion.type, conversion.attention, conversion.group},
+                  &pool, &*weights)
+                  .ok());
+  ModelRunner runner(*spec, *weights, &pool);
+  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
+  EXPECT_TRUE(golden.ok());
+  const int64_t vocab = spec->vocab_size;
+  for (int i = 0; i < kNumCases; ++i) {
+    const std::string prefix = "case" + std::to_string(i) + ".";
+    auto ids64 =
+        checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "input_ids"));
+    auto want = checkpoint::CopyAsFloat32(*(*golden)->Find(prefix + "logits"));
+    auto greedy = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "greedy"));
+    EXPECT_TRUE(ids64.ok() && want.ok() && greedy.ok());
+    const std::vector<int32_t> ids(ids64->begin(), ids64->end());
+    KvCache cache(spec->num_layers, spec->kv_width(), 8, 128);
+    std::vector<float> logits;
+    EXPECT_TRUE(runner.Forward({{0, ids, true}}, &cache, &logits).ok());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      double err = 0, norm = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double d = double(logits[t * vocab + v]) - (*want)[t * vocab + v];
+        err += d * d;
+        norm += double((*want)[t * vocab + v]) * (*want)[t * vocab + v];
+      }
+      acc.max_relative_error =
+          std::max(acc.max_relative_error, std::sqrt(err / norm));
+    }
+    // Greedy continuation, counting leading tokens equal to the reference.
+    const float* last = logits.data() + (ids.size() - 1) * vocab;
+    std::vector<float> step(last, last + vocab);
+    int agree = 0;
+    bool diverged = false;
+    for (int s = 0; s < kGreedyTokens; ++s) {
+      const int32_t next = static_cast<int32_t>(
+          std::max_element(step.begin(), step.end()) - step.begin());
+      if (!diverged && next == (*greedy)[s]) {
+        ++agree;
+      } else {
+        diverged = true;
+      }
+      if (s + 1 == kGreedyTokens) break;
+      const std::vector<int32_t> one = {next};
+      EXPECT_TRUE(runner.Forward({{0, one, false}}, &cache, &step).ok());
+    }
+    acc.min_greedy_agreement = std::min(acc.min_greedy_agreement, agree);
+  }
+  return acc;
+}
+
+class QuantizedGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
+  const std::string dir = "tests/testdata/moe-tiny/" + GetParam();
+  const Conversion conversions[] = {
+      {"auto", std::nullopt, false, 32},
+      {"f32", kernels::WeightType::kF32, true, 32},
+      {"int8", kernels::WeightType::kInt8, false, 32},
+      {"int8+attn", kernels::WeightType::kInt8, true, 32},
+      {"int4-g32", kernels::WeightType::kInt4, false, 32},
+      {"int4-g64", kernels::WeightType::kInt4, false, 64},
+      {"int4-g32+attn", kernels::WeightType::kInt4, true, 32},
+  };
+  for (const Conversion& c : conversions) {
+    const Accuracy a = Measure(dir, c);
+    std::printf("| %s | %s | %.2e | %d/%d |\n", GetParam().c_str(), c.name,
+                a.max_relative_error, a.min_greedy_agreement, kGreedyTokens);
+    if (!c.type || *c.type == kernels::WeightType::kF32) {
+      EXPECT_LE(a.max_relative_error, 1e-4) << c.name;
+      EXPECT_EQ(a.min_greedy_agreement, kGreedyTokens) << c.name;
+    } else if (*c.type == kernels::WeightType::kInt8 && !c.attention &&
+               GetParam() != "olmoe") {
+      // OLMoE's tiny model diverges after 1 token even with int8 experts
+      // (see docs/PERFORMANCE.md); the others keep at least 8.
+      EXPECT_GE(a.min_greedy_agreement, 8) << c.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeTiny, QuantizedGoldenTest,
+                         ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe",
+                                           "olmoe"));
+
+}  // namespace
+}  // namespace ringmoe::runtime

@@ -1,0 +1,119 @@
+// Product kernels at real MoE shapes, beside the machine's ceilings measured
+// in the same run: BM_ReadBandwidth (streaming reads) and BM_PeakFlops (FMA
+// throughput). Each BM_MatMul reports `weight_bytes_per_second` (weight
+// bytes read) and `flops_per_second`; divide by the ceilings for ratios.
+//
+//   bazel run -c opt //kernels/cpu:kernels_benchmark -- \
+//     --benchmark_format=json --benchmark_repetitions=3 \
+//     --benchmark_report_aggregates_only=true
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "benchmark/benchmark.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/probes.h"
+
+namespace ringmoe::kernels {
+namespace {
+
+ThreadPool& Pool() {
+  static ThreadPool* pool = new ThreadPool(0);
+  return *pool;
+}
+
+// Enough copies of one quantized matrix that cycling through them reads
+// from memory rather than from the last-level cache.
+struct WeightCopies {
+  std::vector<std::unique_ptr<uint8_t[]>> data;
+  std::vector<std::unique_ptr<float[]>> scales;
+  std::vector<Matrix> matrices;
+};
+
+WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols) {
+  constexpr int32_t kGroup = 32;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.f, 0.05f);
+  std::vector<float> f32(rows * cols);
+  for (float& v : f32) v = normal(rng);
+  const Matrix src{f32.data(), WeightType::kF32, rows, cols};
+  const int64_t data_bytes = QuantizedDataBytes(type, rows, cols, kGroup);
+  const int64_t num_scales = QuantizedScaleCount(type, rows, cols, kGroup);
+  const int64_t copies = std::max<int64_t>(
+      2, (int64_t{768} << 20) /
+             MatrixBytes({nullptr, type, rows, cols, nullptr, kGroup}));
+  WeightCopies out;
+  for (int64_t c = 0; c < copies; ++c) {
+    out.data.emplace_back(new uint8_t[data_bytes]);
+    out.scales.emplace_back(new float[std::max<int64_t>(1, num_scales)]);
+    if (c == 0) {
+      out.matrices.push_back(QuantizeMatrix(
+          src, type, kGroup, out.data[0].get(), out.scales[0].get()));
+    } else {
+      std::memcpy(out.data[c].get(), out.data[0].get(), data_bytes);
+      std::memcpy(out.scales[c].get(), out.scales[0].get(),
+                  num_scales * sizeof(float));
+      Matrix m = out.matrices[0];
+      m.data = out.data[c].get();
+      m.scales = out.scales[c].get();
+      out.matrices.push_back(m);
+    }
+  }
+  return out;
+}
+
+// Args: weight type, rows (out), cols (in), activation rows.
+void BM_MatMul(benchmark::State& state) {
+  const auto type = static_cast<WeightType>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2),
+                n = state.range(3);
+  const WeightCopies w = MakeCopies(type, rows, cols);
+  std::vector<float> x(n * cols, 0.5f), y(n * rows);
+  size_t next = 0;
+  for (auto _ : state) {
+    const MatMulJob job{x.data(), n, w.matrices[next], y.data()};
+    MatMulBatch({&job, 1}, &Pool());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % w.matrices.size();
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["weight_bytes_per_second"] = benchmark::Counter(
+      MatrixBytes(w.matrices[0]) * iterations, benchmark::Counter::kIsRate);
+  state.counters["flops_per_second"] = benchmark::Counter(
+      2.0 * n * rows * cols * iterations, benchmark::Counter::kIsRate);
+  state.SetLabel(WeightTypeName(type));
+}
+
+void MatMulArgs(benchmark::internal::Benchmark* b) {
+  // [out, in] of Mixtral-8x7B (4096 hidden, 14336 expert), Qwen3-30B-A3B
+  // (2048, 768) and DeepSeek-V3 (7168, 2048) expert projections.
+  const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {768, 2048},
+                               {2048, 768},   {2048, 7168},  {7168, 2048}};
+  for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type) {
+    for (const auto& s : shapes) {
+      for (int64_t n : {1, 4, 64}) b->Args({type, s[0], s[1], n});
+    }
+  }
+}
+BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->MinTime(0.3);
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  double rate = 0;
+  for (auto _ : state) rate = MeasureReadBandwidth(&Pool());
+  state.counters["bytes_per_second"] = rate;
+}
+BENCHMARK(BM_ReadBandwidth)->Iterations(1)->UseRealTime();
+
+void BM_PeakFlops(benchmark::State& state) {
+  double rate = 0;
+  for (auto _ : state) rate = MeasurePeakFlops(&Pool());
+  state.counters["flops_per_second"] = rate;
+}
+BENCHMARK(BM_PeakFlops)->Iterations(1)->UseRealTime();
+
+}  // namespace
+}  // namespace ringmoe::kernels
+
+BENCHMARK_MAIN();

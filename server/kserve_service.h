@@ -1,0 +1,90 @@
+// inference.GRPCInferenceService (KServe v2 / Triton wire protocol) for the
+// served model:
+//   - `input_ids` INT32/INT64 [batch, seq] -> `logits` FP32 [batch, vocab]
+//     at each row's last position (one prefill per row);
+//   - `text_input` BYTES [1] -> `text_output` BYTES [1] (and, on request,
+//     finish_reason, num_input_tokens, num_output_tokens, output_ids), with
+//     sampling settings from request parameters, scalar input tensors
+//     (max_tokens, temperature, ...) or a vLLM-style `sampling_parameters`
+//     JSON tensor;
+//   - ModelStreamInfer streams `text_output` deltas (Triton's decoupled
+//     mode): the last response carries triton_final_response = true.
+// A thin layer: the scheduler does the work.
+#ifndef RINGMOE_SERVER_KSERVE_SERVICE_H_
+#define RINGMOE_SERVER_KSERVE_SERVICE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/grpc_service.grpc.pb.h"
+#include "server/scheduler.h"
+#include "server/service_util.h"
+
+namespace ringmoe::server {
+
+// A ModelInferRequest, checked and decoded.
+struct InferJob {
+  std::string id;
+  bool raw = false;                        // answer in raw_output_contents
+  bool streaming_rpc = false;              // ModelStreamInfer
+  bool logits = false;                     // input_ids -> logits
+  std::vector<std::vector<int32_t>> rows;  // logits: one prompt per row
+  Request generation;   // text: prompt and settings, no callback
+  bool stream = false;  // send text deltas as they come
+  bool empty_final_response = false;
+  std::vector<std::string> outputs;  // requested outputs, in order
+};
+
+// INVALID_ARGUMENT naming the tensor or parameter at fault.
+absl::StatusOr<InferJob> ParseInferRequest(
+    const ServedModel& model, const inference::ModelInferRequest& request,
+    bool streaming_rpc);
+
+class KServeService final
+    : public inference::GRPCInferenceService::CallbackService {
+ public:
+  KServeService(const ServedModel& model, std::string server_version)
+      : model_(model), server_version_(std::move(server_version)) {}
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+
+ private:
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                        const char* method,
+                                        const absl::Status& status);
+  bool ModelMatches(const std::string& name, const std::string& version) const;
+
+  const ServedModel model_;
+  const std::string server_version_;
+};
+
+}  // namespace ringmoe::server
+
+#endif  // RINGMOE_SERVER_KSERVE_SERVICE_H_

@@ -1,0 +1,513 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/stop_criteria.h"
+#include "engine/tokenizer/stream_decoder.h"
+
+namespace ringmoe::server {
+
+struct Scheduler::Sequence {
+  Request request;
+  std::shared_ptr<RequestHandle> handle;
+  runtime::SequenceId id = 0;
+  // Prompt followed by the generated tokens; positions [0, computed) are in
+  // the KV cache. The next step feeds tokens[computed, ...).
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  int64_t computed = 0;
+  std::optional<runtime::Sampler> sampler;
+  std::unique_ptr<runtime::StopCriteria> stop;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;
+  absl::Time arrival;
+  absl::Time last_token;
+  bool admitted_once = false;
+  // Set during one iteration.
+  int64_t planned = 0;
+  bool preempted = false;
+  bool done = false;
+
+  int64_t remaining() const {
+    return static_cast<int64_t>(tokens.size()) - computed;
+  }
+  int64_t generated() const {
+    return static_cast<int64_t>(tokens.size()) - prompt_len;
+  }
+  absl::Span<const int32_t> prompt() const {
+    return absl::MakeConstSpan(tokens).subspan(0, prompt_len);
+  }
+  absl::Span<const int32_t> generated_ids() const {
+    return absl::MakeConstSpan(tokens).subspan(prompt_len);
+  }
+};
+
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+Scheduler::Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
+                     Metrics* metrics)
+    : engine_(engine), options_(options), metrics_(metrics) {
+  context_tokens_ = static_cast<int>(engine_->spec().max_position_embeddings);
+  auto limit = [this](int requested) {
+    const int most = std::max(1, context_tokens_ - 1);
+    return requested > 0 ? std::min(requested, most) : most;
+  };
+  max_prompt_tokens_ = limit(options_.max_prompt_tokens);
+  max_new_tokens_ = limit(options_.max_new_tokens);
+  kv_block_size_ = engine_->kv_cache().block_size();
+  kv_blocks_ = engine_->kv_cache().num_blocks();
+  if (metrics_) {
+    metrics_->SetKvCacheBlocks(0, engine_->kv_cache().num_blocks());
+    metrics_->SetQueueDepth(0);
+    metrics_->SetRunningSequences(0);
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() {
+  CancelAll();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
+    Request request) {
+  const std::string who = absl::StrCat("request ", request.id, ": ");
+  const model::ModelSpec& spec = engine_->spec();
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+  if (!request.on_output) {
+    return absl::InternalError(absl::StrCat(who, "no output callback"));
+  }
+  if (prompt_len == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, "the prompt is empty"));
+  }
+  for (int64_t i = 0; i < prompt_len; ++i) {
+    const int32_t id = request.prompt_ids[i];
+    if (id < 0 || id >= spec.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, "input_ids[", i, "] = ", id, " is outside the vocabulary [0, ",
+          spec.vocab_size, ")"));
+    }
+  }
+  if (prompt_len > max_prompt_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, "the prompt has ", prompt_len,
+                     " tokens, more than the limit of ", max_prompt_tokens_));
+  }
+  int64_t max_tokens = 0;
+  if (!request.logits_only) {
+    if (request.max_tokens.has_value()) {
+      max_tokens = *request.max_tokens;
+      if (max_tokens <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, "max_tokens must be positive, got ", max_tokens));
+      }
+      if (max_tokens > max_new_tokens_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, "max_tokens ", max_tokens,
+                         " is above the server's limit of ", max_new_tokens_));
+      }
+      if (prompt_len + max_tokens > context_tokens_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, "the prompt (", prompt_len, " tokens) plus max_tokens (",
+            max_tokens, ") exceeds the model's context of ", context_tokens_,
+            " tokens"));
+      }
+    } else {
+      max_tokens =
+          std::min<int64_t>({options_.default_max_tokens, max_new_tokens_,
+                             context_tokens_ - prompt_len});
+    }
+    if (!request.sampling.stop_strings.empty() &&
+        engine_->tokenizer() == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, "stop strings need a tokenizer, and the model has none"));
+    }
+  }
+  const int64_t blocks = CeilDiv(prompt_len + max_tokens, kv_block_size_);
+  if (blocks > kv_blocks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, "the prompt plus max_tokens needs ", blocks,
+                     " KV-cache blocks and the cache has only ", kv_blocks_));
+  }
+
+  auto seq = std::make_unique<Sequence>();
+  request.sampling.max_new_tokens =
+      static_cast<int32_t>(std::max<int64_t>(1, max_tokens));
+  auto sampler = runtime::Sampler::Create(request.sampling,
+                                          static_cast<int>(spec.vocab_size));
+  if (!sampler.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, sampler.status().message()));
+  }
+  seq->sampler.emplace(std::move(*sampler));
+  seq->stop = std::make_unique<runtime::StopCriteria>(request.sampling,
+                                                      engine_->eos_token_ids());
+  if (engine_->tokenizer() != nullptr) {
+    seq->decoder = std::make_unique<tokenizer::StreamDecoder>(
+        *engine_->tokenizer(),
+        /*skip_special_tokens=*/true);
+  }
+  seq->tokens = request.prompt_ids;
+  seq->prompt_len = prompt_len;
+  seq->arrival = absl::Now();
+  seq->handle = std::make_shared<RequestHandle>();
+  seq->request = std::move(request);
+  std::shared_ptr<RequestHandle> handle = seq->handle;
+
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) {
+    return absl::UnavailableError(absl::StrCat(
+        who, "the server is shutting down and takes no new requests"));
+  }
+  if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(who, "the request queue is full (", waiting_.size(),
+                     " requests waiting); retry later"));
+  }
+  seq->id = next_sequence_id_++;
+  waiting_.push_back(std::move(seq));
+  if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
+  return handle;
+}
+
+void Scheduler::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool Scheduler::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return waiting_.empty() && num_running_ == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void Scheduler::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+  cancel_all_ = true;
+}
+
+int64_t Scheduler::num_active() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(waiting_.size()) + num_running_;
+}
+
+bool Scheduler::accepting() const {
+  absl::MutexLock lock(&mu_);
+  return accepting_;
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || !waiting_.empty() || !running_.empty();
+      };
+      mu_.Await(absl::Condition(&has_work));
+      if (stop_ && waiting_.empty() && running_.empty()) return;
+    }
+    if (!Iterate()) {
+      // Nothing could run (every candidate waits for blocks that a
+      // cancellation or deadline will free); don't spin.
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+}
+
+void Scheduler::Finish(Sequence* seq, FinishReason reason, absl::Status status,
+                       RequestOutput out) {
+  engine_->kv_cache().Release(seq->id);
+  seq->done = true;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.status = std::move(status);
+  out.prompt_tokens = static_cast<int>(seq->prompt_len);
+  out.completion_tokens = static_cast<int>(seq->generated());
+  if (metrics_)
+    metrics_->ObserveEndToEndLatency(Seconds(absl::Now() - seq->arrival));
+  seq->request.on_output(std::move(out));
+}
+
+void Scheduler::DropFinishedOrCancelled(absl::Time now) {
+  // Why a sequence must stop now, or OK to keep it.
+  auto verdict = [now](const Sequence& s, bool cancel_all) {
+    if (cancel_all) {
+      return absl::UnavailableError(
+          absl::StrCat("request ", s.request.id,
+                       ": the server shut down before it finished"));
+    }
+    if (s.handle->cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat("request ", s.request.id, ": cancelled"));
+    }
+    if (now >= s.request.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("request ", s.request.id, ": deadline exceeded after ",
+                       s.generated(), " generated tokens"));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::pair<std::unique_ptr<Sequence>, absl::Status>> dropped;
+  bool cancel_all;
+  {
+    absl::MutexLock lock(&mu_);
+    cancel_all = cancel_all_;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      absl::Status why = verdict(**it, cancel_all);
+      if (why.ok()) {
+        ++it;
+        continue;
+      }
+      dropped.emplace_back(std::move(*it), std::move(why));
+      it = waiting_.erase(it);
+    }
+  }
+  for (auto& [seq, why] : dropped)
+    Finish(seq.get(), FinishReason::kCancelled, why, {});
+  for (auto& seq : running_) {
+    absl::Status why = verdict(*seq, cancel_all);
+    if (!why.ok()) Finish(seq.get(), FinishReason::kCancelled, why, {});
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done; }),
+                 running_.end());
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  engine_->kv_cache().Release(seq->id);
+  seq->computed = 0;
+  seq->preempted = true;
+  if (metrics_) metrics_->CountPreemption();
+}
+
+bool Scheduler::Iterate() {
+  DropFinishedOrCancelled(absl::Now());
+  runtime::KvCache& kv = engine_->kv_cache();
+  const int64_t block_size = kv.block_size();
+  int64_t free_blocks = kv.num_free_blocks();
+  int64_t budget = std::max(1, options_.max_batch_tokens);
+  std::vector<Sequence*> plan;
+  bool preempted_any = false;
+
+  // Newest running sequence that is neither planned nor `keep`: the one to
+  // preempt when blocks run out (it has waited the least).
+  auto victim = [this](const Sequence* keep) -> Sequence* {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Sequence* s = it->get();
+      if (s != keep && s->planned == 0 && !s->preempted) return s;
+    }
+    return nullptr;
+  };
+  auto held_blocks = [&](const Sequence* s) {
+    return CeilDiv(kv.Length(s->id), block_size);
+  };
+
+  // 1. One decode token per sequence past its prompt, oldest first.
+  for (auto& owned : running_) {
+    Sequence* s = owned.get();
+    if (s->preempted || s->remaining() != 1 || budget == 0) continue;
+    const int64_t need = kv.BlocksNeeded(s->id, s->computed + 1);
+    while (need > free_blocks) {
+      Sequence* v = victim(s);
+      if (v == nullptr) break;
+      free_blocks += held_blocks(v);
+      Preempt(v);
+      preempted_any = true;
+    }
+    if (need > free_blocks) {
+      free_blocks += held_blocks(s);
+      Preempt(s);
+      preempted_any = true;
+      continue;
+    }
+    free_blocks -= need;
+    s->planned = 1;
+    budget -= 1;
+    plan.push_back(s);
+  }
+  // 2. Prompt chunks of running sequences, oldest first, as far as the token
+  // budget and the free blocks go.
+  for (auto& owned : running_) {
+    Sequence* s = owned.get();
+    if (budget == 0) break;
+    if (s->preempted || s->planned > 0 || s->remaining() <= 1) continue;
+    const int64_t room =
+        held_blocks(s) * block_size - s->computed + free_blocks * block_size;
+    const int64_t n = std::min({s->remaining(), budget, room});
+    if (n <= 0) continue;
+    free_blocks -= kv.BlocksNeeded(s->id, s->computed + n);
+    s->planned = n;
+    budget -= n;
+    plan.push_back(s);
+  }
+  // 3. New requests (preempted ones first), while there are slots, budget,
+  // and blocks for the whole prompt, so an admitted prefill does not stall.
+  // Not in an iteration that had to preempt: blocks are short already.
+  std::vector<std::unique_ptr<Sequence>> preempted;
+  for (auto& owned : running_) {
+    if (owned->preempted) preempted.push_back(std::move(owned));
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), nullptr),
+                 running_.end());
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = preempted.rbegin(); it != preempted.rend(); ++it) {
+      (*it)->preempted = false;
+      waiting_.push_front(std::move(*it));
+    }
+    while (!preempted_any && budget > 0 && !waiting_.empty() &&
+           static_cast<int>(running_.size()) < options_.max_running_sequences) {
+      Sequence* s = waiting_.front().get();
+      if (CeilDiv(static_cast<int64_t>(s->tokens.size()), block_size) >
+          free_blocks)
+        break;
+      const int64_t n = std::min(s->remaining(), budget);
+      free_blocks -= kv.BlocksNeeded(s->id, n);
+      s->planned = n;
+      budget -= n;
+      plan.push_back(s);
+      if (!s->admitted_once) {
+        s->admitted_once = true;
+        if (metrics_) {
+          metrics_->ObserveQueueTime(Seconds(absl::Now() - s->arrival));
+          metrics_->AddPromptTokens(s->prompt_len);
+        }
+      }
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+  }
+  if (plan.empty()) {
+    // Every running sequence is stuck on blocks held by the others (their
+    // prompts grew past what was free at admission): give the newest up so
+    // the older ones can move.
+    if (running_.size() > 1) {
+      Preempt(running_.back().get());
+      absl::MutexLock lock(&mu_);
+      running_.back()->preempted = false;
+      waiting_.push_front(std::move(running_.back()));
+      running_.pop_back();
+    }
+    UpdateGauges();
+    return false;
+  }
+
+  std::vector<runtime::SequenceChunk> chunks;
+  chunks.reserve(plan.size());
+  int64_t step_tokens = 0;
+  for (Sequence* s : plan) {
+    chunks.push_back(
+        {s->id, absl::MakeConstSpan(s->tokens).subspan(s->computed, s->planned),
+         /*all_logits=*/false});
+    step_tokens += s->planned;
+  }
+  const absl::Time start = absl::Now();
+  absl::Status step = engine_->Step(chunks, &logits_);
+  const absl::Time end = absl::Now();
+  if (metrics_) {
+    metrics_->ObserveStep(static_cast<int64_t>(plan.size()), step_tokens,
+                          Seconds(end - start));
+  }
+
+  const int64_t vocab = engine_->spec().vocab_size;
+  for (size_t row = 0; row < plan.size(); ++row) {
+    Sequence* s = plan[row];
+    const int64_t n = s->planned;
+    s->planned = 0;
+    if (!step.ok()) {
+      Finish(s, FinishReason::kError,
+             absl::InternalError(
+                 absl::StrCat("request ", s->request.id,
+                              ": engine step failed: ", step.message())),
+             {});
+      continue;
+    }
+    s->computed += n;
+    if (s->remaining() > 0) continue;  // more of the prompt to prefill
+    absl::Span<const float> row_logits =
+        absl::MakeConstSpan(logits_).subspan(row * vocab, vocab);
+    RequestOutput out;
+    if (s->request.logits_only) {
+      out.logits.assign(row_logits.begin(), row_logits.end());
+      Finish(s, FinishReason::kStop, absl::OkStatus(), std::move(out));
+      continue;
+    }
+    runtime::SampledLogprobs logprobs;
+    const int32_t token =
+        s->sampler->Sample(row_logits, s->prompt(), s->generated_ids(),
+                           s->request.logprobs ? &logprobs : nullptr);
+    if (token < 0) {
+      Finish(s, FinishReason::kError,
+             absl::InternalError(
+                 absl::StrCat("request ", s->request.id,
+                              ": the model produced no usable logits")),
+             {});
+      continue;
+    }
+    s->tokens.push_back(token);
+    const std::string piece = s->decoder ? s->decoder->Push(token) : "";
+    absl::StatusOr<runtime::StopUpdate> update = s->stop->Update(token, piece);
+    if (!update.ok()) {
+      Finish(s, FinishReason::kError, update.status(), {});
+      continue;
+    }
+    out.token_ids.push_back(token);
+    out.text = std::move(update->text);
+    if (s->request.logprobs) out.logprobs.push_back(logprobs.raw);
+    if (metrics_) {
+      metrics_->AddGeneratedTokens(1);
+      if (s->generated() == 1) {
+        metrics_->ObserveTimeToFirstToken(Seconds(end - s->arrival));
+      } else {
+        metrics_->ObserveInterTokenLatency(Seconds(end - s->last_token));
+      }
+    }
+    s->last_token = end;
+    if (update->finish_reason == runtime::FinishReason::kNone) {
+      s->request.on_output(std::move(out));
+      continue;
+    }
+    // Bytes the decoder still holds (an unfinished UTF-8 sequence) end the
+    // output, unless a stop string already cut it.
+    if (!update->stop_string && s->decoder) out.text += s->decoder->Flush();
+    Finish(s,
+           update->finish_reason == runtime::FinishReason::kLength
+               ? FinishReason::kLength
+               : FinishReason::kStop,
+           absl::OkStatus(), std::move(out));
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done; }),
+                 running_.end());
+  UpdateGauges();
+  return true;
+}
+
+void Scheduler::UpdateGauges() {
+  absl::MutexLock lock(&mu_);
+  num_running_ = static_cast<int64_t>(running_.size());
+  if (metrics_) {
+    const runtime::KvCache& kv = engine_->kv_cache();
+    metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
+    metrics_->SetRunningSequences(num_running_);
+    metrics_->SetKvCacheBlocks(kv.num_blocks() - kv.num_free_blocks(),
+                               kv.num_blocks());
+  }
+}
+
+}  // namespace ringmoe::server

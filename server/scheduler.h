@@ -1,0 +1,186 @@
+// The continuous-batching scheduler: one engine thread runs Engine::Step in
+// a loop; requests join the running batch between steps and leave it as soon
+// as they finish, are cancelled or pass their deadline.
+//
+// Each step is built from
+//   1. one decode token for every running sequence that has finished its
+//      prompt (so streams keep flowing while long prompts are prefilled),
+//   2. prompt chunks of sequences still prefilling, within the step's token
+//      budget (max_batch_tokens),
+//   3. new requests from the queue, admitted while there are sequence slots
+//      and free KV-cache blocks for their whole prompt.
+// When a running sequence needs a KV block and none is free, the most
+// recently admitted sequence is preempted: its blocks are released and it
+// goes back to the front of the queue, to be recomputed (prompt plus the
+// tokens generated so far) when blocks free up. Its sampler keeps its state,
+// so a preempted sequence produces the same tokens as one that was not.
+//
+// Knows nothing of gRPC: requests come in as Request, results go out through
+// the request's callback, which runs on the engine thread and must not block.
+#ifndef RINGMOE_SERVER_SCHEDULER_H_
+#define RINGMOE_SERVER_SCHEDULER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/sampler.h"
+#include "server/metrics.h"
+
+namespace ringmoe::server {
+
+struct SchedulerOptions {
+  // Requests accepted but not yet running; one more is RESOURCE_EXHAUSTED.
+  int max_queue = 256;
+  // Sequences in the running batch at once.
+  int max_running_sequences = 64;
+  // Tokens (decode tokens plus prompt chunks) per engine step; a prompt
+  // longer than this is prefilled over several steps.
+  int max_batch_tokens = 512;
+  // Request limits; 0 = the model's context length.
+  int max_prompt_tokens = 0;
+  int max_new_tokens = 0;
+  // Applied when a request does not say max_tokens, cut to what the context
+  // leaves after the prompt.
+  int default_max_tokens = 256;
+};
+
+// Why a request ended.
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+
+// Output of one step for one request; delivered in order on the engine
+// thread. The last one has `finished` set.
+struct RequestOutput {
+  std::vector<int32_t> token_ids;  // tokens generated this step
+  std::string text;                // text that became final
+  std::vector<float> logprobs;     // per token, when asked for
+  // Logits-only requests: the last prompt position's logits (vocab floats).
+  std::vector<float> logits;
+
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kStop;
+  // OK for kStop/kLength/logits; CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE
+  // (shutdown) for kCancelled; the engine's error for kError.
+  absl::Status status;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+using OutputCallback = std::function<void(RequestOutput)>;
+
+struct Request {
+  std::string id;  // for error messages and logs
+  std::vector<int32_t> prompt_ids;
+  // New tokens at most; must be positive. Unset: default_max_tokens, cut
+  // to the context left after the prompt. Overrides
+  // sampling.max_new_tokens.
+  std::optional<int32_t> max_tokens;
+  runtime::SamplingParams sampling;
+  bool logprobs = false;
+  // Prefill only and return the last position's logits (KServe input_ids).
+  bool logits_only = false;
+  absl::Time deadline = absl::InfiniteFuture();
+  OutputCallback on_output;
+};
+
+// Lets the front end cancel a submitted request (client gone). Cheap and
+// thread-safe; the scheduler notices before its next step.
+class RequestHandle {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+class Scheduler {
+ public:
+  // Starts the engine thread. `engine` and `metrics` (may be null) must
+  // outlive the scheduler.
+  Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
+            Metrics* metrics);
+  // Cancels whatever is left (status UNAVAILABLE) and joins the thread.
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Validates `request` against the model and the limits (INVALID_ARGUMENT
+  // naming the field), then queues it (RESOURCE_EXHAUSTED when the queue is
+  // full, UNAVAILABLE after StopAccepting). On success every later result,
+  // including errors, comes through request.on_output, possibly before
+  // Submit returns.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(Request request);
+
+  // The effective limits (0s in the options resolved against the model).
+  int max_prompt_tokens() const { return max_prompt_tokens_; }
+  int max_new_tokens() const { return max_new_tokens_; }
+  int context_tokens() const { return context_tokens_; }
+  // The KV cache's shape, fixed at load (the cache itself belongs to the
+  // engine thread).
+  int64_t kv_block_size() const { return kv_block_size_; }
+  int64_t kv_blocks() const { return kv_blocks_; }
+
+  // Shutdown, in order: refuse new requests; wait until the accepted ones
+  // finish (true) or `timeout` passes (false); cancel the rest.
+  void StopAccepting();
+  bool WaitUntilIdle(absl::Duration timeout);
+  void CancelAll();
+
+  // Requests queued or running.
+  int64_t num_active() const;
+  // False once StopAccepting() or CancelAll() ran.
+  bool accepting() const;
+
+ private:
+  struct Sequence;
+
+  void Loop();
+  // One scheduling iteration and engine step; false when nothing ran.
+  bool Iterate();
+  void DropFinishedOrCancelled(absl::Time now);
+  void Preempt(Sequence* seq);
+  void Finish(Sequence* seq, FinishReason reason, absl::Status status,
+              RequestOutput out);
+  void UpdateGauges();
+
+  runtime::Engine* const engine_;
+  const SchedulerOptions options_;
+  Metrics* const metrics_;
+  int context_tokens_ = 0;
+  int max_prompt_tokens_ = 0;
+  int max_new_tokens_ = 0;
+  int64_t kv_block_size_ = 0;
+  int64_t kv_blocks_ = 0;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  int64_t num_running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  runtime::SequenceId next_sequence_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::vector<float> logits_;
+
+  std::thread thread_;
+};
+
+}  // namespace ringmoe::server
+
+#endif  // RINGMOE_SERVER_SCHEDULER_H_

@@ -1,0 +1,206 @@
+#include "server/scheduler.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "engine/checkpoint/safetensors.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace ringmoe::server {
+namespace {
+
+constexpr char kModel[] = "tests/testdata/moe-tiny/mixtral";
+
+struct Case {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> greedy;
+};
+
+std::vector<Case> GoldenCases() {
+  auto file = checkpoint::SafetensorsFile::Open(std::string(kModel) +
+                                                "/golden.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  std::vector<Case> cases;
+  for (int i = 0; i < 5; ++i) {
+    Case c;
+    for (const char* part : {"input_ids", "greedy"}) {
+      auto view = (*file)->Get(absl::StrCat("case", i, ".", part));
+      EXPECT_TRUE(view.ok()) << view.status();
+      // The view is not aligned for int32: copy the bytes.
+      std::vector<int32_t> v((*view)->NumElements());
+      std::memcpy(v.data(), (*view)->data, v.size() * sizeof(int32_t));
+      (std::string(part) == "greedy" ? c.greedy : c.ids) = v;
+    }
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::unique_ptr<runtime::Engine> LoadEngine(int64_t kv_tokens) {
+  runtime::EngineOptions options;
+  options.model_dir = kModel;
+  options.kv_cache_tokens = kv_tokens;
+  auto engine = runtime::Engine::Load(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return *std::move(engine);
+}
+
+// Collects a request's outputs; Wait() returns once the last one came.
+struct Collector {
+  std::vector<int32_t> ids;
+  RequestOutput last;
+  int messages = 0;
+  absl::Notification done;
+
+  OutputCallback Callback() {
+    return [this](RequestOutput out) {
+      ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+      ++messages;
+      if (out.finished) {
+        last = std::move(out);
+        done.Notify();
+      }
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+};
+
+Request Greedy(const std::vector<int32_t>& ids, int max_tokens, Collector* c) {
+  Request r;
+  r.id = "t";
+  r.prompt_ids = ids;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.sampling.ignore_eos = true;
+  r.on_output = c->Callback();
+  return r;
+}
+
+TEST(SchedulerTest, ConcurrentRequestsMatchGoldenWithChunksAndPreemption) {
+  // 5 blocks of 16: the 48-token case alone needs 4 with its 16 new tokens,
+  // so concurrent sequences must be preempted and recomputed; an 8-token
+  // step budget splits every prompt into chunks.
+  auto engine = LoadEngine(80);
+  Metrics metrics(std::make_shared<prometheus::Registry>());
+  SchedulerOptions options;
+  options.max_batch_tokens = 8;
+  options.max_running_sequences = 4;
+  Scheduler scheduler(engine.get(), options, &metrics);
+  const std::vector<Case> cases = GoldenCases();
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& c : cases) {
+      collectors.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(
+          scheduler.Submit(Greedy(c.ids, 16, collectors.back().get())).ok());
+    }
+  }
+  for (size_t i = 0; i < collectors.size(); ++i) {
+    ASSERT_TRUE(collectors[i]->Wait());
+    EXPECT_EQ(collectors[i]->ids, cases[i % 5].greedy) << "request " << i;
+    EXPECT_EQ(collectors[i]->last.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(collectors[i]->last.completion_tokens, 16);
+    EXPECT_GT(collectors[i]->messages, 1);
+  }
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(engine->kv_cache().num_free_blocks(),
+            engine->kv_cache().num_blocks());
+  const std::string text =
+      prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_EQ(text.find("ringmoe_preemptions_total 0"), std::string::npos)
+      << "the cache was meant to run out of blocks";
+}
+
+TEST(SchedulerTest, LogitsOnlyReturnsTheLastRow) {
+  auto engine = LoadEngine(0);
+  Scheduler scheduler(engine.get(), {}, nullptr);
+  Collector c;
+  Request r;
+  r.prompt_ids = GoldenCases()[1].ids;
+  r.logits_only = true;
+  r.on_output = c.Callback();
+  ASSERT_TRUE(scheduler.Submit(std::move(r)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_TRUE(c.last.status.ok());
+  EXPECT_EQ(c.last.logits.size(), 512u);
+  EXPECT_TRUE(c.ids.empty());
+}
+
+TEST(SchedulerTest, RejectsBadRequestsNamingTheProblem) {
+  auto engine = LoadEngine(0);
+  Scheduler scheduler(engine.get(), {}, nullptr);
+  Collector c;
+  auto submit = [&](std::vector<int32_t> ids,
+                    std::optional<int32_t> max_tokens) {
+    Request r = Greedy(ids, 1, &c);
+    r.max_tokens = max_tokens;
+    return scheduler.Submit(std::move(r)).status();
+  };
+  absl::Status s = submit({}, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("empty"), absl::string_view::npos) << s;
+  s = submit({1, 2}, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("max_tokens"), absl::string_view::npos) << s;
+  s = submit({1, 999}, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("vocabulary"), absl::string_view::npos) << s;
+  s = submit({1, 2}, 100000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = submit(std::vector<int32_t>(600, 1), 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("limit"), absl::string_view::npos) << s;
+}
+
+TEST(SchedulerTest, CancelFreesBlocksAndQueueOverflowIsResourceExhausted) {
+  auto engine = LoadEngine(0);
+  SchedulerOptions options;
+  options.max_queue = 1;
+  options.max_running_sequences = 1;
+  Scheduler scheduler(engine.get(), options, nullptr);
+  Collector running, queued, refused;
+  auto handle = scheduler.Submit(Greedy({1, 2, 3}, 500, &running));
+  ASSERT_TRUE(handle.ok());
+  // Wait until it runs so that the next one is the only one queued.
+  while (scheduler.num_active() != 1 || running.messages == 0)
+    absl::SleepFor(absl::Milliseconds(1));
+  auto second = scheduler.Submit(Greedy({1, 2, 3}, 4, &queued));
+  ASSERT_TRUE(second.ok());
+  auto third = scheduler.Submit(Greedy({1, 2, 3}, 4, &refused));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted)
+      << third.status();
+  (*handle)->Cancel();
+  ASSERT_TRUE(running.Wait());
+  EXPECT_EQ(running.last.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(running.last.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(queued.Wait());
+  EXPECT_EQ(queued.last.finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(engine->kv_cache().num_free_blocks(),
+            engine->kv_cache().num_blocks());
+}
+
+TEST(SchedulerTest, DeadlineAndShutdown) {
+  auto engine = LoadEngine(0);
+  Scheduler scheduler(engine.get(), {}, nullptr);
+  Collector late;
+  Request r = Greedy({1, 2, 3}, 500, &late);
+  r.deadline = absl::Now() + absl::Milliseconds(5);
+  ASSERT_TRUE(scheduler.Submit(std::move(r)).ok());
+  ASSERT_TRUE(late.Wait());
+  EXPECT_EQ(late.last.status.code(), absl::StatusCode::kDeadlineExceeded);
+
+  scheduler.StopAccepting();
+  Collector refused;
+  EXPECT_EQ(scheduler.Submit(Greedy({1}, 2, &refused)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(scheduler.accepting());
+}
+
+}  // namespace
+}  // namespace ringmoe::server

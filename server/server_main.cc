@@ -1,0 +1,234 @@
+// ringmoe_server --model DIR: serves one model over gRPC (ringmoe.v1,
+// KServe v2, health, reflection) with Prometheus metrics on a second port.
+//
+// Lifecycle: load the model, start the engine thread and both listeners,
+// then wait for SIGTERM or SIGINT. On the signal: health turns NOT_SERVING,
+// new requests are refused (UNAVAILABLE), accepted ones finish (up to
+// --shutdown_grace_period_s, or until a second signal), the listeners close
+// and the process exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/runtime/engine.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+#include "server/engine_flags.h"
+#include "server/generation_service.h"
+#include "server/kserve_service.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/service_util.h"
+
+ABSL_FLAG(std::string, model_name, "",
+          "Name clients use for the model; default: the --model directory's "
+          "base name.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address both listeners bind to.");
+ABSL_FLAG(int, grpc_port, 8001,
+          "gRPC port (0 = any free port, see --ready_file).");
+ABSL_FLAG(int, metrics_port, 8002,
+          "Prometheus /metrics port (0 = any free port, see --ready_file).");
+ABSL_FLAG(
+    std::string, ready_file, "",
+    "When set, written once the server is ready: one JSON object with the "
+    "bound grpc_port and metrics_port (for tests and scripts).");
+ABSL_FLAG(
+    int, max_queue, 256,
+    "Requests waiting to start; more are refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_running_sequences, 64,
+          "Sequences in the running batch at once.");
+ABSL_FLAG(int, max_batch_tokens, 512,
+          "Tokens per engine step (decode tokens plus prompt chunks); longer "
+          "prompts are prefilled in chunks.");
+ABSL_FLAG(int, max_prompt_tokens, 0,
+          "Longest prompt accepted; 0 = the model's context.");
+ABSL_FLAG(int, max_new_tokens, 0,
+          "Largest max_tokens accepted; 0 = the model's context.");
+ABSL_FLAG(int, default_max_tokens, 256,
+          "max_tokens for requests that do not set it.");
+ABSL_FLAG(double, shutdown_grace_period_s, 30,
+          "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
+          "before they are cancelled.");
+
+namespace ringmoe::server {
+namespace {
+
+constexpr char kServerVersion[] = "0.1.0";
+constexpr const char* kServices[] = {"", "ringmoe.v1.Generation",
+                                     "inference.GRPCInferenceService"};
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ringmoe_server: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// Waits up to `timeout` for SIGTERM or SIGINT (blocked in every thread, so
+// they queue for sigtimedwait); returns the signal or 0.
+int WaitForSignal(const sigset_t& signals, absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(timeout);
+  const int sig = sigtimedwait(&signals, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+int Serve() {
+  // Block the shutdown signals before any thread starts so that every
+  // thread inherits the mask and only sigtimedwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<runtime::EngineOptions> options = EngineOptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
+  SchedulerOptions sched;
+  sched.max_queue = absl::GetFlag(FLAGS_max_queue);
+  sched.max_running_sequences = absl::GetFlag(FLAGS_max_running_sequences);
+  sched.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  sched.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  sched.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  sched.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  if (sched.max_queue < 0 || sched.max_running_sequences < 1 ||
+      sched.max_batch_tokens < 1 || sched.max_prompt_tokens < 0 ||
+      sched.max_new_tokens < 0 || sched.default_max_tokens < 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--max_queue must be >= 0; --max_running_sequences, --max_batch_tokens "
+        "and "
+        "--default_max_tokens >= 1; --max_prompt_tokens and --max_new_tokens "
+        ">= 0"));
+  }
+  if (sched.max_batch_tokens < sched.max_running_sequences) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max_batch_tokens (", sched.max_batch_tokens,
+        ") must be at least --max_running_sequences (",
+        sched.max_running_sequences,
+        "): every running sequence needs its decode token in each step")));
+  }
+
+  const absl::Time load_start = absl::Now();
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::Load(*options);
+  if (!engine.ok()) return Fail(engine.status());
+  std::string name = absl::GetFlag(FLAGS_model_name);
+  if (name.empty()) name = BaseName(options->model_dir);
+  std::fprintf(stderr, "ringmoe_server: loaded %s (%s) from %s in %.2f s\n",
+               name.c_str(), (*engine)->spec().architecture.c_str(),
+               options->model_dir.c_str(),
+               absl::ToDoubleSeconds(absl::Now() - load_start));
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  Metrics metrics(registry);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(
+        absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)),
+        /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", host, ":",
+                     absl::GetFlag(FLAGS_metrics_port), ": ", e.what())));
+  }
+  // Further collectors (the memory ring's families) register on `registry`.
+  exposer->RegisterCollectable(registry);
+
+  Scheduler scheduler(engine->get(), sched, &metrics);
+  ServedModel model{name, engine->get(), &scheduler, &metrics};
+  GenerationService generation(model);
+  KServeService kserve(model, kServerVersion);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  const std::string address =
+      absl::StrCat(host, ":", absl::GetFlag(FLAGS_grpc_port));
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &grpc_port);
+  builder.RegisterService(&generation);
+  builder.RegisterService(&kserve);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    return Fail(
+        absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address)));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  for (const char* service : kServices) health->SetServingStatus(service, true);
+
+  const int metrics_port = exposer->GetListeningPorts().at(0);
+  std::fprintf(stderr,
+               "ringmoe_server: serving '%s' on %s:%d (gRPC), metrics at "
+               "http://%s:%d/metrics\n",
+               name.c_str(), host.c_str(), grpc_port, host.c_str(),
+               metrics_port);
+  const std::string ready_file = absl::GetFlag(FLAGS_ready_file);
+  if (!ready_file.empty()) {
+    // Written under a temporary name and renamed, so a reader never sees
+    // half a file.
+    const std::string tmp = ready_file + ".tmp";
+    std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
+                       << ", \"metrics_port\": " << metrics_port << "}\n";
+    std::rename(tmp.c_str(), ready_file.c_str());
+  }
+
+  int sig = 0;
+  while (sig == 0) sig = WaitForSignal(signals, absl::Hours(1));
+  std::fprintf(stderr, "ringmoe_server: signal %d: draining %lld requests\n",
+               sig, static_cast<long long>(scheduler.num_active()));
+  for (const char* service : kServices)
+    health->SetServingStatus(service, false);
+  scheduler.StopAccepting();
+  const absl::Time give_up =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_period_s));
+  while (!scheduler.WaitUntilIdle(absl::Milliseconds(50))) {
+    if (absl::Now() >= give_up ||
+        WaitForSignal(signals, absl::ZeroDuration()) != 0) {
+      std::fprintf(stderr,
+                   "ringmoe_server: cancelling %lld unfinished requests\n",
+                   static_cast<long long>(scheduler.num_active()));
+      scheduler.CancelAll();
+      scheduler.WaitUntilIdle(absl::Seconds(5));
+      break;
+    }
+  }
+  // Streams whose last messages are still being written get a moment to
+  // drain before the listener closes them.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  std::fprintf(stderr, "ringmoe_server: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringmoe::server
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ringmoe_server --model DIR [--model_name NAME] [--host H] [--grpc_port "
+      "P] "
+      "[--metrics_port P] [scheduler and engine flags; --helpfull lists them]");
+  absl::ParseCommandLine(argc, argv);
+  return ringmoe::server::Serve();
+}

@@ -1,0 +1,169 @@
+// Both front ends in-process: request parsing errors, and calls through a
+// real gRPC channel against the tiny Mixtral.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "server/generation_service.h"
+#include "server/kserve_service.h"
+#include "server/kserve_tensors.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/service_util.h"
+
+namespace ringmoe::server {
+namespace {
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    runtime::EngineOptions options;
+    options.model_dir = "tests/testdata/moe-tiny/mixtral";
+    auto engine = runtime::Engine::Load(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = engine->release();
+    metrics_ = new Metrics(std::make_shared<prometheus::Registry>());
+    scheduler_ = new Scheduler(engine_, {}, metrics_);
+    model_ = new ServedModel{"tiny", engine_, scheduler_, metrics_};
+    generation_ = new GenerationService(*model_);
+    kserve_ = new KServeService(*model_, "test");
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(generation_);
+    builder.RegisterService(kserve_);
+    server_ = builder.BuildAndStart().release();
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
+  }
+
+  static void TearDownTestSuite() {
+    server_->Shutdown();
+    delete server_;
+    delete scheduler_;
+  }
+
+  static runtime::Engine* engine_;
+  static Metrics* metrics_;
+  static Scheduler* scheduler_;
+  static ServedModel* model_;
+  static GenerationService* generation_;
+  static KServeService* kserve_;
+  static grpc::Server* server_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+};
+
+runtime::Engine* ServicesTest::engine_;
+Metrics* ServicesTest::metrics_;
+Scheduler* ServicesTest::scheduler_;
+ServedModel* ServicesTest::model_;
+GenerationService* ServicesTest::generation_;
+KServeService* ServicesTest::kserve_;
+grpc::Server* ServicesTest::server_;
+std::shared_ptr<grpc::Channel>* ServicesTest::channel_;
+
+TEST_F(ServicesTest, GenerateRequestErrors) {
+  v1::GenerateRequest r;
+  r.set_text("hello");
+  EXPECT_NE(
+      RequestFromProto(*model_, r).status().message().find("no tokenizer"),
+      absl::string_view::npos);
+  r.clear_text();
+  EXPECT_NE(RequestFromProto(*model_, r).status().message().find("empty"),
+            absl::string_view::npos);
+  r.add_input_ids(1);
+  r.set_model("other");
+  EXPECT_NE(RequestFromProto(*model_, r)
+                .status()
+                .message()
+                .find("unknown model 'other'"),
+            absl::string_view::npos);
+  r.set_model("tiny");
+  r.set_max_tokens(0);
+  auto ok = RequestFromProto(*model_, r);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->max_tokens, 0);  // present: the scheduler refuses it
+}
+
+TEST_F(ServicesTest, InferRequestErrors) {
+  inference::ModelInferRequest r;
+  r.set_model_name("tiny");
+  auto* t = r.add_inputs();
+  t->set_name("input_ids");
+  t->set_datatype("FP32");
+  t->add_shape(1);
+  t->add_shape(1);
+  t->mutable_contents()->add_fp32_contents(1);
+  absl::Status s = ParseInferRequest(*model_, r, false).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("INT32 or INT64"), absl::string_view::npos) << s;
+  t->set_datatype("INT32");
+  t->clear_contents();
+  t->mutable_contents()->add_int_contents(1);
+  t->clear_shape();
+  t->add_shape(1);
+  s = ParseInferRequest(*model_, r, false).status();
+  EXPECT_NE(s.message().find("[batch, seq]"), absl::string_view::npos) << s;
+  t->add_shape(1);
+  EXPECT_TRUE(ParseInferRequest(*model_, r, false).ok());
+  r.set_model_name("nope");
+  EXPECT_EQ(ParseInferRequest(*model_, r, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServicesTest, GenerateStreamsAndLogitsAnswer) {
+  auto stub = v1::Generation::NewStub(*channel_);
+  grpc::ClientContext context;
+  v1::GenerateRequest request;
+  for (int id : {1, 2, 3}) request.add_input_ids(id);
+  request.set_max_tokens(5);
+  request.mutable_sampling()->set_temperature(0);
+  request.set_ignore_eos(true);
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateResponse response;
+  int tokens = 0;
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  while (reader->Read(&response)) {
+    tokens += response.token_ids_size();
+    reason = response.finish_reason();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 5);
+  EXPECT_EQ(reason, v1::FINISH_REASON_LENGTH);
+
+  auto kserve = inference::GRPCInferenceService::NewStub(*channel_);
+  grpc::ClientContext infer_context;
+  inference::ModelInferRequest infer;
+  infer.set_model_name("tiny");
+  infer.set_id("abc");
+  auto* t = infer.add_inputs();
+  t->set_name("input_ids");
+  t->set_datatype("INT64");
+  t->add_shape(2);
+  t->add_shape(2);
+  for (int64_t id : {1, 2, 3, 4}) t->mutable_contents()->add_int64_contents(id);
+  inference::ModelInferResponse out;
+  ASSERT_TRUE(kserve->ModelInfer(&infer_context, infer, &out).ok());
+  EXPECT_EQ(out.id(), "abc");
+  ASSERT_EQ(out.outputs_size(), 1);
+  EXPECT_EQ(out.outputs(0).name(), "logits");
+  EXPECT_EQ(out.outputs(0).shape(1), 512);
+  EXPECT_EQ(out.outputs(0).contents().fp32_contents_size(), 2 * 512);
+}
+
+TEST(ServiceUtilTest, StatusConversion) {
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("x")).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ToGrpcStatus(absl::ResourceExhaustedError("x")).error_message(),
+            "x");
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace ringmoe::server
