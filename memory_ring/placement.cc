@@ -37,12 +37,15 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
   }
   plan.resident_bytes = input.always_resident_bytes + all_experts;
   plan.resident_experts = static_cast<int>(input.experts.size());
-  if (input.budget_bytes == 0 || plan.resident_bytes <= input.budget_bytes) return plan;
-
-  // Streaming: slots must fit the largest layer, in case every expert of it
-  // streams.
-  plan.slot_bytes = *std::max_element(layer_bytes.begin(), layer_bytes.end());
-  const uint64_t minimum = input.always_resident_bytes + 2 * plan.slot_bytes;
+  // Slots must fit the largest layer, in case every expert of it streams.
+  plan.slot_bytes =
+      layer_bytes.empty() ? 0 : *std::max_element(layer_bytes.begin(), layer_bytes.end());
+  plan.minimum_budget = input.always_resident_bytes + 2 * plan.slot_bytes;
+  const uint64_t minimum = plan.minimum_budget;
+  if (input.budget_bytes == 0 ||
+      (plan.resident_bytes <= input.budget_bytes && !input.force_streaming)) {
+    return plan;
+  }
   if (input.budget_bytes < minimum) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "memory budget of %d bytes is too small: %d bytes must stay resident "

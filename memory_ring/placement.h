@@ -33,6 +33,9 @@ struct PlacementInput {
   int num_slots = 2;
   // Whether leftover memory becomes an expert cache (else resident experts).
   bool expert_cache = true;
+  // Stream experts even when the budget would hold them all (tests and
+  // benchmarks of the ring on models that fit).
+  bool force_streaming = false;
 };
 
 struct PlacementPlan {
@@ -40,7 +43,8 @@ struct PlacementPlan {
   uint64_t resident_bytes = 0;  // always-resident + resident experts
   uint64_t streamed_bytes = 0;  // experts that live in the source tier
   int num_slots = 0;            // 0: nothing streams
-  uint64_t slot_bytes = 0;      // the largest layer's streamed experts
+  uint64_t slot_bytes = 0;      // the largest layer's experts
+  uint64_t minimum_budget = 0;  // what must stay resident + 2 slots
   uint64_t cache_bytes = 0;
   uint64_t expert_bytes = 0;  // the largest expert (cache entry size)
   int resident_experts = 0;

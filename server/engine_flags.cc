@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "memory_ring/placement.h"
 
 ABSL_FLAG(std::string, model, "",
           "Hugging Face checkpoint directory (config.json, safetensors, "
@@ -21,6 +22,22 @@ ABSL_FLAG(int64_t, kv_cache_tokens, 0,
           "KV-cache capacity in tokens over all sequences; 0 = "
           "max(4096, max_position_embeddings).");
 ABSL_FLAG(int64_t, kv_block_size, 16, "Positions per KV-cache block.");
+ABSL_FLAG(std::string, host_memory_budget, "",
+          "RAM for weights with --device=cpu, e.g. 1GiB or 512MiB; empty = "
+          "no limit. Experts that do not fit stream from the checkpoint "
+          "through the memory ring.");
+ABSL_FLAG(std::string, device_memory_budget, "",
+          "GPU memory for weights with --device=cuda:N; empty = no limit.");
+ABSL_FLAG(int, ring_slots, 3, "Memory ring: slots (K >= 2), one layer's streamed experts each.");
+ABSL_FLAG(int, prefetch_depth, 2,
+          "Memory ring: sections loaded ahead of the one computing (< ring_slots).");
+ABSL_FLAG(std::string, ring_mode, "auto",
+          "Memory ring: layer (stream whole layers), expert (only the experts a "
+          "batch routes to, predicted ahead) or auto (by batch size).");
+ABSL_FLAG(bool, expert_cache, true,
+          "Memory ring: keep hot experts in the memory the ring does not use.");
+ABSL_FLAG(bool, direct_io, true, "Memory ring: read the checkpoint with O_DIRECT.");
+ABSL_FLAG(int, io_threads, 2, "Memory ring: threads reading the checkpoint.");
 
 namespace ringmoe::server {
 
@@ -66,6 +83,43 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight_group_size=", conversion.group_size, ": expected 32 or 64"));
   }
+  runtime::StreamingOptions& ring = options.streaming;
+  if (!absl::GetFlag(FLAGS_device_memory_budget).empty()) {
+    return absl::InvalidArgumentError(
+        "--device_memory_budget applies to --device=cuda:N; with --device=cpu "
+        "use --host_memory_budget");
+  }
+  if (const std::string budget = absl::GetFlag(FLAGS_host_memory_budget); !budget.empty()) {
+    absl::StatusOr<uint64_t> bytes = memory_ring::ParseByteSize(budget);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--host_memory_budget: ", bytes.status().message()));
+    }
+    ring.memory_budget = *bytes;
+  }
+  ring.num_slots = absl::GetFlag(FLAGS_ring_slots);
+  ring.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
+  if (ring.num_slots < 2 || ring.prefetch_depth < 0 ||
+      ring.prefetch_depth >= ring.num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ring_slots must be at least 2 and --prefetch_depth in [0, ring_slots - 1]; got ",
+        ring.num_slots, " and ", ring.prefetch_depth));
+  }
+  const std::string mode = absl::GetFlag(FLAGS_ring_mode);
+  if (mode == "auto") {
+    ring.mode = runtime::RingMode::kAuto;
+  } else if (mode == "layer") {
+    ring.mode = runtime::RingMode::kLayer;
+  } else if (mode == "expert") {
+    ring.mode = runtime::RingMode::kExpert;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_mode=", mode, ": expected auto, layer or expert"));
+  }
+  ring.expert_cache = absl::GetFlag(FLAGS_expert_cache);
+  ring.direct_io = absl::GetFlag(FLAGS_direct_io);
+  ring.io_threads = absl::GetFlag(FLAGS_io_threads);
+  if (ring.io_threads < 1) return absl::InvalidArgumentError("--io_threads must be positive");
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   if (options.kv_cache_tokens < 0 || options.kv_block_size <= 0) {

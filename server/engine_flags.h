@@ -17,6 +17,14 @@ ABSL_DECLARE_FLAG(bool, quantize_attention);
 ABSL_DECLARE_FLAG(int, weight_group_size);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_tokens);
 ABSL_DECLARE_FLAG(int64_t, kv_block_size);
+ABSL_DECLARE_FLAG(std::string, host_memory_budget);
+ABSL_DECLARE_FLAG(std::string, device_memory_budget);
+ABSL_DECLARE_FLAG(int, ring_slots);
+ABSL_DECLARE_FLAG(int, prefetch_depth);
+ABSL_DECLARE_FLAG(std::string, ring_mode);
+ABSL_DECLARE_FLAG(bool, expert_cache);
+ABSL_DECLARE_FLAG(bool, direct_io);
+ABSL_DECLARE_FLAG(int, io_threads);
 
 namespace ringmoe::server {
 

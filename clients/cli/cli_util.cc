@@ -2,10 +2,14 @@
 
 #include <iostream>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+
+ABSL_FLAG(bool, stats, false,
+          "Print the memory ring's counters as one JSON object on stderr at exit.");
 
 namespace ringmoe::cli {
 
@@ -21,6 +25,10 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
     ids.push_back(id);
   }
   return ids;
+}
+
+void MaybePrintRingStats(const memory_ring::RingStats& stats) {
+  if (absl::GetFlag(FLAGS_stats)) std::cerr << stats.ToJson() << "\n";
 }
 
 int Fail(absl::string_view command, const absl::Status& status) {

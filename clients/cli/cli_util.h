@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "memory_ring/ring_stats.h"
 
 namespace ringmoe::cli {
 
@@ -17,6 +18,10 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text);
 
 // Prints "ringmoe <command>: <status>" on stderr and returns 1.
 int Fail(absl::string_view command, const absl::Status& status);
+
+// With --stats, prints the memory ring's counters as one JSON object on
+// stderr.
+void MaybePrintRingStats(const memory_ring::RingStats& stats);
 
 }  // namespace ringmoe::cli
 

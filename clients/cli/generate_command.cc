@@ -101,6 +101,7 @@ int RunGenerate() {
     }
   };
   auto results = runtime::Generate(**engine, {request}, on_token);
+  MaybePrintRingStats((*engine)->ring_stats());
   if (!results.ok()) return Fail("generate", results.status());
   const runtime::GenerationResult& r = (*results)[0];
   const std::string reason(runtime::FinishReasonName(r.finish_reason));

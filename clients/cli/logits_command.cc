@@ -29,6 +29,7 @@ int RunLogits() {
   if (!engine.ok()) return Fail("logits", engine.status());
   std::vector<float> logits;
   absl::Status status = (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
+  MaybePrintRingStats((*engine)->ring_stats());
   if (!status.ok()) return Fail("logits", status);
   const int64_t vocab = (*engine)->spec().vocab_size;
   status = checkpoint::WriteSafetensors(

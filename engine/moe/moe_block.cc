@@ -48,13 +48,14 @@ void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
   RunMlps({{&mlp, x, n, out}}, pool, work);
 }
 
-void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                    const model::LayerWeights& layer, float* out,
-                    ThreadPool* pool, kernels::ProductWork* work) {
+absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
+                            const model::LayerWeights& layer, float* out,
+                            ThreadPool* pool, kernels::ProductWork* work,
+                            ExpertSource* experts, int layer_index) {
   const int64_t hidden = spec.hidden_size;
   if (!layer.is_moe) {
     RunMlp(x, n, layer.dense_mlp, out, pool, work);
-    return;
+    return absl::OkStatus();
   }
   std::vector<float> router_logits(n * spec.num_experts);
   const kernels::MatMulJob router{x, n, layer.router, router_logits.data()};
@@ -65,6 +66,17 @@ void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
                   spec.experts_per_token, spec.norm_topk_prob);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
+  std::vector<const model::MlpWeights*> expert_weights;
+  if (experts != nullptr) {
+    std::vector<int32_t> used;
+    for (const ExpertAssignment& a : assignments) used.push_back(a.expert);
+    absl::Status status = experts->Acquire(layer_index, used, &expert_weights);
+    if (!status.ok()) return status;
+  } else {
+    for (const ExpertAssignment& a : assignments) {
+      expert_weights.push_back(&layer.experts[a.expert]);
+    }
+  }
 
   // Gather each expert's tokens into contiguous rows; the shared expert (if
   // any) runs in the same loops on all tokens.
@@ -74,13 +86,14 @@ void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
   std::vector<float> shared;
   std::vector<MlpRun> runs;
   int64_t row = 0;
-  for (const ExpertAssignment& a : assignments) {
+  for (size_t e = 0; e < assignments.size(); ++e) {
+    const ExpertAssignment& a = assignments[e];
     const int64_t m = static_cast<int64_t>(a.tokens.size());
     for (int64_t i = 0; i < m; ++i) {
       std::copy_n(x + a.tokens[i] * hidden, hidden,
                   gathered.data() + (row + i) * hidden);
     }
-    runs.push_back({&layer.experts[a.expert], gathered.data() + row * hidden, m,
+    runs.push_back({expert_weights[e], gathered.data() + row * hidden, m,
                     expert_out.data() + row * hidden});
     row += m;
   }
@@ -89,6 +102,7 @@ void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
     runs.push_back({&layer.shared_expert, x, n, shared.data()});
   }
   RunMlps(runs, pool, work);
+  if (experts != nullptr) experts->Release(layer_index);
 
   std::fill(out, out + n * hidden, 0.f);
   row = 0;
@@ -111,6 +125,7 @@ void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
       }
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace ringmoe::moe

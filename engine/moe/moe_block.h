@@ -9,9 +9,11 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
+#include "engine/moe/expert_source.h"
 #include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
@@ -20,13 +22,16 @@ namespace ringmoe::moe {
 void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
             ThreadPool* pool = nullptr, kernels::ProductWork* work = nullptr);
 
-// out[n, hidden] = the layer's feed-forward output for the normalised hidden
-// states x[n, hidden] (not including the residual). `pool` may be null;
-// `work`, when set, accumulates the weight bytes and FLOPs of the products.
-void RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                    const model::LayerWeights& layer, float* out,
-                    ThreadPool* pool = nullptr,
-                    kernels::ProductWork* work = nullptr);
+// out[n, hidden] = the feed-forward output of layer `layer_index` for the
+// normalised hidden states x[n, hidden] (not including the residual).
+// `pool` may be null; `work`, when set, accumulates the weight bytes and
+// FLOPs of the products. Routed experts' weights come from `experts` (null:
+// all resident in `layer`); a failure to load them is returned.
+absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
+                            const model::LayerWeights& layer, float* out,
+                            ThreadPool* pool = nullptr,
+                            kernels::ProductWork* work = nullptr,
+                            ExpertSource* experts = nullptr, int layer_index = 0);
 
 }  // namespace ringmoe::moe
 

@@ -1,6 +1,7 @@
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "base/status_macros.h"
@@ -32,8 +33,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
       engine->tokenizer_->eos_token_id()) {
     engine->eos_token_ids_.push_back(*engine->tokenizer_->eos_token_id());
   }
+  ASSIGN_OR_RETURN(engine->streamed_experts_,
+                   StreamedExperts::Create(engine->spec_, *arch, *engine->checkpoint_,
+                                           engine->weights_, options.streaming,
+                                           &engine->ring_stats_, &engine->placement_));
+  if (options.streaming.memory_budget > 0) {
+    std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
+  }
   engine->runner_ = std::make_unique<ModelRunner>(
-      engine->spec_, engine->weights_, engine->pool_.get());
+      engine->spec_, engine->weights_, engine->pool_.get(),
+      engine->streamed_experts_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
       options.kv_cache_tokens > 0

@@ -16,6 +16,9 @@
 #include "engine/model/model_weights.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/streamed_experts.h"
+#include "memory_ring/placement.h"
+#include "memory_ring/ring_stats.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ringmoe::runtime {
@@ -30,6 +33,8 @@ struct EngineOptions {
   int threads = 0;
   // Conversion (quantization) of the weights on load.
   model::WeightConversion weight_conversion;
+  // Memory budget and ring settings; with no budget everything is resident.
+  StreamingOptions streaming;
 };
 
 class Engine {
@@ -52,6 +57,11 @@ class Engine {
   // The forward pass's threads (also used for load-time conversion).
   ThreadPool* pool() const { return pool_.get(); }
 
+  // Where the weights live (what is resident, what streams) and the ring's
+  // counters.
+  const memory_ring::PlacementPlan& placement() const { return placement_; }
+  const memory_ring::RingStats& ring_stats() const { return ring_stats_; }
+
   // Runs one step (see ModelRunner::Forward).
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
                     std::vector<float>* logits,
@@ -64,6 +74,9 @@ class Engine {
   model::ModelSpec spec_;
   model::ModelWeights weights_;
   std::unique_ptr<ThreadPool> pool_;
+  memory_ring::RingStats ring_stats_;
+  memory_ring::PlacementPlan placement_;
+  std::unique_ptr<StreamedExperts> streamed_experts_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -19,8 +19,9 @@ constexpr int64_t kMinPositionsPerSlice = 256;
 }  // namespace
 
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
-                         const model::ModelWeights& weights, ThreadPool* pool)
-    : spec_(spec), weights_(weights), pool_(pool), rope_(spec) {}
+                         const model::ModelWeights& weights, ThreadPool* pool,
+                         moe::ExpertSource* experts)
+    : spec_(spec), weights_(weights), pool_(pool), experts_(experts), rope_(spec) {}
 
 absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache) const {
@@ -93,6 +94,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
       ++row;
     }
   }
+  if (experts_ != nullptr) experts_->BeginStep(n);
+  std::vector<float> predicted_logits;
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     const model::LayerWeights& layer = weights_.layers[l];
     kernels::RmsNorm(x.data(), layer.input_norm.data(), n, hidden,
@@ -102,10 +105,25 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
     kernels::RmsNorm(x.data(), layer.post_attention_norm.data(), n, hidden,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
-    moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data(), pool_,
-                        work);
+    // The next layer's router on this layer's hidden state predicts the
+    // experts it will need, so they load while this layer computes.
+    if (experts_ != nullptr && l + 1 < spec_.num_layers && spec_.layer_is_moe[l + 1]) {
+      predicted_logits.resize(n * spec_.num_experts);
+      kernels::MatMulTransposed(normed.data(), n, weights_.layers[l + 1].router,
+                                predicted_logits.data());
+      experts_->Predict(static_cast<int>(l + 1), predicted_logits.data(), n);
+    }
+    absl::Status status = moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data(),
+                                              pool_, work, experts_, static_cast<int>(l));
+    if (!status.ok()) {
+      // The sequences' new KV positions hold partial results: callers must
+      // release the sequences of a failed step.
+      experts_->EndStep();
+      return status;
+    }
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
   }
+  if (experts_ != nullptr) experts_->EndStep();
   const int64_t rows = static_cast<int64_t>(output_rows.size());
   std::vector<float> last(rows * hidden);
   for (int64_t r = 0; r < rows; ++r) {

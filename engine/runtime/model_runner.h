@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
+#include "engine/moe/expert_source.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/rope.h"
 #include "kernels/cpu/ops.h"
@@ -29,16 +30,18 @@ struct SequenceChunk {
 
 class ModelRunner {
  public:
-  // `spec`, `weights` and `pool` (null: single-threaded) must outlive the
-  // runner.
+  // `spec`, `weights`, `pool` (null: single-threaded) and `experts` (null:
+  // every expert resident in `weights`) must outlive the runner.
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
-              ThreadPool* pool = nullptr);
+              ThreadPool* pool = nullptr, moe::ExpertSource* experts = nullptr);
 
   // Runs the chunks through the model in one step. Logits rows come in chunk
   // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
   // chunk, a token id out of range, a sequence longer than the model's
-  // maximum, or too few free KV-cache blocks. `work`, when set, accumulates
-  // the weight bytes the step read and its FLOPs (products and attention).
+  // maximum, or too few free KV-cache blocks. A failure to load streamed
+  // weights fails the step after the cache grew: release its sequences.
+  // `work`, when set, accumulates the weight bytes the step read and its
+  // FLOPs (products and attention).
   absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
                        std::vector<float>* logits,
                        kernels::ProductWork* work = nullptr) const;
@@ -56,6 +59,7 @@ class ModelRunner {
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;
   ThreadPool* pool_;
+  moe::ExpertSource* experts_;
   Rope rope_;
 };
 

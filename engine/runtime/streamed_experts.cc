@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   input.budget_bytes = options.memory_budget;
   input.num_slots = options.num_slots;
   input.expert_cache = options.expert_cache;
+  input.force_streaming = options.force_streaming;
   ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;

@@ -39,6 +39,9 @@ struct StreamingOptions {
   bool expert_cache = true;
   bool direct_io = true;
   int io_threads = 2;
+  // Stream every routed expert even when the budget would hold them all
+  // (tests and benchmarks of the ring on models that fit).
+  bool force_streaming = false;
 };
 
 class StreamedExperts : public moe::ExpertSource {

@@ -1,0 +1,133 @@
+// Offloading must not change results: for every golden tiny model, logits
+// and greedy tokens with every expert streamed through the memory ring —
+// rings of 2, 3 and 4 slots, prefetch depth 0 to K-1, layer and expert mode,
+// expert cache on and off — are bitwise identical to the all-resident run.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/safetensors.h"
+#include "engine/runtime/engine.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe {
+namespace {
+
+constexpr int kCases = 5;
+constexpr int kGreedy = 16;
+
+struct Trace {
+  std::vector<std::vector<float>> logits;  // per case: prefill (all) + decode rows
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<float> batched;  // all cases in one step
+};
+
+std::unique_ptr<runtime::Engine> Load(const std::string& dir,
+                                      const runtime::StreamingOptions& streaming) {
+  runtime::EngineOptions options;
+  options.model_dir = dir;
+  options.threads = 1;
+  options.streaming = streaming;
+  auto engine = runtime::Engine::Load(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+Trace RunCases(runtime::Engine& engine, const std::vector<std::vector<int32_t>>& inputs) {
+  Trace trace;
+  const int64_t vocab = engine.spec().vocab_size;
+  for (int i = 0; i < kCases; ++i) {
+    std::vector<float> logits, all;
+    runtime::SequenceId seq = 100 + i;
+    EXPECT_TRUE(engine.Step({{seq, inputs[i], true}}, &logits).ok());
+    all = logits;
+    std::vector<int32_t> greedy;
+    for (int step = 0; step < kGreedy; ++step) {
+      const float* last = &logits[logits.size() - vocab];
+      greedy.push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+      std::vector<int32_t> next = {greedy.back()};
+      EXPECT_TRUE(engine.Step({{seq, next, false}}, &logits).ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    engine.kv_cache().Release(seq);
+    trace.logits.push_back(std::move(all));
+    trace.greedy.push_back(std::move(greedy));
+  }
+  std::vector<runtime::SequenceChunk> chunks;
+  for (int i = 0; i < kCases; ++i) chunks.push_back({200 + i, inputs[i], true});
+  EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
+  for (int i = 0; i < kCases; ++i) engine.kv_cache().Release(200 + i);
+  return trace;
+}
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class StreamingExactnessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
+  const std::string dir = "tests/testdata/moe-tiny/" + GetParam();
+  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok());
+  std::vector<std::vector<int32_t>> inputs;
+  for (int i = 0; i < kCases; ++i) {
+    auto ids = checkpoint::CopyAsInt64(*(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
+    ASSERT_TRUE(ids.ok());
+    inputs.emplace_back(ids->begin(), ids->end());
+  }
+  auto resident = Load(dir, {});
+  ASSERT_NE(resident, nullptr);
+  const Trace want = RunCases(*resident, inputs);
+  const memory_ring::PlacementPlan& sizes = resident->placement();
+  ASSERT_GT(sizes.slot_bytes, 0u);
+
+  for (int slots = 2; slots <= 4; ++slots) {
+    for (int depth = 0; depth < slots; ++depth) {
+      for (auto mode : {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
+        for (bool cache : {false, true}) {
+          runtime::StreamingOptions s;
+          s.num_slots = slots;
+          s.prefetch_depth = depth;
+          s.mode = mode;
+          s.expert_cache = cache;
+          s.force_streaming = true;
+          s.memory_budget = sizes.minimum_budget + (slots - 2) * sizes.slot_bytes +
+                            (cache ? 3 * sizes.expert_bytes : 0);
+          const std::string config = GetParam() + " K=" + std::to_string(slots) +
+                                     " d=" + std::to_string(depth) +
+                                     (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
+                                     (cache ? " cache" : " nocache");
+          auto streamed = Load(dir, s);
+          ASSERT_NE(streamed, nullptr) << config;
+          ASSERT_TRUE(streamed->placement().streams()) << config;
+          ASSERT_EQ(streamed->placement().num_slots, slots) << config;
+          ASSERT_EQ(streamed->placement().resident_experts, 0) << config;
+          const Trace got = RunCases(*streamed, inputs);
+          for (int i = 0; i < kCases; ++i) {
+            EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i])) << config << " case " << i;
+            EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
+          }
+          EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+          const memory_ring::RingStats& stats = streamed->ring_stats();
+          EXPECT_GT(stats.bytes_moved, 0u) << config;
+          EXPECT_EQ(stats.load_errors, 0u) << config;
+          if (cache && mode == runtime::RingMode::kExpert) {
+            EXPECT_GT(stats.cache_hits, 0u) << config;
+          }
+          if (mode == runtime::RingMode::kExpert) {
+            EXPECT_GT(stats.prefetch_hits + stats.prefetch_misses, 0u) << config;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeTiny, StreamingExactnessTest,
+                         ::testing::Values("mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe",
+                                           "olmoe"));
+
+}  // namespace
+}  // namespace ringmoe
