@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   }
   ASSIGN_OR_RETURN(engine->streamed_experts_,
                    StreamedExperts::Create(engine->spec_, *arch, *engine->checkpoint_,
-                                           engine->weights_, options.streaming,
+                                           &engine->weights_, options.streaming,
                                            &engine->ring_stats_, &engine->placement_));
   if (options.streaming.memory_budget > 0) {
     std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());

@@ -1,6 +1,7 @@
 #include "engine/runtime/streamed_experts.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -19,9 +20,10 @@ uint64_t AlignUp(uint64_t n) { return (n + kPlaceAlign - 1) / kPlaceAlign * kPla
 
 absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
     const model::ModelSpec& spec, const model::Architecture& arch,
-    const checkpoint::Checkpoint& checkpoint, const model::ModelWeights& weights,
+    const checkpoint::Checkpoint& checkpoint, model::ModelWeights* mutable_weights,
     const StreamingOptions& options, memory_ring::RingStats* stats,
     memory_ring::PlacementPlan* plan) {
+  const model::ModelWeights& weights = *mutable_weights;
   std::unique_ptr<StreamedExperts> s(new StreamedExperts(spec, weights));
   s->options_ = options;
   s->stats_ = stats;
@@ -78,6 +80,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   stats->bytes_streamed = plan->streamed_bytes;
   if (!plan->streams()) return std::unique_ptr<StreamedExperts>();
   s->resident_ = plan->expert_resident;
+  s->CopyResidentIntoMemory(mutable_weights);
 
   ASSIGN_OR_RETURN(s->tier_, memory_ring::CreateDiskTier(
                                  paths, {options.io_threads, options.direct_io}));
@@ -96,6 +99,38 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
 StreamedExperts::~StreamedExperts() {
   // The ring waits for loads in flight before the tier goes away.
   ring_.reset();
+}
+
+void StreamedExperts::CopyResidentIntoMemory(model::ModelWeights* weights) const {
+  auto copy = [weights](kernels::Matrix* m) {
+    if (m->data == nullptr) return;
+    const int64_t bytes = kernels::MatrixBytes(*m);
+    auto buffer = std::make_unique<uint8_t[]>(bytes);
+    std::memcpy(buffer.get(), m->data, bytes);
+    m->data = buffer.get();
+    weights->converted.push_back(std::move(buffer));
+  };
+  auto copy_mlp = [&](model::MlpWeights* mlp) {
+    copy(&mlp->gate);
+    copy(&mlp->up);
+    copy(&mlp->down);
+  };
+  const bool tied = weights->lm_head.data == weights->embed_tokens.data;
+  copy(&weights->embed_tokens);
+  if (tied) {
+    weights->lm_head = weights->embed_tokens;
+  } else {
+    copy(&weights->lm_head);
+  }
+  for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
+    model::LayerWeights& layer = weights->layers[l];
+    for (kernels::Matrix* m : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router}) copy(m);
+    if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
+    if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
+    for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
+      if (!Streams(l, e)) copy_mlp(&layer.experts[e]);
+    }
+  }
 }
 
 std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(

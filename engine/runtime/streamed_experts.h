@@ -47,10 +47,13 @@ struct StreamingOptions {
 class StreamedExperts : public moe::ExpertSource {
  public:
   // Plans placement for `weights` (bound to `checkpoint`) under the budget.
-  // Returns null when everything fits (no streaming needed).
+  // Returns null when everything fits (no streaming needed). Otherwise the
+  // resident matrices are copied out of the memory-mapped checkpoint into
+  // RAM `weights` owns: resident means in the budget, and a checkpoint file
+  // truncated underneath then fails loads instead of faulting the process.
   static absl::StatusOr<std::unique_ptr<StreamedExperts>> Create(
       const model::ModelSpec& spec, const model::Architecture& arch,
-      const checkpoint::Checkpoint& checkpoint, const model::ModelWeights& weights,
+      const checkpoint::Checkpoint& checkpoint, model::ModelWeights* weights,
       const StreamingOptions& options, memory_ring::RingStats* stats,
       memory_ring::PlacementPlan* plan);
   ~StreamedExperts() override;
@@ -85,6 +88,8 @@ class StreamedExperts : public moe::ExpertSource {
   }
   std::vector<memory_ring::CopyPiece> PiecesFor(int layer, absl::Span<const int32_t> experts) const;
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
+  // Copies every matrix that stays resident into owned memory.
+  void CopyResidentIntoMemory(model::ModelWeights* weights) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;
