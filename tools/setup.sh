@@ -14,6 +14,9 @@ packages=(
   # Tests and clients: Python grpcio, a real Prometheus, Node for @grpc/grpc-js.
   python3 python3-numpy python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl nlohmann-json3-dev
+  # tests/deploy: shell lint of the container's entrypoint and health check
+  # (promtool comes with prometheus above).
+  shellcheck
 )
 # Node.js may come from elsewhere (NodeSource ships npm inside nodejs, and
 # Debian's npm conflicts with it): take Debian's only when npm is missing.

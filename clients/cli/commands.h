@@ -8,6 +8,7 @@ namespace ringmoe::cli {
 int RunBench();
 int RunDevices();
 int RunGenerate();
+int RunHealth();
 int RunLogits();
 int RunTokenize();
 

@@ -25,6 +25,8 @@ constexpr char kUsage[] =
     "  generate  --server HOST:PORT ...  the same through a running ringmoe_server\n"
     "  bench-serve --server HOST:PORT [--concurrency N | --rate R] [--num_requests N]\n"
     "            [--prompt_tokens_min/max N] [--output_tokens_min/max N]  load test (JSON)\n"
+    "  health    --server HOST:PORT [--service NAME] [--timeout_s S]\n"
+    "            grpc.health.v1 check; exit 0 only when SERVING\n"
     "  devices   list the CUDA devices\n"
     "Run `ringmoe --helpfull` for every flag.";
 
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return ringmoe::cli::RunGenerate();
   if (command == "logits") return ringmoe::cli::RunLogits();
   if (command == "tokenize") return ringmoe::cli::RunTokenize();
+  if (command == "health") return ringmoe::cli::RunHealth();
   if (command == "devices") return ringmoe::cli::RunDevices();
   if (command == "bench-serve") return ringmoe::cli::RunBenchServe();
   if (command == "bench") return ringmoe::cli::RunBench();

@@ -1,0 +1,273 @@
+"""The deploy/ files parse and agree with the server's contracts: gRPC on
+8001 and metrics on 8002, grpc.health.v1 probes, a GPU request, a
+ServiceMonitor that names the Service's metrics port, a non-root image with
+a health check and a model volume. No container engine or cluster runs
+here, so this reads the files the way those tools would."""
+import json
+import os
+import re
+import shlex
+import unittest
+
+import yaml
+
+GRPC_PORT, METRICS_PORT = 8001, 8002
+
+
+def load_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def k8s_objects():
+    objects = {}
+    for name in ["deployment", "service", "servicemonitor", "pdb"]:
+        for doc in load_all("deploy/k8s/%s.yaml" % name):
+            objects[doc["kind"]] = doc
+    return objects
+
+
+def parse_dockerfile(path):
+    """[(stage_index, INSTRUCTION, argument text)] with continuation lines
+    joined and comments dropped, as Docker's parser reads them."""
+    instructions, current, stage = [], "", -1
+    with open(path) as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not current and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if current and line.lstrip().startswith("#"):
+                continue  # comment lines inside a continued instruction
+            if line.endswith("\\"):
+                current += line[:-1] + " "
+                continue
+            current += line
+            keyword, _, rest = current.strip().partition(" ")
+            keyword = keyword.upper()
+            if keyword == "FROM":
+                stage += 1
+            instructions.append((stage, keyword, rest.strip()))
+            current = ""
+    return instructions
+
+
+class KubernetesTest(unittest.TestCase):
+    def setUp(self):
+        self.objects = k8s_objects()
+
+    def container(self):
+        spec = self.objects["Deployment"]["spec"]["template"]["spec"]
+        self.assertEqual(len(spec["containers"]), 1)
+        return spec, spec["containers"][0]
+
+    def test_every_manifest_parses_with_kind_and_api_version(self):
+        for kind, api in [("Deployment", "apps/v1"), ("Service", "v1"),
+                          ("ServiceMonitor", "monitoring.coreos.com/v1"),
+                          ("PodDisruptionBudget", "policy/v1")]:
+            self.assertIn(kind, self.objects)
+            self.assertEqual(self.objects[kind]["apiVersion"], api)
+            self.assertEqual(self.objects[kind]["metadata"]["name"], "ringmoe")
+
+    def test_kustomization_lists_the_manifests(self):
+        (k,) = load_all("deploy/k8s/kustomization.yaml")
+        self.assertEqual(sorted(k["resources"]), ["deployment.yaml", "pdb.yaml",
+                                                  "service.yaml", "servicemonitor.yaml"])
+
+    def test_container_ports(self):
+        _, c = self.container()
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        self.assertEqual(env["RINGMOE_GRPC_PORT"], str(GRPC_PORT))
+        self.assertEqual(env["RINGMOE_METRICS_PORT"], str(METRICS_PORT))
+        self.assertTrue(env["RINGMOE_MODEL"].startswith("/models"))
+
+    def test_probes_are_native_grpc_on_the_grpc_port(self):
+        _, c = self.container()
+        for probe in ["startupProbe", "readinessProbe", "livenessProbe"]:
+            self.assertIn(probe, c)
+            self.assertEqual(c[probe]["grpc"]["port"], GRPC_PORT, probe)
+        # Slow model loads: the startup probe must allow minutes.
+        startup = c["startupProbe"]
+        self.assertGreaterEqual(startup["periodSeconds"] * startup["failureThreshold"], 300)
+
+    def test_gpu_request_and_limit(self):
+        _, c = self.container()
+        self.assertEqual(c["resources"]["requests"]["nvidia.com/gpu"], 1)
+        self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], 1)
+
+    def test_non_root_and_model_volume(self):
+        spec, c = self.container()
+        self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+        self.assertNotEqual(spec["securityContext"]["runAsUser"], 0)
+        self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        self.assertEqual(mounts["models"]["mountPath"], "/models")
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        self.assertIn("claimName", volumes["models"]["persistentVolumeClaim"])
+
+    def test_termination_grace_exceeds_the_servers_drain(self):
+        spec, _ = self.container()
+        self.assertGreater(spec["terminationGracePeriodSeconds"], 30)
+
+    def test_service_and_service_monitor_agree(self):
+        svc, mon = self.objects["Service"], self.objects["ServiceMonitor"]
+        ports = {p["name"]: p for p in svc["spec"]["ports"]}
+        self.assertEqual(ports["grpc"]["port"], GRPC_PORT)
+        self.assertEqual(ports["metrics"]["port"], METRICS_PORT)
+        _, c = self.container()
+        container_ports = {p["name"] for p in c["ports"]}
+        for p in ports.values():
+            self.assertIn(p["targetPort"], container_ports)
+        (endpoint,) = mon["spec"]["endpoints"]
+        self.assertEqual(endpoint["port"], "metrics")
+        self.assertEqual(endpoint["path"], "/metrics")
+        labels = svc["metadata"]["labels"]
+        for k, v in mon["spec"]["selector"]["matchLabels"].items():
+            self.assertEqual(labels.get(k), v)
+
+    def test_selectors_match_the_pod_labels(self):
+        pod_labels = self.objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+        selectors = [self.objects["Deployment"]["spec"]["selector"]["matchLabels"],
+                     self.objects["Service"]["spec"]["selector"],
+                     self.objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]]
+        for selector in selectors:
+            for k, v in selector.items():
+                self.assertEqual(pod_labels.get(k), v)
+
+
+class ComposeTest(unittest.TestCase):
+    def setUp(self):
+        (self.compose,) = load_all("deploy/docker-compose.yml")
+        self.services = self.compose["services"]
+
+    def test_services(self):
+        self.assertEqual(set(self.services), {"ringmoe", "prometheus", "grafana"})
+
+    def test_ringmoe_ports_gpu_and_model_volume(self):
+        r = self.services["ringmoe"]
+        self.assertEqual(r["build"]["dockerfile"], "deploy/Dockerfile")
+        self.assertEqual(set(r["ports"]), {"%d:%d" % (GRPC_PORT, GRPC_PORT),
+                                           "%d:%d" % (METRICS_PORT, METRICS_PORT)})
+        (device,) = r["deploy"]["resources"]["reservations"]["devices"]
+        self.assertEqual(device["driver"], "nvidia")
+        self.assertIn("gpu", device["capabilities"])
+        # SOURCE:/models[:ro], where SOURCE may be "${VAR:-default}".
+        self.assertTrue(any(re.search(r":/models(:ro)?$", v) for v in r["volumes"]))
+
+    def test_mounted_config_files_exist(self):
+        for service in ("prometheus", "grafana"):
+            for volume in self.services[service]["volumes"]:
+                source = volume.split(":")[0]
+                if source.startswith("./"):
+                    self.assertTrue(os.path.exists("deploy/" + source[2:]), volume)
+
+    def test_prometheus_scrapes_the_ringmoe_service(self):
+        (cfg,) = load_all("deploy/prometheus/prometheus.yml")
+        targets = [t for job in cfg["scrape_configs"] for sc in job["static_configs"]
+                   for t in sc["targets"]]
+        self.assertEqual(targets, ["ringmoe:%d" % METRICS_PORT])
+        mounts = self.services["prometheus"]["volumes"]
+        self.assertIn("./prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro", mounts)
+        self.assertIn("./prometheus/rules.yml:/etc/prometheus/rules.yml:ro", mounts)
+
+
+class GrafanaTest(unittest.TestCase):
+    def test_provisioning(self):
+        (ds,) = load_all("deploy/grafana/provisioning/datasources/prometheus.yml")
+        (source,) = ds["datasources"]
+        self.assertEqual(source["type"], "prometheus")
+        self.assertEqual(source["url"], "http://prometheus:9090")
+        (dash,) = load_all("deploy/grafana/provisioning/dashboards/ringmoe.yml")
+        (provider,) = dash["providers"]
+        self.assertEqual(provider["type"], "file")
+        self.assertEqual(provider["options"]["path"], "/var/lib/grafana/dashboards")
+
+    def test_dashboard_panels(self):
+        with open("deploy/grafana/dashboards/ringmoe.json") as f:
+            d = json.load(f)
+        self.assertEqual(d["uid"], "ringmoe")
+        ids = [p["id"] for p in d["panels"]]
+        self.assertEqual(len(ids), len(set(ids)))
+        titles = {p["title"] for p in d["panels"]}
+        for want in ["Requests by status", "Queue and running sequences", "Time to first token",
+                     "Inter-token latency", "End-to-end latency", "Tokens per second",
+                     "Batch size", "KV cache usage", "Ring bytes moved", "Ring stall",
+                     "Prefetch hit rate", "Expert cache hit rate"]:
+            self.assertIn(want, titles)
+        exprs = " ".join(t["expr"] for p in d["panels"] for t in p.get("targets", []))
+        for q in ["0.5", "0.99"]:
+            self.assertIn("histogram_quantile(%s, sum by (le) (rate("
+                          "ringmoe_time_to_first_token_seconds_bucket" % q, exprs)
+        # Panels must not overlap on Grafana's 24-column grid.
+        cells = set()
+        for p in d["panels"]:
+            g = p["gridPos"]
+            self.assertLessEqual(g["x"] + g["w"], 24)
+            for x in range(g["x"], g["x"] + g["w"]):
+                for y in range(g["y"], g["y"] + g["h"]):
+                    self.assertNotIn((x, y), cells, p["title"])
+                    cells.add((x, y))
+
+
+class DockerfileTest(unittest.TestCase):
+    """hadolint is not packaged for Debian; these are the properties the
+    deployment depends on."""
+
+    def setUp(self):
+        self.ins = parse_dockerfile("deploy/Dockerfile")
+        self.last_stage = max(s for s, _, _ in self.ins)
+
+    def final(self, keyword):
+        return [arg for s, k, arg in self.ins if s == self.last_stage and k == keyword]
+
+    def test_known_instructions_only(self):
+        known = {"ARG", "FROM", "SHELL", "ENV", "WORKDIR", "COPY", "RUN", "VOLUME", "EXPOSE",
+                 "USER", "HEALTHCHECK", "STOPSIGNAL", "ENTRYPOINT", "CMD", "LABEL"}
+        for _, k, _ in self.ins:
+            self.assertIn(k, known)
+
+    def test_two_stages_build_on_debian_run_on_cuda(self):
+        froms = [arg for _, k, arg in self.ins if k == "FROM"]
+        self.assertEqual(len(froms), 2)
+        self.assertTrue(froms[0].startswith("debian:12 AS build"), froms[0])
+        self.assertTrue(froms[1].startswith("nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu"),
+                        froms[1])
+        args = dict(a.split("=", 1) for _, k, a in self.ins if k == "ARG" and "=" in a)
+        self.assertTrue(args["CUDA_VERSION"].startswith("13."))
+        copies = self.final("COPY")
+        self.assertTrue(any(c.startswith("--from=build ") for c in copies))
+
+    def test_build_stage_runs_setup_and_bazel(self):
+        runs = " ".join(arg for s, k, arg in self.ins if s == 0 and k == "RUN")
+        self.assertIn("bash tools/setup.sh", runs)
+        self.assertIn("bazel build", runs)
+        self.assertIn("//server:ringmoe_server", runs)
+        self.assertIn("//clients/cli:ringmoe", runs)
+        self.assertIn("deploy/bundle_libs.sh", runs)
+
+    def test_runtime_user_is_not_root(self):
+        (user,) = self.final("USER")
+        self.assertNotIn(user.split(":")[0], ("root", "0"))
+
+    def test_ports_volume_entrypoint_and_healthcheck(self):
+        (expose,) = self.final("EXPOSE")
+        self.assertEqual(sorted(expose.split()), [str(GRPC_PORT), str(METRICS_PORT)])
+        (volume,) = self.final("VOLUME")
+        self.assertEqual(volume, "/models")
+        (entrypoint,) = self.final("ENTRYPOINT")
+        self.assertEqual(json.loads(entrypoint), ["/opt/ringmoe/bin/entrypoint.sh"])
+        (health,) = self.final("HEALTHCHECK")
+        options, _, cmd = health.partition(" CMD ")
+        self.assertEqual(json.loads(cmd), ["/opt/ringmoe/bin/healthcheck.sh"])
+        opts = dict(o.lstrip("-").split("=") for o in shlex.split(options))
+        self.assertEqual(set(opts), {"interval", "timeout", "start-period", "retries"})
+        # healthcheck.sh's own deadline (3 s) must fit in Docker's timeout.
+        self.assertGreater(int(re.match(r"(\d+)s", opts["timeout"]).group(1)), 3)
+        env = " ".join(self.final("ENV"))
+        self.assertIn("RINGMOE_GRPC_PORT=%d" % GRPC_PORT, env)
+        self.assertIn("RINGMOE_METRICS_PORT=%d" % METRICS_PORT, env)
+
+
+if __name__ == "__main__":
+    unittest.main()
