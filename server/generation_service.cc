@@ -243,6 +243,17 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
         static_cast<int32_t>(model_.scheduler->kv_block_size()));
     response->set_kv_cache_blocks(
         static_cast<int32_t>(model_.scheduler->kv_blocks()));
+    const memory_ring::PlacementPlan& plan = model_.engine->placement();
+    v1::Placement* placement = response->mutable_placement();
+    placement->set_budget_bytes(plan.budget_bytes);
+    placement->set_resident_bytes(plan.resident_bytes);
+    placement->set_streamed_bytes(plan.streamed_bytes);
+    placement->set_ring_slots(plan.num_slots);
+    placement->set_slot_bytes(plan.streams() ? plan.slot_bytes : 0);
+    placement->set_expert_cache_bytes(plan.cache_bytes);
+    placement->set_resident_experts(plan.resident_experts);
+    placement->set_streamed_experts(plan.streamed_experts);
+    placement->set_summary(plan.Summary());
   }
   return FinishUnary(context, "GetModelInfo", status);
 }

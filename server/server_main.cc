@@ -33,6 +33,7 @@
 #include "server/generation_service.h"
 #include "server/kserve_service.h"
 #include "server/metrics.h"
+#include "server/ring_metrics.h"
 #include "server/scheduler.h"
 #include "server/service_util.h"
 
@@ -133,6 +134,7 @@ int Serve() {
   if (!engine.ok()) return Fail(engine.status());
   std::string name = absl::GetFlag(FLAGS_model_name);
   if (name.empty()) name = BaseName(options->model_dir);
+  std::fprintf(stderr, "ringmoe_server: %s\n", (*engine)->placement().Summary().c_str());
   std::fprintf(stderr, "ringmoe_server: loaded %s (%s) from %s in %.2f s\n",
                name.c_str(), (*engine)->spec().architecture.c_str(),
                options->model_dir.c_str(),
@@ -151,8 +153,9 @@ int Serve() {
         absl::StrCat("cannot serve metrics on ", host, ":",
                      absl::GetFlag(FLAGS_metrics_port), ": ", e.what())));
   }
-  // Further collectors (the memory ring's families) register on `registry`.
   exposer->RegisterCollectable(registry);
+  auto ring_metrics = std::make_shared<RingMetrics>((*engine)->ring_stats());
+  exposer->RegisterCollectable(ring_metrics);
 
   Scheduler scheduler(engine->get(), sched, &metrics);
   ServedModel model{name, engine->get(), &scheduler, &metrics};

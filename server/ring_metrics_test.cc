@@ -1,0 +1,46 @@
+#include "server/ring_metrics.h"
+
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ringmoe::server {
+namespace {
+
+TEST(RingMetricsTest, ReportsTheCurrentCounters) {
+  memory_ring::RingStats stats;
+  RingMetrics metrics(stats);
+  stats.AddMoved("disk_to_host", 1000);
+  stats.AddMoved("slot_to_cache", 7);
+  stats.stall_nanos = 2500000000;
+  stats.prefetch_hits = 3;
+  stats.cache_evictions = 2;
+  stats.bytes_resident = 12345;
+  std::map<std::string, const prometheus::MetricFamily*> by_name;
+  const auto families = metrics.Collect();
+  for (const auto& f : families) by_name[f.name] = &f;
+  const auto* moved = by_name.at("ringmoe_ring_bytes_moved_total");
+  ASSERT_EQ(moved->metric.size(), 3u);
+  EXPECT_EQ(moved->metric[0].label[0].value, "disk_to_host");
+  EXPECT_EQ(moved->metric[0].counter.value, 1000);
+  EXPECT_EQ(moved->metric[2].counter.value, 7);
+  EXPECT_DOUBLE_EQ(by_name.at("ringmoe_ring_stall_seconds_total")->metric[0].counter.value, 2.5);
+  EXPECT_EQ(by_name.at("ringmoe_ring_prefetch_hits_total")->metric[0].counter.value, 3);
+  EXPECT_EQ(by_name.at("ringmoe_expert_cache_evictions_total")->metric[0].counter.value, 2);
+  EXPECT_EQ(by_name.at("ringmoe_ring_resident_bytes")->metric[0].gauge.value, 12345);
+  for (const auto& [name, family] : by_name) {
+    EXPECT_EQ(name.rfind("ringmoe_", 0), 0u);
+    if (family->type == prometheus::MetricType::Counter) {
+      EXPECT_EQ(name.substr(name.size() - 6), "_total") << name;
+    }
+  }
+  // Later changes show at the next scrape.
+  stats.prefetch_hits = 10;
+  for (const auto& f : metrics.Collect()) {
+    if (f.name == "ringmoe_ring_prefetch_hits_total") EXPECT_EQ(f.metric[0].counter.value, 10);
+  }
+}
+
+}  // namespace
+}  // namespace ringmoe::server
