@@ -27,6 +27,16 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
   return ids;
 }
 
+std::vector<int32_t> SyntheticTokens(int64_t count, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(count);
+  uint32_t state = seed * 2654435761u + 1;
+  for (int32_t& id : ids) {
+    state = state * 1664525u + 1013904223u;
+    id = 3 + static_cast<int32_t>(state % static_cast<uint32_t>(vocab - 3));
+  }
+  return ids;
+}
+
 void MaybePrintRingStats(const memory_ring::RingStats& stats) {
   if (absl::GetFlag(FLAGS_stats)) std::cerr << stats.ToJson() << "\n";
 }

@@ -10,6 +10,7 @@ int RunDevices();
 int RunGenerate();
 int RunHealth();
 int RunLogits();
+int RunRingBench();
 int RunTokenize();
 
 }  // namespace ringmoe::cli

@@ -23,6 +23,7 @@ constexpr char kUsage[] =
     "  bench     --model DIR [--prompt_tokens P --gen_tokens G --batch B]\n"
     "            engine throughput and this machine's ceilings, as JSON\n"
     "  generate  --server HOST:PORT ...  the same through a running ringmoe_server\n"
+    "  bench-ring --model DIR --host_memory_budget BYTES [--prompt_tokens P --gen_tokens G]\n"
     "  bench-serve --server HOST:PORT [--concurrency N | --rate R] [--num_requests N]\n"
     "            [--prompt_tokens_min/max N] [--output_tokens_min/max N]  load test (JSON)\n"
     "  health    --server HOST:PORT [--service NAME] [--timeout_s S]\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   if (command == "devices") return ringmoe::cli::RunDevices();
   if (command == "bench-serve") return ringmoe::cli::RunBenchServe();
   if (command == "bench") return ringmoe::cli::RunBench();
+  if (command == "bench-ring") return ringmoe::cli::RunRingBench();
   std::fprintf(stderr, "ringmoe: unknown command '%s'\n%s\n", command.c_str(), kUsage);
   return 2;
 }
