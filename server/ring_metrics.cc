@@ -78,4 +78,16 @@ std::vector<prometheus::MetricFamily> RingMetrics::Collect() const {
   return families;
 }
 
+std::vector<prometheus::MetricFamily> ExpertTokenMetrics::Collect() const {
+  auto family = Family("ringmoe_expert_tokens_total", "Tokens routed to each expert.",
+                       prometheus::MetricType::Counter);
+  for (int l = 0; l < usage_.num_layers(); ++l) {
+    for (int e = 0; e < usage_.num_experts(); ++e) {
+      AddValue(&family, usage_.Tokens(l, e),
+               {{"layer", std::to_string(l)}, {"expert", std::to_string(e)}});
+    }
+  }
+  return {std::move(family)};
+}
+
 }  // namespace ringmoe::server

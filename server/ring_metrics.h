@@ -1,10 +1,12 @@
-// The memory ring's counters as Prometheus families, read from RingStats at
-// scrape time (so they are never stale and cost nothing per step).
+// Engine counters as Prometheus families, read at scrape time (never stale,
+// nothing to do per step): the memory ring's, and the opt-in per-expert
+// token counts.
 #ifndef RINGMOE_SERVER_RING_METRICS_H_
 #define RINGMOE_SERVER_RING_METRICS_H_
 
 #include <vector>
 
+#include "engine/moe/expert_usage.h"
 #include "memory_ring/ring_stats.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -24,6 +26,18 @@ class RingMetrics : public prometheus::Collectable {
 
  private:
   const memory_ring::RingStats& stats_;
+};
+
+// ringmoe_expert_tokens_total{layer, expert}: one series per expert of every
+// MoE layer (high cardinality, hence opt-in).
+class ExpertTokenMetrics : public prometheus::Collectable {
+ public:
+  // `usage` must outlive the collector.
+  explicit ExpertTokenMetrics(const moe::ExpertUsage& usage) : usage_(usage) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const moe::ExpertUsage& usage_;
 };
 
 }  // namespace ringmoe::server

@@ -42,5 +42,22 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   }
 }
 
+TEST(ExpertTokenMetricsTest, OneSeriesPerLayerAndExpert) {
+  moe::ExpertUsage usage(2, 3);
+  usage.Add(1, 2, 5);
+  usage.Add(1, 2, 4);
+  usage.Add(0, 0, 1);
+  ExpertTokenMetrics metrics(usage);
+  const auto families = metrics.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].name, "ringmoe_expert_tokens_total");
+  ASSERT_EQ(families[0].metric.size(), 6u);
+  const auto& last = families[0].metric[5];
+  EXPECT_EQ(last.label[0].value, "1");
+  EXPECT_EQ(last.label[1].value, "2");
+  EXPECT_EQ(last.counter.value, 9);
+  EXPECT_EQ(families[0].metric[0].counter.value, 1);
+}
+
 }  // namespace
 }  // namespace ringmoe::server

@@ -63,6 +63,9 @@ ABSL_FLAG(int, max_new_tokens, 0,
           "Largest max_tokens accepted; 0 = the model's context.");
 ABSL_FLAG(int, default_max_tokens, 256,
           "max_tokens for requests that do not set it.");
+ABSL_FLAG(bool, expert_metrics, false,
+          "Export ringmoe_expert_tokens_total{layer, expert}: one series per "
+          "expert of every layer (high cardinality).");
 ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
           "before they are cancelled.");
@@ -104,6 +107,7 @@ int Serve() {
 
   absl::StatusOr<runtime::EngineOptions> options = EngineOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
+  options->count_expert_tokens = absl::GetFlag(FLAGS_expert_metrics);
   SchedulerOptions sched;
   sched.max_queue = absl::GetFlag(FLAGS_max_queue);
   sched.max_running_sequences = absl::GetFlag(FLAGS_max_running_sequences);
@@ -156,6 +160,11 @@ int Serve() {
   exposer->RegisterCollectable(registry);
   auto ring_metrics = std::make_shared<RingMetrics>((*engine)->ring_stats());
   exposer->RegisterCollectable(ring_metrics);
+  std::shared_ptr<ExpertTokenMetrics> expert_metrics;
+  if ((*engine)->expert_usage() != nullptr) {
+    expert_metrics = std::make_shared<ExpertTokenMetrics>(*(*engine)->expert_usage());
+    exposer->RegisterCollectable(expert_metrics);
+  }
 
   Scheduler scheduler(engine->get(), sched, &metrics);
   ServedModel model{name, engine->get(), &scheduler, &metrics};

@@ -49,9 +49,11 @@ void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
 }
 
 absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                            const model::LayerWeights& layer, float* out,
-                            ThreadPool* pool, kernels::ProductWork* work,
-                            ExpertSource* experts, int layer_index) {
+                            const model::LayerWeights& layer, int layer_index,
+                            const FeedForwardContext& context, float* out) {
+  ThreadPool* const pool = context.pool;
+  kernels::ProductWork* const work = context.work;
+  ExpertSource* const experts = context.experts;
   const int64_t hidden = spec.hidden_size;
   if (!layer.is_moe) {
     RunMlp(x, n, layer.dense_mlp, out, pool, work);
@@ -66,6 +68,11 @@ absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& s
                   spec.experts_per_token, spec.norm_topk_prob);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
+  if (context.usage != nullptr) {
+    for (const ExpertAssignment& a : assignments) {
+      context.usage->Add(layer_index, a.expert, a.tokens.size());
+    }
+  }
   std::vector<const model::MlpWeights*> expert_weights;
   if (experts != nullptr) {
     std::vector<int32_t> used;

@@ -14,6 +14,7 @@
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_source.h"
+#include "engine/moe/expert_usage.h"
 #include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
@@ -22,16 +23,20 @@ namespace ringmoe::moe {
 void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
             ThreadPool* pool = nullptr, kernels::ProductWork* work = nullptr);
 
+// What the feed-forward block runs with; every member may be null.
+struct FeedForwardContext {
+  ThreadPool* pool = nullptr;           // null: single-threaded
+  kernels::ProductWork* work = nullptr;  // accumulates weight bytes and FLOPs
+  ExpertSource* experts = nullptr;      // null: every expert resident
+  ExpertUsage* usage = nullptr;         // counts tokens per expert
+};
+
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the
-// normalised hidden states x[n, hidden] (not including the residual).
-// `pool` may be null; `work`, when set, accumulates the weight bytes and
-// FLOPs of the products. Routed experts' weights come from `experts` (null:
-// all resident in `layer`); a failure to load them is returned.
+// normalised hidden states x[n, hidden] (not including the residual). A
+// failure to load streamed expert weights is returned.
 absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
-                            const model::LayerWeights& layer, float* out,
-                            ThreadPool* pool = nullptr,
-                            kernels::ProductWork* work = nullptr,
-                            ExpertSource* experts = nullptr, int layer_index = 0);
+                            const model::LayerWeights& layer, int layer_index,
+                            const FeedForwardContext& context, float* out);
 
 }  // namespace ringmoe::moe
 

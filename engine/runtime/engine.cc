@@ -40,9 +40,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   if (options.streaming.memory_budget > 0) {
     std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
   }
+  if (options.count_expert_tokens) {
+    engine->expert_usage_ = std::make_unique<moe::ExpertUsage>(
+        static_cast<int>(engine->spec_.num_layers), static_cast<int>(engine->spec_.num_experts));
+  }
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, engine->weights_, engine->pool_.get(),
-      engine->streamed_experts_.get());
+      engine->streamed_experts_.get(), engine->expert_usage_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
       options.kv_cache_tokens > 0

@@ -14,6 +14,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
+#include "engine/moe/expert_usage.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/streamed_experts.h"
@@ -35,6 +36,8 @@ struct EngineOptions {
   model::WeightConversion weight_conversion;
   // Memory budget and ring settings; with no budget everything is resident.
   StreamingOptions streaming;
+  // Count the tokens routed to each expert (expert_usage()).
+  bool count_expert_tokens = false;
 };
 
 class Engine {
@@ -61,6 +64,8 @@ class Engine {
   // counters.
   const memory_ring::PlacementPlan& placement() const { return placement_; }
   const memory_ring::RingStats& ring_stats() const { return ring_stats_; }
+  // Tokens routed per (layer, expert); null unless count_expert_tokens.
+  const moe::ExpertUsage* expert_usage() const { return expert_usage_.get(); }
 
   // Runs one step (see ModelRunner::Forward).
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
@@ -77,6 +82,7 @@ class Engine {
   memory_ring::RingStats ring_stats_;
   memory_ring::PlacementPlan placement_;
   std::unique_ptr<StreamedExperts> streamed_experts_;
+  std::unique_ptr<moe::ExpertUsage> expert_usage_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -20,8 +20,13 @@ constexpr int64_t kMinPositionsPerSlice = 256;
 
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
                          const model::ModelWeights& weights, ThreadPool* pool,
-                         moe::ExpertSource* experts)
-    : spec_(spec), weights_(weights), pool_(pool), experts_(experts), rope_(spec) {}
+                         moe::ExpertSource* experts, moe::ExpertUsage* usage)
+    : spec_(spec),
+      weights_(weights),
+      pool_(pool),
+      experts_(experts),
+      usage_(usage),
+      rope_(spec) {}
 
 absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache) const {
@@ -113,8 +118,9 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
                                 predicted_logits.data());
       experts_->Predict(static_cast<int>(l + 1), predicted_logits.data(), n);
     }
-    absl::Status status = moe::RunFeedForward(normed.data(), n, spec_, layer, delta.data(),
-                                              pool_, work, experts_, static_cast<int>(l));
+    absl::Status status =
+        moe::RunFeedForward(normed.data(), n, spec_, layer, static_cast<int>(l),
+                            {pool_, work, experts_, usage_}, delta.data());
     if (!status.ok()) {
       // The sequences' new KV positions hold partial results: callers must
       // release the sequences of a failed step.

@@ -13,6 +13,7 @@
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_source.h"
+#include "engine/moe/expert_usage.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/rope.h"
 #include "kernels/cpu/ops.h"
@@ -30,10 +31,12 @@ struct SequenceChunk {
 
 class ModelRunner {
  public:
-  // `spec`, `weights`, `pool` (null: single-threaded) and `experts` (null:
-  // every expert resident in `weights`) must outlive the runner.
+  // `spec`, `weights`, `pool` (null: single-threaded), `experts` (null:
+  // every expert resident in `weights`) and `usage` (null: not counted) must
+  // outlive the runner.
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
-              ThreadPool* pool = nullptr, moe::ExpertSource* experts = nullptr);
+              ThreadPool* pool = nullptr, moe::ExpertSource* experts = nullptr,
+              moe::ExpertUsage* usage = nullptr);
 
   // Runs the chunks through the model in one step. Logits rows come in chunk
   // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
@@ -60,6 +63,7 @@ class ModelRunner {
   const model::ModelWeights& weights_;
   ThreadPool* pool_;
   moe::ExpertSource* experts_;
+  moe::ExpertUsage* usage_;
   Rope rope_;
 };
 

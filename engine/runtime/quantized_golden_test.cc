@@ -85,8 +85,6 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
     for (int s = 0; s < kGreedyTokens; ++s) {
       const int32_t next = static_cast<int32_t>(
           std::max_element(step.begin(), step.end()) - step.begin());
-      { std::vector<float> srt(step); std::sort(srt.rbegin(), srt.rend());
-        if (s < 3) std::printf("DBG %s case %d step %d next %d want %lld gap %g\n", conversion.name, i, s, next, (long long)(*greedy)[s], srt[0]-srt[1]); }
       if (!diverged && next == (*greedy)[s]) {
         ++agree;
       } else {

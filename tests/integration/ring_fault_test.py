@@ -34,7 +34,8 @@ class RingFaultTest(unittest.TestCase):
         minimum = int(found.group(1))
 
         with harness.Server(model, "--host_memory_budget=%d" % minimum,
-                            "--expert_cache=false", "--ring_mode=expert") as server, \
+                            "--expert_cache=false", "--ring_mode=expert",
+                            "--expert_metrics") as server, \
                 Client(server.target) as client:
             info = client.model_info()
             self.assertEqual(info.placement.ring_slots, 2)
@@ -46,6 +47,11 @@ class RingFaultTest(unittest.TestCase):
                                             timeout=60)
 
             self.assertEqual(add("37+485=").text, "522")
+            # Opt-in per-expert counts: 9 prompt tokens and 3 fed-back
+            # generated ones, each routed to 2 experts in each of 4 layers.
+            self.assertEqual(server.metric("ringmoe_expert_tokens_total"), 12 * 2 * 4)
+            self.assertIsNotNone(server.metric("ringmoe_expert_tokens_total", layer="3",
+                                               expert="7"))
             self.assertGreater(server.metric("ringmoe_ring_bytes_moved_total",
                                              tier_pair="disk_to_host"), 0)
 
