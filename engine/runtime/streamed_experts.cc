@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
     paths.push_back(file->path());
   }
   uint64_t expert_bytes_total = 0;
+  bool converted = false;  // expert weights no longer the checkpoint's bytes
   s->streamed_.assign(num_layers, std::vector<StreamedExpert>(num_experts));
   for (int l = 0; l < num_layers; ++l) {
     if (!spec.layer_is_moe[l]) continue;
@@ -48,12 +49,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
       for (const auto& [name, matrix] :
            {std::pair{names.gate, &bound.gate}, {names.up, &bound.up}, {names.down, &bound.down}}) {
         ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
-        if (matrix->data != t->data) {
-          return absl::UnimplementedError(
-              "converting expert weights on load (--weight_dtype) cannot be combined with "
-              "streaming them from disk; give the model a larger memory budget or use "
-              "--weight_dtype=auto");
-        }
+        converted |= matrix->data != t->data;
         s->streamed_[l][e].pieces.push_back(
             {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
         offset = AlignUp(offset + t->num_bytes);
@@ -79,6 +75,12 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;
   if (!plan->streams()) return std::unique_ptr<StreamedExperts>();
+  if (converted) {
+    return absl::UnimplementedError(
+        "converting expert weights on load (--weight_dtype) cannot be combined with "
+        "streaming them from disk; give the model a larger memory budget or use "
+        "--weight_dtype=auto");
+  }
   s->resident_ = plan->expert_resident;
   s->CopyResidentIntoMemory(mutable_weights);
 

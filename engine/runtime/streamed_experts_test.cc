@@ -88,6 +88,22 @@ TEST_P(StreamedExpertsTest, TruncatedCheckpointFailsThenRecovers) {
 INSTANTIATE_TEST_SUITE_P(Modes, StreamedExpertsTest,
                          ::testing::Values(RingMode::kLayer, RingMode::kExpert));
 
+TEST(StreamedExpertsBudgetTest, ConvertedWeightsLoadUnlessTheyMustStream) {
+  EngineOptions options;
+  options.model_dir = "tests/testdata/moe-tiny/mixtral";
+  options.weight_conversion.mlp_type = kernels::WeightType::kInt8;
+  auto resident = Engine::Load(options);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_FALSE((*resident)->placement().streams());
+  options.streaming.memory_budget = 1 << 30;  // holds everything
+  EXPECT_TRUE(Engine::Load(options).ok());
+  options.streaming.force_streaming = true;
+  auto streamed = Engine::Load(options);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(streamed.status().message().find("--weight_dtype"), std::string::npos);
+}
+
 TEST(StreamedExpertsBudgetTest, TooSmallABudgetNamesTheSmallestThatWorks) {
   EngineOptions options;
   options.model_dir = "tests/testdata/moe-tiny/qwen3_moe";

@@ -3,8 +3,9 @@
 //
 // Products are computed as dot products of weight rows with activation rows
 // in register tiles of R weight rows × N activation rows. Up to three
-// activation rows, quantized weights are widened in registers as they are
-// read (decode: bound by memory bandwidth). With more rows, a panel of four
+// activation rows, weights are widened in registers as they are read
+// (decode: bound by memory bandwidth), except int4, whose products run on
+// int8-quantized activations (see Int8Chunk). With more rows, a panel of four
 // weight rows is widened to float32 once into a small buffer and reused for
 // every activation row (prefill: bound by FMA throughput).
 #include <immintrin.h>
@@ -128,6 +129,217 @@ struct Int4Loader {
 
 // How far ahead of the loads the weight rows are prefetched.
 constexpr int64_t kPrefetchLines = 8;
+
+// int4 weights against few activation rows: widening nibbles to float
+// costs more vector work per byte than memory delivers, so the activations
+// are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
+// round to nearest even) and 64 weights at a time are multiplied as bytes
+// (vpmaddubsw, vpmaddwd), with one float multiply-add per 64.
+//
+// One 64-column chunk of an activation row, laid out to match 32 bytes of
+// int4 weights: byte i holds columns 2i (low nibble) and 2i + 1 (high), so
+// `even[i]` is column 2i and `odd[i]` column 2i + 1. The int32 lanes of the
+// byte products cover bytes 4k..4k+3: lanes 0-3 the first block of 32
+// columns, lanes 4-7 the second. `offset` is 8 × each lane's sum of
+// activations (weights are stored as nibble = q + 8) and `scale` each
+// lane's block scale.
+struct alignas(32) Int8Chunk {
+  int8_t even[32];
+  int8_t odd[32];
+  int32_t offset[8];
+  float scale[8];
+};
+
+// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into half `half` of `chunk`.
+void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
+  alignas(32) float buf[32];
+  if (count < 32) {
+    std::fill(buf, buf + 32, 0.f);
+    std::copy(x, x + count, buf);
+    x = buf;
+  }
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+  }
+  __m128 m =
+      _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float max_abs = _mm_cvtss_f32(m);
+  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j)
+    q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
+  // The packs work within 128-bit lanes; the permute restores column order.
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                         _mm256_packs_epi32(q[2], q[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Even columns to the low 8 bytes of each lane, odd to the high 8.
+  const __m256i split = _mm256_shuffle_epi8(
+      bytes,
+      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
+  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->even + 16 * half),
+                  _mm256_castsi256_si128(grouped));
+  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->odd + 16 * half),
+                  _mm256_extracti128_si256(grouped, 1));
+  std::fill(chunk->scale + 4 * half, chunk->scale + 4 * half + 4,
+            max_abs / 127.f);
+}
+
+// Quantizes n rows of `cols` activations into `chunks` per row.
+void QuantizeActivations(const float* x, int64_t n, int64_t cols,
+                         int64_t chunks, Int8Chunk* out) {
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      Int8Chunk* chunk = out + j * chunks + c;
+      for (int half = 0; half < 2; ++half) {
+        const int64_t begin = c * 64 + half * 32;
+        QuantizeBlock(x + j * cols + std::min(begin, cols),
+                      std::clamp<int64_t>(cols - begin, 0, 32), half, chunk);
+      }
+      const __m256i sums = _mm256_madd_epi16(
+          _mm256_add_epi16(
+              _mm256_maddubs_epi16(
+                  ones8, _mm256_load_si256(
+                             reinterpret_cast<const __m256i*>(chunk->even))),
+              _mm256_maddubs_epi16(
+                  ones8, _mm256_load_si256(
+                             reinterpret_cast<const __m256i*>(chunk->odd)))),
+          ones16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(chunk->offset),
+                         _mm256_slli_epi32(sums, 3));
+    }
+  }
+}
+
+// Σ (nibble - 8) · x per int32 lane of one chunk (see Int8Chunk).
+inline __m256i Int4ChunkDot(__m256i w, const Int8Chunk& x) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(w, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+  // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
+  const __m256i pairs = _mm256_add_epi16(
+      _mm256_maddubs_epi16(
+          lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
+      _mm256_maddubs_epi16(
+          hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+  return _mm256_sub_epi32(
+      _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
+}
+
+struct Int4Rows {
+  const uint8_t* p;
+  int64_t row_bytes;
+  const float* scales;
+  int64_t groups;  // per row
+};
+
+// Weight scales of chunk c of a row, per lane: group size 64 has one, 32
+// has two (lanes 0-3 and 4-7).
+template <int G>
+inline __m256 Int4ChunkScale(const float* row_scales, int64_t c) {
+  if (G == 64) return _mm256_broadcast_ss(row_scales + c);
+  const __m128 two = _mm_castsi128_ps(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_scales + 2 * c)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
+// `ldx` chunks per activation row.
+template <int G, int R, int N>
+void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
+              float* y, int64_t ldy) {
+  __m256 acc[R][N];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const uint8_t* rows[R];
+  const float* scales[R];
+  for (int i = 0; i < R; ++i) {
+    rows[i] = w.p + (r0 + i) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i) * w.groups;
+  }
+  const int64_t full = w.row_bytes / 32;
+  for (int64_t c = 0; c < full; ++c) {
+    if (c % 2 == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 32 * c +
+                                                   64 * kPrefetchLines),
+                     _MM_HINT_T0);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m256i wv = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
+      const __m256 ws = Int4ChunkScale<G>(scales[i], c);
+      for (int j = 0; j < N; ++j) {
+        const Int8Chunk& xc = x[j * ldx + c];
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
+      }
+    }
+  }
+  if (w.row_bytes % 32 != 0) {
+    // An odd number of 32-groups: the last chunk has only its first half
+    // (the activations' second half is zero).
+    for (int i = 0; i < R; ++i) {
+      const __m256i wv = _mm256_zextsi128_si256(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(rows[i] + 32 * full)));
+      const __m256 ws = _mm256_broadcast_ss(scales[i] + w.groups - 1);
+      for (int j = 0; j < N; ++j) {
+        const Int8Chunk& xc = x[j * ldx + full];
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+  }
+}
+
+template <int G, int N>
+void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
+               int64_t ldx, float* y, int64_t ldy) {
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) Int4Tile<G, 4, N>(w, r, x, ldx, y + r, ldy);
+  for (; r < re; ++r) Int4Tile<G, 1, N>(w, r, x, ldx, y + r, ldy);
+}
+
+// n <= 3 activation rows against int4 weights, through Int8Chunk.
+template <int G>
+void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
+                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+  const int64_t chunks = (w.row_bytes + 31) / 32;
+  thread_local std::vector<Int8Chunk> xq;
+  xq.resize(n * chunks);
+  QuantizeActivations(x, n, cols, chunks, xq.data());
+  switch (n) {
+    case 1:
+      Int4RowsN<G, 1>(w, rb, re, xq.data(), chunks, y, ldy);
+      break;
+    case 2:
+      Int4RowsN<G, 2>(w, rb, re, xq.data(), chunks, y, ldy);
+      break;
+    default:
+      Int4RowsN<G, 3>(w, rb, re, xq.data(), chunks, y, ldy);
+      break;
+  }
+}
 
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
 // prefetched when kPrefetch (the memory-bound direct path).
@@ -303,7 +515,16 @@ void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
       const Int4Loader l{static_cast<const uint8_t*>(w.data),
                          groups * w.group_size / 2, w.scales, groups,
                          __builtin_ctz(static_cast<unsigned>(w.group_size))};
-      Rows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
+      if (n > 3) {
+        PanelRows(l, true, x, n, cols, row_begin, row_end, y, w.rows);
+        break;
+      }
+      const Int4Rows rows{l.p, l.row_bytes, l.scales, groups};
+      if (w.group_size == 64) {
+        Int4DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+      } else {
+        Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+      }
       break;
     }
   }

@@ -36,7 +36,12 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, float* scales);
 
-// y[n, w.rows] = x[n, w.cols] · wᵀ.
+// y[n, w.rows] = x[n, w.cols] · wᵀ. On the AVX2 path, int4 products with at
+// most 3 activation rows (decode) quantize the activations to int8 first, in
+// blocks of 32 columns: scale = max|x| / 127 (float), q = round-to-nearest-
+// even(x · (127 / max|x|)); the integer products are exact, so the result is
+// Σ_blocks scale · Σ q · w to float rounding. Everything else is computed
+// on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 
 // One product of a batch of independent products.

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the GPU tests and tools here (Bazel, Debian's libraries) and gathers
+# them, with the non-CUDA shared libraries they load, into .device/bundle
+# (git-ignored) to carry to a GPU machine that has the CUDA driver and
+# libraries but neither Bazel nor Debian's gRPC/Abseil. Run them there with
+# tools/device_run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+targets=(
+  //kernels/cuda:ops_test
+  //kernels/cuda:rms_norm_test
+  //kernels/cuda:device_info_test
+  //memory_ring:cuda_tier_test
+  //clients/cli:ringmoe
+)
+# Static linking of the project's own libraries keeps the bundle to one
+# binary per target plus the system libraries.
+bazel build --config=opt --dynamic_mode=off "${targets[@]}"
+bin_dir=$(bazel info --config=opt bazel-bin)
+
+out=.device/bundle
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+binaries=()
+for target in "${targets[@]}"; do
+  path=${target#//}
+  path=${path/://}
+  cp "$bin_dir/$path" "$out/bin/"
+  binaries+=("$out/bin/$(basename "$path")")
+done
+bash deploy/bundle_libs.sh "$out/lib" "${binaries[@]}"
+cp tools/device_run.sh "$out/"
+du -sh "$out"
