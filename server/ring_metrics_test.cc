@@ -38,7 +38,9 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   // Later changes show at the next scrape.
   stats.prefetch_hits = 10;
   for (const auto& f : metrics.Collect()) {
-    if (f.name == "ringmoe_ring_prefetch_hits_total") EXPECT_EQ(f.metric[0].counter.value, 10);
+    if (f.name == "ringmoe_ring_prefetch_hits_total") {
+      EXPECT_EQ(f.metric[0].counter.value, 10);
+    }
   }
 }
 
