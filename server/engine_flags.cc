@@ -12,12 +12,12 @@ ABSL_FLAG(std::string, device, "cpu", "Where the model runs: cpu or cuda:N.");
 ABSL_FLAG(int, threads, 0, "CPU threads for the engine; 0 = all cores.");
 ABSL_FLAG(std::string, weight_dtype, "auto",
           "Format of the MLP (expert) weights after loading: auto (as "
-          "stored), bf16, f16, f32, int8 (per-row scales) or int4 (group-wise "
-          "scales).");
+          "stored), bf16, f16, f32, int8 or int4 (both with one scale per "
+          "--weight_group_size columns).");
 ABSL_FLAG(bool, quantize_attention, false,
           "Also convert the attention projections to --weight_dtype.");
 ABSL_FLAG(int, weight_group_size, 32,
-          "Columns per int4 scale group: 32 or 64.");
+          "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
           "KV-cache capacity in tokens over all sequences; 0 = "
           "max(4096, max_position_embeddings).");

@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
 bazel build --config=opt //...
+# The output tree of this build (the bazel-bin link can point elsewhere when
+# builds with other options ran since).
+bin=$(bazel info --config=opt bazel-bin)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ringmoe-demo.XXXXXX")
 server_pid=""
@@ -19,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 
 bash tools/make_demo_checkpoint.sh "$work/moe-adder"
-bazel-bin/server/ringmoe_server --model "$work/moe-adder" --grpc_port=0 --metrics_port=0 \
+"$bin"/server/ringmoe_server --model "$work/moe-adder" --grpc_port=0 --metrics_port=0 \
   --ready_file="$work/ready.json" 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 1 600); do
@@ -32,7 +35,7 @@ read -r grpc_port metrics_port < <(/usr/bin/python3 -c \
   "$work/ready.json")
 echo "== ringmoe_server on 127.0.0.1:$grpc_port (gRPC), metrics on :$metrics_port"
 
-client=(env PYTHONPATH=clients/python:bazel-bin/clients/python /usr/bin/python3 -m ringmoe_client
+client=(env PYTHONPATH="clients/python:$bin/clients/python" /usr/bin/python3 -m ringmoe_client
         --server "127.0.0.1:$grpc_port")
 echo "== health: $("${client[@]}" health)"
 for prompt in "37+485=" "123+456=" "999+1="; do
@@ -40,7 +43,7 @@ for prompt in "37+485=" "123+456=" "999+1="; do
   "${client[@]}" generate --text "$prompt" --max_tokens 8 --temperature 0
 done
 echo "== the same through the C++ CLI: ringmoe generate --server"
-bazel-bin/clients/cli/ringmoe generate --server "127.0.0.1:$grpc_port" --prompt "250+250=" \
+"$bin"/clients/cli/ringmoe generate --server "127.0.0.1:$grpc_port" --prompt "250+250=" \
   --max_tokens 8 --json
 
 echo "== metrics (http://127.0.0.1:$metrics_port/metrics)"

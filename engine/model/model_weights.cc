@@ -195,10 +195,12 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights) {
   if (!conversion.mlp_type) return absl::OkStatus();
   const kernels::WeightType type = *conversion.mlp_type;
-  if (type == kernels::WeightType::kInt4 && conversion.group_size != 32 &&
-      conversion.group_size != 64) {
+  if ((type == kernels::WeightType::kInt8 ||
+       type == kernels::WeightType::kInt4) &&
+      conversion.group_size != 32 && conversion.group_size != 64) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "int4 group size must be 32 or 64, got ", conversion.group_size));
+        kernels::WeightTypeName(type), " group size must be 32 or 64, got ",
+        conversion.group_size));
   }
   // Each unit converts into one buffer: an MLP, or a layer's attention.
   std::vector<std::vector<kernels::Matrix*>> units;

@@ -61,7 +61,7 @@ struct WeightConversion {
   std::optional<kernels::WeightType> mlp_type;
   // Also convert the attention projections (q, k, v, o) to mlp_type.
   bool attention = false;
-  int32_t group_size = 32;  // int4 only: 32 or 64
+  int32_t group_size = 32;  // int8 and int4: columns per scale, 32 or 64
 };
 
 // Binds every tensor `spec` needs. Errors name the checkpoint and the tensor:

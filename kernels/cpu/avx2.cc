@@ -4,10 +4,10 @@
 // Products are computed as dot products of weight rows with activation rows
 // in register tiles of R weight rows × N activation rows. Up to three
 // activation rows, weights are widened in registers as they are read
-// (decode: bound by memory bandwidth), except int4, whose products run on
-// int8-quantized activations (see Int8Chunk). With more rows, a panel of four
-// weight rows is widened to float32 once into a small buffer and reused for
-// every activation row (prefill: bound by FMA throughput).
+// (decode: bound by memory bandwidth), except int8 and int4, whose products
+// run on quantized activations (see Int8Rows and Int8Chunk). With more rows, a
+// panel of four weight rows is widened to float32 once into a small buffer and
+// reused for every activation row (prefill: bound by FMA throughput).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,6 +25,13 @@ inline float HSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+inline float HMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
 }
 
 inline __m256i TailMask(int64_t count) {
@@ -84,19 +91,27 @@ struct F16Loader : ScalarTail<F16Loader> {
   float RowScale(int64_t) const { return 1.f; }
 };
 
-struct Int8Loader : ScalarTail<Int8Loader> {
+// Rows are padded to whole groups, so a tail load stays inside the row and
+// the padding (zero bytes) widens to zero.
+struct Int8Loader {
   static constexpr int64_t kPerLine = 64;
   const int8_t* p;
-  int64_t ld;
+  int64_t row_bytes;
   const float* scales;
-  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
-  __m256 Load(int64_t r, int64_t k) const {
-    const __m128i b =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * ld + k));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  int64_t groups;   // per row
+  int group_shift;  // log2(group_size)
+  const void* Address(int64_t r, int64_t k) const {
+    return p + r * row_bytes + k;
   }
-  float Scalar(int64_t r, int64_t k) const { return p[r * ld + k]; }
-  float RowScale(int64_t r) const { return scales[r]; }
+  __m256 Load(int64_t r, int64_t k) const {
+    const __m128i b = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(p + r * row_bytes + k));
+    const __m256 s =
+        _mm256_broadcast_ss(scales + r * groups + (k >> group_shift));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+  }
+  __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
+  float RowScale(int64_t) const { return 1.f; }
 };
 
 // Rows are padded to whole groups, so a tail load stays inside the row and
@@ -166,11 +181,7 @@ void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
     v[j] = _mm256_loadu_ps(x + 8 * j);
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
   }
-  __m128 m =
-      _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  const float max_abs = _mm_cvtss_f32(m);
+  const float max_abs = HMax(amax);
   const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
   __m256i q[4];
   for (int j = 0; j < 4; ++j)
@@ -341,6 +352,152 @@ void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
   }
 }
 
+// int8 weights against few activation rows: widening every weight to float
+// costs three vector µops per 8 weights, so the activations are quantized
+// to int16 instead (blocks of 32 columns, scale = max|x| / 32767, round to
+// nearest even) and each block's 32 products are summed exactly in integers
+// (vpmovsxbw, vpmaddwd), leaving one convert and one float multiply-add per
+// 32 weights. int8 activations (as int4 uses) would be cheaper still, but
+// their 0.4% error flips near-tied greedy tokens (docs/PERFORMANCE.md);
+// int16's is 256 times smaller.
+struct Int8Rows {
+  const int8_t* p;
+  int64_t row_bytes;
+  const float* scales;
+  int64_t groups;  // per row
+};
+
+// Activation rows quantized for Int8Tile: `blocks` blocks of 32 per row.
+struct Int16Activations {
+  const int16_t* q;    // [n, blocks * 32]
+  const float* scale;  // [n, blocks]
+  int64_t blocks;
+};
+
+// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) to int16 in column order into out[32]; returns the block scale.
+float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
+  alignas(32) float buf[32];
+  if (count < 32) {
+    std::fill(buf, buf + 32, 0.f);
+    std::copy(x, x + count, buf);
+    x = buf;
+  }
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+  }
+  const float max_abs = HMax(amax);
+  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 32767.f / max_abs : 0.f);
+  for (int j = 0; j < 4; j += 2) {
+    // vpackssdw interleaves 128-bit lanes; the permute restores the order.
+    const __m256i packed =
+        _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv)),
+                           _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * j),
+                        _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  return max_abs / 32767.f;
+}
+
+// Σ w · x over one block of 32 as 8 int32 lanes: at most 4 · 128 · 32767 each.
+inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
+  const __m256i lo = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  const __m256i hi = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16)));
+  return _mm256_add_epi32(
+      _mm256_madd_epi16(
+          lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+      _mm256_madd_epi16(
+          hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
+}
+
+// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N.
+// Weight groups of G columns span G / 32 activation blocks.
+template <int G, int R, int N>
+void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
+              float* y, int64_t ldy) {
+  constexpr int kBlocksPerGroup = G / 32;
+  __m256 acc[R][N];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int8_t* rows[R];
+  const float* scales[R];
+  for (int i = 0; i < R; ++i) {
+    rows[i] = w.p + (r0 + i) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i) * w.groups;
+  }
+  for (int64_t b = 0; b < x.blocks; ++b) {
+    if (b % 2 == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 32 * b +
+                                                   64 * kPrefetchLines),
+                     _MM_HINT_T0);
+      }
+    }
+    __m256 xs[N];
+    for (int j = 0; j < N; ++j)
+      xs[j] = _mm256_broadcast_ss(x.scale + j * x.blocks + b);
+    for (int i = 0; i < R; ++i) {
+      const __m256 ws = _mm256_broadcast_ss(scales[i] + b / kBlocksPerGroup);
+      for (int j = 0; j < N; ++j) {
+        const __m256i dot =
+            Int8BlockDot(rows[i] + 32 * b, x.q + (j * x.blocks + b) * 32);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                    _mm256_mul_ps(ws, xs[j]), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+  }
+}
+
+template <int G, int N>
+void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
+               const Int16Activations& x, float* y, int64_t ldy) {
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) Int8Tile<G, 4, N>(w, r, x, y + r, ldy);
+  for (; r < re; ++r) Int8Tile<G, 1, N>(w, r, x, y + r, ldy);
+}
+
+// n <= 3 activation rows against int8 weights, through QuantizeBlock16.
+template <int G>
+void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
+                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+  // Only blocks holding real columns: with groups of 64 a row may end in a
+  // block of padding, whose zero weights need not be read.
+  const int64_t blocks = (cols + 31) / 32;
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> scale;
+  q.resize(n * blocks * 32);
+  scale.resize(n * blocks);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      scale[j * blocks + b] = QuantizeBlock16(
+          x + j * cols + 32 * b, std::min<int64_t>(cols - 32 * b, 32),
+          q.data() + (j * blocks + b) * 32);
+    }
+  }
+  const Int16Activations xq{q.data(), scale.data(), blocks};
+  switch (n) {
+    case 1:
+      Int8RowsN<G, 1>(w, rb, re, xq, y, ldy);
+      break;
+    case 2:
+      Int8RowsN<G, 2>(w, rb, re, xq, y, ldy);
+      break;
+    default:
+      Int8RowsN<G, 3>(w, rb, re, xq, y, ldy);
+      break;
+  }
+}
+
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
 // prefetched when kPrefetch (the memory-bound direct path).
 template <int R, int N, bool kPrefetch = true, typename L>
@@ -503,11 +660,20 @@ void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
       break;
     }
     case WeightType::kInt8: {
-      Int8Loader l;
-      l.p = static_cast<const int8_t*>(w.data);
-      l.ld = cols;
-      l.scales = w.scales;
-      Rows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
+      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+      const Int8Loader l{static_cast<const int8_t*>(w.data),
+                         groups * w.group_size, w.scales, groups,
+                         __builtin_ctz(static_cast<unsigned>(w.group_size))};
+      if (n > 3) {
+        PanelRows(l, true, x, n, cols, row_begin, row_end, y, w.rows);
+        break;
+      }
+      const Int8Rows rows{l.p, l.row_bytes, l.scales, groups};
+      if (w.group_size == 64) {
+        Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+      } else {
+        Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+      }
       break;
     }
     case WeightType::kInt4: {

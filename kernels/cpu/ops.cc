@@ -25,8 +25,11 @@ float WeightAt(const Matrix& w, int64_t r, int64_t c) {
       return Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
     case WeightType::kF16:
       return F16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
-    case WeightType::kInt8:
-      return static_cast<const int8_t*>(w.data)[r * w.cols + c] * w.scales[r];
+    case WeightType::kInt8: {
+      const int64_t groups = GroupsPerRow(w.cols, w.group_size);
+      return static_cast<const int8_t*>(w.data)[r * groups * w.group_size + c] *
+             w.scales[r * groups + c / w.group_size];
+    }
     case WeightType::kInt4: {
       const int64_t groups = GroupsPerRow(w.cols, w.group_size);
       const uint8_t byte = static_cast<const uint8_t*>(
@@ -103,7 +106,7 @@ int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size) {
     case WeightType::kF16:
       return cols * 2;
     case WeightType::kInt8:
-      return cols;
+      return GroupsPerRow(cols, group_size) * group_size;
     case WeightType::kInt4:
       return GroupsPerRow(cols, group_size) * group_size / 2;
   }
@@ -117,8 +120,8 @@ int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
 
 int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
                             int32_t group_size) {
-  if (type == WeightType::kInt8) return rows;
-  if (type == WeightType::kInt4) return rows * GroupsPerRow(cols, group_size);
+  if (type == WeightType::kInt8 || type == WeightType::kInt4)
+    return rows * GroupsPerRow(cols, group_size);
   return 0;
 }
 
@@ -130,8 +133,8 @@ int64_t MatrixBytes(const Matrix& w) {
 
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, float* scales) {
-  Matrix out{data,     type,   src.rows,
-             src.cols, scales, type == WeightType::kInt4 ? group_size : 0};
+  const bool grouped = type == WeightType::kInt8 || type == WeightType::kInt4;
+  Matrix out{data, type, src.rows, src.cols, scales, grouped ? group_size : 0};
   const int64_t cols = src.cols;
   std::vector<float> row(cols);
   for (int64_t r = 0; r < src.rows; ++r) {
@@ -150,15 +153,21 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
         break;
       }
       case WeightType::kInt8: {
-        float max_abs = 0.f;
-        for (float v : row) max_abs = std::max(max_abs, std::abs(v));
-        const float scale = max_abs / 127.f;
-        const float inv = scale > 0 ? 1.f / scale : 0.f;
-        int8_t* dst = static_cast<int8_t*>(data) + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-          dst[c] = static_cast<int8_t>(std::lround(row[c] * inv));
+        const int64_t groups = GroupsPerRow(cols, group_size);
+        int8_t* dst = static_cast<int8_t*>(data) + r * groups * group_size;
+        std::fill(dst, dst + groups * group_size, 0);  // zero padding
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t begin = g * group_size;
+          const int64_t end = std::min(cols, begin + group_size);
+          float max_abs = 0.f;
+          for (int64_t c = begin; c < end; ++c)
+            max_abs = std::max(max_abs, std::abs(row[c]));
+          const float scale = max_abs / 127.f;
+          const float inv = scale > 0 ? 1.f / scale : 0.f;
+          for (int64_t c = begin; c < end; ++c)
+            dst[c] = static_cast<int8_t>(std::lround(row[c] * inv));
+          scales[r * groups + g] = scale;
         }
-        scales[r] = scale;
         break;
       }
       case WeightType::kInt4: {

@@ -31,15 +31,16 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
 
 // Converts `src` (any type) to `type`, writing QuantizedDataBytes bytes to
 // `data` and QuantizedScaleCount floats to `scales`; returns the view.
-// int8 scales each row by its largest magnitude / 127; int4 maps each
+// int8 scales each group by its largest magnitude / 127; int4 maps each
 // group's largest-magnitude value to -8 (round to nearest in between).
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, float* scales);
 
-// y[n, w.rows] = x[n, w.cols] · wᵀ. On the AVX2 path, int4 products with at
-// most 3 activation rows (decode) quantize the activations to int8 first, in
-// blocks of 32 columns: scale = max|x| / 127 (float), q = round-to-nearest-
-// even(x · (127 / max|x|)); the integer products are exact, so the result is
+// y[n, w.rows] = x[n, w.cols] · wᵀ. On the AVX2 path, int8 and int4 products
+// with at most 3 activation rows (decode) first quantize the activations to
+// L = 32767 (int8 weights) or L = 127 (int4 weights) levels, in blocks of 32
+// columns: scale = max|x| / L (float), q = round-to-nearest-even(
+// x · (L / max|x|)); the integer products are exact, so the result is
 // Σ_blocks scale · Σ q · w to float rounding. Everything else is computed
 // on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);

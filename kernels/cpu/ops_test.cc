@@ -123,16 +123,14 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
       const int64_t groups = (cols + group - 1) / group;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
-          double q, s;
+          double q;
           if (type == WeightType::kInt8) {
-            q = static_cast<int8_t>(m.bytes[r * cols + c]);
-            s = m.scales[r];
+            q = static_cast<int8_t>(m.bytes[r * groups * group + c]);
           } else {
             const uint8_t b = m.bytes[r * groups * group / 2 + c / 2];
             q = ((c % 2 == 1) ? b >> 4 : b & 15) - 8.0;
-            s = m.scales[r * groups + c / group];
           }
-          m.dequantized[r * cols + c] = q * s;
+          m.dequantized[r * cols + c] = q * m.scales[r * groups + c / group];
         }
       }
       break;
@@ -157,10 +155,11 @@ std::vector<double> ReferenceProduct(const std::vector<T>& x, int64_t n,
   return want;
 }
 
-// The activations as the AVX2 int4 path for at most 3 rows sees them (see
-// MatMulTransposed): block scale times an integer in [-127, 127].
+// The activations as the AVX2 int8 and int4 paths for at most 3 rows see
+// them (see MatMulTransposed): block scale times an integer in
+// [-levels, levels].
 std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
-                                         int64_t cols) {
+                                         int64_t cols, float levels) {
   std::vector<double> out(x.size());
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t b = 0; b < cols; b += 32) {
@@ -168,11 +167,11 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
       float max_abs = 0.f;
       for (int64_t c = b; c < end; ++c)
         max_abs = std::max(max_abs, std::abs(x[i * cols + c]));
-      const float inv = max_abs > 0 ? 127.f / max_abs : 0.f;
-      const float scale = max_abs / 127.f;
+      const float inv = max_abs > 0 ? levels / max_abs : 0.f;
+      const float scale = max_abs / levels;
       for (int64_t c = b; c < end; ++c) {
         const float q = std::nearbyint(x[i * cols + c] * inv);
-        EXPECT_LE(std::abs(q), 127.f);
+        EXPECT_LE(std::abs(q), levels);
         out[i * cols + c] = double(scale) * q;
       }
     }
@@ -181,11 +180,17 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 }
 
 // The reference the product of x (n rows) with m must match: exact
-// activations, or for int4 on the AVX2 path with n <= 3 the quantized ones.
+// activations, or for int8 and int4 on the AVX2 path with n <= 3 the
+// quantized ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
-  if (m.w.type == WeightType::kInt4 && n <= 3 && UseAvx2()) {
-    return ReferenceProduct(QuantizedActivations(x, n, m.w.cols), n, m);
+  if (n <= 3 && UseAvx2()) {
+    if (m.w.type == WeightType::kInt8)
+      return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
+                              m);
+    if (m.w.type == WeightType::kInt4)
+      return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 127.f), n,
+                              m);
   }
   return ReferenceProduct(x, n, m);
 }
@@ -209,7 +214,8 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   for (const auto& s : shapes) {
     const int64_t n = s[0], rows = s[1], cols = s[2];
     for (int32_t group : {32, 64}) {
-      if (group == 64 && type != WeightType::kInt4) continue;
+      if (group == 64 && type != WeightType::kInt8 && type != WeightType::kInt4)
+        continue;
       const TestMatrix m = MakeMatrix(rng, type, rows, cols, group);
       auto x = RandomVector(rng, n * cols);
       std::vector<float> y(n * rows, NAN);
@@ -234,7 +240,7 @@ TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
   std::vector<TestMatrix> mats;
   std::vector<std::vector<float>> xs, ys;
   for (const auto& s : shapes) {
-    mats.push_back(MakeMatrix(rng, type, s[1], s[2]));
+    mats.push_back(MakeMatrix(rng, type, s[1], s[2], s[1] % 2 ? 64 : 32));
     xs.push_back(RandomVector(rng, s[0] * s[2]));
     ys.emplace_back(s[0] * s[1], NAN);
   }
@@ -261,16 +267,21 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) ? "_scalar" : "_dispatched");
     });
 
-// Quantizing int4 decode activations costs little accuracy: against the
-// exact activations the product stays within a fraction of a percent.
-TEST(MatMulInt4Test, QuantizedActivationsCloseToExact) {
+// Quantizing decode activations costs little accuracy: against the exact
+// activations the product stays within a fraction of a percent for int4
+// (int8 activations) and within 1e-4 for int8 (int16 activations).
+TEST(MatMulQuantizedTest, QuantizedActivationsCloseToExact) {
   std::mt19937 rng(31);
-  for (int64_t cols : {95, 331, 1000}) {
-    const TestMatrix m = MakeMatrix(rng, WeightType::kInt4, 37, cols, 32);
-    auto x = RandomVector(rng, 2 * cols);
-    std::vector<float> y(2 * 37, NAN);
-    MatMulTransposed(x.data(), 2, m.w, y.data());
-    EXPECT_LE(RelativeError(y, ReferenceProduct(x, 2, m)), 1e-2) << cols;
+  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+    for (int64_t cols : {95, 331, 1000}) {
+      const TestMatrix m = MakeMatrix(rng, type, 37, cols, 32);
+      auto x = RandomVector(rng, 2 * cols);
+      std::vector<float> y(2 * 37, NAN);
+      MatMulTransposed(x.data(), 2, m.w, y.data());
+      EXPECT_LE(RelativeError(y, ReferenceProduct(x, 2, m)),
+                type == WeightType::kInt8 ? 1e-4 : 1e-2)
+          << WeightTypeName(type) << " " << cols;
+    }
   }
 }
 
@@ -282,9 +293,7 @@ TEST(QuantizeTest, ErrorWithinHalfAStep) {
     const int64_t groups = (cols + 31) / 32;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const double step = type == WeightType::kInt8
-                                ? m.scales[r]
-                                : std::abs(m.scales[r * groups + c / 32]);
+        const double step = std::abs(m.scales[r * groups + c / 32]);
         // int4 maps each group's extreme to -8, so a value of the other sign
         // beyond +7.5 steps clamps to +7 (at most one step away).
         const bool clamped =
