@@ -31,20 +31,24 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t n = bytes / sizeof(float);
   std::unique_ptr<float[]> data(new float[n]);
-  // Each thread touches (first-use) the slice it will read.
+  // Each thread touches (first-use) the slice it will read. Distinct values
+  // in every page: pages of one repeated value can be merged by a host
+  // (same-page merging) and then read from cache, inflating the ceiling.
   const int64_t slice = (n + threads - 1) / threads;
   auto slice_of = [&](int64_t t, auto fn) {
     const int64_t begin = t * slice, end = std::min(n, begin + slice);
-    if (begin < end) fn(data.get() + begin, end - begin);
+    if (begin < end) fn(data.get() + begin, begin, end - begin);
   };
   ParallelFor(pool, threads, [&](int64_t t) {
-    slice_of(t, [](float* p, int64_t m) { std::fill(p, p + m, 1.f); });
+    slice_of(t, [](float* p, int64_t first, int64_t m) {
+      for (int64_t i = 0; i < m; ++i) p[i] = static_cast<float>((first + i) % 1000003);
+    });
   });
   std::vector<double> rates;
   for (int rep = 0; rep < repetitions; ++rep) {
     const auto start = std::chrono::steady_clock::now();
     ParallelFor(pool, threads, [&](int64_t t) {
-      slice_of(t, [](const float* p, int64_t m) {
+      slice_of(t, [](const float* p, int64_t, int64_t m) {
         float s = 0.f;
         if (UseAvx2()) {
           s = internal::SumAvx2(p, m);
