@@ -36,44 +36,55 @@ class HostBuffer : public TierBuffer {
   uint8_t* data_;
 };
 
-// One source file. A read error closes the descriptors, so the next read
+// An open file's descriptors, closed when the last reader lets go (another
+// I/O thread may still be reading through them when one drops them).
+struct Descriptors {
+  int fd = -1;
+  int direct_fd = -1;  // O_DIRECT; -1 where not wanted or not supported
+  ~Descriptors() {
+    if (fd >= 0) close(fd);
+    if (direct_fd >= 0) close(direct_fd);
+  }
+};
+
+// One source file. A read error drops the descriptors, so the next read
 // reopens the path: a file restored (or replaced) after a fault reads again.
 class SourceFile {
  public:
   SourceFile(std::string path, bool direct) : path_(std::move(path)), want_direct_(direct) {}
-  ~SourceFile() { Close(); }
 
   const std::string& path() const { return path_; }
 
   // Reads [offset, offset + size) into dst; `bounce` is kChunk + 2 * kAlign
   // aligned bytes for O_DIRECT.
   absl::Status Read(uint64_t offset, uint64_t size, uint8_t* dst, uint8_t* bounce) {
-    int fd, direct_fd;
+    std::shared_ptr<const Descriptors> fds;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (fd_ < 0) {
-        fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) {
+      if (fds_ == nullptr) {
+        auto opened = std::make_shared<Descriptors>();
+        opened->fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+        if (opened->fd < 0) {
           return absl::UnavailableError(
               absl::StrCat("cannot open ", path_, ": ", std::strerror(errno)));
         }
-        direct_fd_ = want_direct_ ? open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+        if (want_direct_) opened->direct_fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+        fds_ = std::move(opened);
       }
-      fd = fd_;
-      direct_fd = direct_fd_;
+      fds = fds_;
     }
-    absl::Status status = direct_fd >= 0 ? ReadDirect(direct_fd, offset, size, dst, bounce)
-                                         : ReadBuffered(fd, offset, size, dst);
-    if (!status.ok()) Close();
+    absl::Status status = fds->direct_fd >= 0
+                              ? ReadDirect(*fds, offset, size, dst, bounce)
+                              : ReadBuffered(fds->fd, offset, size, dst);
+    if (!status.ok()) Drop(fds);
     return status;
   }
 
  private:
-  void Close() {
+  // Forgets `fds` (if still current) so the next read reopens the file.
+  void Drop(const std::shared_ptr<const Descriptors>& fds) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (fd_ >= 0) close(fd_);
-    if (direct_fd_ >= 0) close(direct_fd_);
-    fd_ = direct_fd_ = -1;
+    if (fds_ == fds) fds_.reset();
   }
 
   absl::Status ShortRead(uint64_t offset, uint64_t want, uint64_t got, int err) const {
@@ -99,8 +110,8 @@ class SourceFile {
 
   // O_DIRECT needs aligned offsets, sizes and buffers: read the aligned
   // cover of each chunk into the bounce buffer and copy out the middle.
-  absl::Status ReadDirect(int fd, uint64_t offset, uint64_t size, uint8_t* dst,
-                          uint8_t* bounce) {
+  absl::Status ReadDirect(const Descriptors& fds, uint64_t offset, uint64_t size,
+                          uint8_t* dst, uint8_t* bounce) {
     uint64_t done = 0;
     while (done < size) {
       const uint64_t want = std::min(size - done, kChunk);
@@ -108,13 +119,13 @@ class SourceFile {
       const uint64_t end = (offset + done + want + kAlign - 1) / kAlign * kAlign;
       uint64_t got = 0;
       while (got < end - begin) {
-        const ssize_t n = pread(fd, bounce + got, end - begin - got, begin + got);
+        const ssize_t n = pread(fds.direct_fd, bounce + got, end - begin - got, begin + got);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EINVAL) {
           // The file system refused O_DIRECT after all: read buffered from
-          // now on.
-          const int fd_plain = DisableDirect();
-          return ReadBuffered(fd_plain, offset + done, size - done, dst + done);
+          // now on (the next open skips O_DIRECT).
+          DisableDirect();
+          return ReadBuffered(fds.fd, offset + done, size - done, dst + done);
         }
         if (n <= 0) break;
         got += n;
@@ -129,21 +140,18 @@ class SourceFile {
     return absl::OkStatus();
   }
 
-  int DisableDirect() {
+  void DisableDirect() {
     std::lock_guard<std::mutex> lock(mu_);
     want_direct_ = false;
-    if (direct_fd_ >= 0) close(direct_fd_);
-    direct_fd_ = -1;
-    return fd_;
+    fds_.reset();
   }
 
   const std::string path_;
-  bool want_direct_;
   // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
   // ThreadSanitizer, which then cannot see absl::Mutex's ordering.
   mutable std::mutex mu_;
-  int fd_ = -1;
-  int direct_fd_ = -1;
+  bool want_direct_;  // guarded by mu_
+  std::shared_ptr<const Descriptors> fds_;  // guarded by mu_; null: open on next read
 };
 
 class DiskTier : public Tier {
