@@ -32,8 +32,17 @@ class PinnedBuffer : public TierBuffer {
 
 // Source i of a CopyPiece is sources[i] (which must outlive the tier).
 // Compute runs on `compute_stream` (fences are recorded there).
-absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(std::vector<TierBuffer*> sources,
-                                                     int device, cudaStream_t compute_stream);
+absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(
+    std::vector<TierBuffer*> sources, int device, cudaStream_t compute_stream);
+
+// For when the host budget cannot hold the streamed weights in pinned
+// memory: a section is read by `disk` (a DiskTier over the checkpoint) into
+// one of `stages` pinned staging buffers of `staging_bytes` (the slot size),
+// then copied to the device on the copy stream; the staging buffer is
+// reused once that copy has landed. Sources are the disk tier's.
+absl::StatusOr<std::unique_ptr<Tier>> CreateStagedCudaTier(
+    std::unique_ptr<Tier> disk, int device, cudaStream_t compute_stream,
+    size_t staging_bytes, int stages = 2);
 
 }  // namespace ringmoe::memory_ring
 

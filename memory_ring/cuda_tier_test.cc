@@ -2,10 +2,14 @@
 // checked by reading every section back. Skips without a CUDA device.
 #include "memory_ring/cuda_tier.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_info.h"
+#include "memory_ring/disk_tier.h"
 #include "memory_ring/section_ring.h"
 
 namespace ringmoe::memory_ring {
@@ -17,7 +21,8 @@ TEST(CudaTierTest, RingOverPcieDeliversEverySectionIntact) {
   auto source = PinnedBuffer::Create(kSourceBytes);
   ASSERT_TRUE(source.ok()) << source.status();
   std::mt19937 rng(5);
-  for (size_t i = 0; i < kSourceBytes; ++i) (*source)->data()[i] = static_cast<uint8_t>(rng());
+  for (size_t i = 0; i < kSourceBytes; ++i)
+    (*source)->data()[i] = static_cast<uint8_t>(rng());
   cudaStream_t compute;
   ASSERT_EQ(cudaStreamCreate(&compute), cudaSuccess);
   auto tier = CreateCudaTier({source->get()}, 0, compute);
@@ -25,7 +30,8 @@ TEST(CudaTierTest, RingOverPcieDeliversEverySectionIntact) {
   RingStats stats;
   for (int slots : {2, 3, 4}) {
     for (int depth = 0; depth < slots; ++depth) {
-      auto ring = SectionRing::Create(tier->get(), 8 << 20, {slots, depth}, &stats);
+      auto ring =
+          SectionRing::Create(tier->get(), 8 << 20, {slots, depth}, &stats);
       ASSERT_TRUE(ring.ok()) << ring.status();
       std::vector<uint8_t> back(8 << 20);
       for (int i = 0; i < 12; ++i) {
@@ -34,7 +40,8 @@ TEST(CudaTierTest, RingOverPcieDeliversEverySectionIntact) {
         const auto ticket = (*ring)->Enqueue({{0, offset, size, 17}});
         auto slot = (*ring)->Acquire(ticket);
         ASSERT_TRUE(slot.ok()) << slot.status();
-        ASSERT_EQ(cudaMemcpyAsync(back.data(), *slot + 17, size, cudaMemcpyDeviceToHost, compute),
+        ASSERT_EQ(cudaMemcpyAsync(back.data(), *slot + 17, size,
+                                  cudaMemcpyDeviceToHost, compute),
                   cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
         ASSERT_EQ(std::memcmp(back.data(), (*source)->data() + offset, size), 0)
@@ -44,6 +51,46 @@ TEST(CudaTierTest, RingOverPcieDeliversEverySectionIntact) {
     }
   }
   EXPECT_GT(stats.bytes_host_to_device, 0u);
+  tier->reset();
+  cudaStreamDestroy(compute);
+}
+
+TEST(CudaTierTest, StagedFromDiskDeliversEverySectionIntact) {
+  if (cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/weights.bin";
+  std::vector<uint8_t> bytes(48 << 20);
+  std::mt19937 rng(9);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  auto disk = CreateDiskTier({path});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  cudaStream_t compute;
+  ASSERT_EQ(cudaStreamCreate(&compute), cudaSuccess);
+  auto tier = CreateStagedCudaTier(std::move(*disk), 0, compute, 4 << 20, 2);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  RingStats stats;
+  auto ring = SectionRing::Create(tier->get(), 4 << 20, {3, 2}, &stats);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<uint8_t> back(4 << 20);
+  for (int i = 0; i < 16; ++i) {
+    const uint64_t size = (1 << 20) + i * 7919,
+                   offset = (i * 2750011ull) % (bytes.size() - size);
+    const auto ticket = (*ring)->Enqueue({{0, offset, size, 3}});
+    auto slot = (*ring)->Acquire(ticket);
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), *slot + 3, size,
+                              cudaMemcpyDeviceToHost, compute),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    ASSERT_EQ(std::memcmp(back.data(), bytes.data() + offset, size), 0)
+        << "section " << i;
+    (*ring)->Release(ticket);
+  }
+  ring->reset();
   tier->reset();
   cudaStreamDestroy(compute);
 }

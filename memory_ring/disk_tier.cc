@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -24,12 +24,16 @@ class HostBuffer : public TierBuffer {
  public:
   explicit HostBuffer(size_t bytes)
       : size_(bytes),
-        data_(static_cast<uint8_t*>(std::aligned_alloc(kAlign, RoundUp(bytes)))) {}
+        data_(
+            static_cast<uint8_t*>(std::aligned_alloc(kAlign, RoundUp(bytes)))) {
+  }
   ~HostBuffer() override { std::free(data_); }
   uint8_t* data() override { return data_; }
   size_t size() const override { return size_; }
   bool ok() const { return data_ != nullptr; }
-  static size_t RoundUp(size_t n) { return std::max<size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign); }
+  static size_t RoundUp(size_t n) {
+    return std::max<size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign);
+  }
 
  private:
   size_t size_;
@@ -51,13 +55,15 @@ struct Descriptors {
 // reopens the path: a file restored (or replaced) after a fault reads again.
 class SourceFile {
  public:
-  SourceFile(std::string path, bool direct) : path_(std::move(path)), want_direct_(direct) {}
+  SourceFile(std::string path, bool direct)
+      : path_(std::move(path)), want_direct_(direct) {}
 
   const std::string& path() const { return path_; }
 
   // Reads [offset, offset + size) into dst; `bounce` is kChunk + 2 * kAlign
   // aligned bytes for O_DIRECT.
-  absl::Status Read(uint64_t offset, uint64_t size, uint8_t* dst, uint8_t* bounce) {
+  absl::Status Read(uint64_t offset, uint64_t size, uint8_t* dst,
+                    uint8_t* bounce) {
     std::shared_ptr<const Descriptors> fds;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -68,7 +74,9 @@ class SourceFile {
           return absl::UnavailableError(
               absl::StrCat("cannot open ", path_, ": ", std::strerror(errno)));
         }
-        if (want_direct_) opened->direct_fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (want_direct_)
+          opened->direct_fd =
+              open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
         fds_ = std::move(opened);
       }
       fds = fds_;
@@ -87,20 +95,24 @@ class SourceFile {
     if (fds_ == fds) fds_.reset();
   }
 
-  absl::Status ShortRead(uint64_t offset, uint64_t want, uint64_t got, int err) const {
+  absl::Status ShortRead(uint64_t offset, uint64_t want, uint64_t got,
+                         int err) const {
     if (err != 0) {
-      return absl::DataLossError(absl::StrCat("read error in ", path_, " at offset ", offset,
-                                              ": ", std::strerror(err)));
+      return absl::DataLossError(absl::StrCat("read error in ", path_,
+                                              " at offset ", offset, ": ",
+                                              std::strerror(err)));
     }
-    return absl::DataLossError(absl::StrCat("short read of ", path_, " at offset ", offset,
-                                            ": got ", got, " of ", want,
-                                            " bytes (file truncated?)"));
+    return absl::DataLossError(
+        absl::StrCat("short read of ", path_, " at offset ", offset, ": got ",
+                     got, " of ", want, " bytes (file truncated?)"));
   }
 
-  absl::Status ReadBuffered(int fd, uint64_t offset, uint64_t size, uint8_t* dst) const {
+  absl::Status ReadBuffered(int fd, uint64_t offset, uint64_t size,
+                            uint8_t* dst) const {
     uint64_t done = 0;
     while (done < size) {
-      const ssize_t n = pread(fd, dst + done, std::min(size - done, kChunk), offset + done);
+      const ssize_t n =
+          pread(fd, dst + done, std::min(size - done, kChunk), offset + done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return ShortRead(offset, size, done, n < 0 ? errno : 0);
       done += n;
@@ -110,16 +122,18 @@ class SourceFile {
 
   // O_DIRECT needs aligned offsets, sizes and buffers: read the aligned
   // cover of each chunk into the bounce buffer and copy out the middle.
-  absl::Status ReadDirect(const Descriptors& fds, uint64_t offset, uint64_t size,
-                          uint8_t* dst, uint8_t* bounce) {
+  absl::Status ReadDirect(const Descriptors& fds, uint64_t offset,
+                          uint64_t size, uint8_t* dst, uint8_t* bounce) {
     uint64_t done = 0;
     while (done < size) {
       const uint64_t want = std::min(size - done, kChunk);
       const uint64_t begin = (offset + done) / kAlign * kAlign;
-      const uint64_t end = (offset + done + want + kAlign - 1) / kAlign * kAlign;
+      const uint64_t end =
+          (offset + done + want + kAlign - 1) / kAlign * kAlign;
       uint64_t got = 0;
       while (got < end - begin) {
-        const ssize_t n = pread(fds.direct_fd, bounce + got, end - begin - got, begin + got);
+        const ssize_t n =
+            pread(fds.direct_fd, bounce + got, end - begin - got, begin + got);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EINVAL) {
           // The file system refused O_DIRECT after all: read buffered from
@@ -151,14 +165,16 @@ class SourceFile {
   // ThreadSanitizer, which then cannot see absl::Mutex's ordering.
   mutable std::mutex mu_;
   bool want_direct_;  // guarded by mu_
-  std::shared_ptr<const Descriptors> fds_;  // guarded by mu_; null: open on next read
+  std::shared_ptr<const Descriptors>
+      fds_;  // guarded by mu_; null: open on next read
 };
 
 class DiskTier : public Tier {
  public:
   DiskTier(std::vector<std::string> paths, DiskTierOptions options) {
     for (std::string& p : paths) {
-      files_.push_back(std::make_unique<SourceFile>(std::move(p), options.direct_io));
+      files_.push_back(
+          std::make_unique<SourceFile>(std::move(p), options.direct_io));
     }
     for (int i = 0; i < std::max(1, options.io_threads); ++i) {
       threads_.emplace_back([this] { Work(); });
@@ -194,7 +210,8 @@ class DiskTier : public Tier {
     work_.notify_one();
   }
 
-  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) override {
+  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src,
+                          size_t bytes) override {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
@@ -220,11 +237,12 @@ class DiskTier : public Tier {
       absl::Status status;
       for (const CopyPiece& p : job.pieces) {
         if (p.source < 0 || p.source >= static_cast<int>(files_.size())) {
-          status = absl::InvalidArgumentError(absl::StrCat("no source file ", p.source));
+          status = absl::InvalidArgumentError(
+              absl::StrCat("no source file ", p.source));
           break;
         }
-        status = files_[p.source]->Read(p.offset, p.size, job.dst + p.dst_offset,
-                                        bounce.data());
+        status = files_[p.source]->Read(p.offset, p.size,
+                                        job.dst + p.dst_offset, bounce.data());
         if (!status.ok()) break;
       }
       job.done(std::move(status));
@@ -241,11 +259,12 @@ class DiskTier : public Tier {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tier>> CreateDiskTier(std::vector<std::string> paths,
-                                                     DiskTierOptions options) {
+absl::StatusOr<std::unique_ptr<Tier>> CreateDiskTier(
+    std::vector<std::string> paths, DiskTierOptions options) {
   for (const std::string& p : paths) {
     if (access(p.c_str(), R_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat("cannot read ", p, ": ", std::strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrCat("cannot read ", p, ": ", std::strerror(errno)));
     }
   }
   return std::unique_ptr<Tier>(new DiskTier(std::move(paths), options));

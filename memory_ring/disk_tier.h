@@ -20,8 +20,8 @@ struct DiskTierOptions {
 };
 
 // Source index i of a CopyPiece is paths[i].
-absl::StatusOr<std::unique_ptr<Tier>> CreateDiskTier(std::vector<std::string> paths,
-                                                     DiskTierOptions options = {});
+absl::StatusOr<std::unique_ptr<Tier>> CreateDiskTier(
+    std::vector<std::string> paths, DiskTierOptions options = {});
 
 }  // namespace ringmoe::memory_ring
 

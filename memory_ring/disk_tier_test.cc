@@ -15,11 +15,14 @@ namespace {
 std::string WriteSource(const std::string& name, size_t n) {
   const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
   std::ofstream out(path, std::ios::binary);
-  for (size_t i = 0; i < n; ++i) out.put(static_cast<char>((i * 13 + (i >> 10)) & 0xff));
+  for (size_t i = 0; i < n; ++i)
+    out.put(static_cast<char>((i * 13 + (i >> 10)) & 0xff));
   return path;
 }
 
-uint8_t Expected(uint64_t i) { return static_cast<uint8_t>((i * 13 + (i >> 10)) & 0xff); }
+uint8_t Expected(uint64_t i) {
+  return static_cast<uint8_t>((i * 13 + (i >> 10)) & 0xff);
+}
 
 absl::Status Copy(Tier& tier, std::vector<CopyPiece> pieces, uint8_t* dst) {
   // std::promise rather than absl::Notification, so ThreadSanitizer sees
@@ -33,14 +36,16 @@ absl::Status Copy(Tier& tier, std::vector<CopyPiece> pieces, uint8_t* dst) {
 class DiskTierTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DiskTierTest, ReadsUnalignedPiecesExactly) {
-  const std::string path = WriteSource(GetParam() ? "direct.bin" : "buffered.bin", 20 << 20);
+  const std::string path =
+      WriteSource(GetParam() ? "direct.bin" : "buffered.bin", 20 << 20);
   auto tier = CreateDiskTier({path}, {2, GetParam()});
   ASSERT_TRUE(tier.ok()) << tier.status();
   auto buffer = (*tier)->Allocate(12 << 20);
   ASSERT_TRUE(buffer.ok());
   uint8_t* dst = (*buffer)->data();
   // Ragged offsets and sizes, one piece over the 8 MiB chunk size.
-  std::vector<CopyPiece> pieces = {{0, 3, 1001, 0}, {0, 4097, 9 << 20, 2000},
+  std::vector<CopyPiece> pieces = {{0, 3, 1001, 0},
+                                   {0, 4097, 9 << 20, 2000},
                                    {0, (19 << 20) + 5, 777, (10 << 20) + 1}};
   ASSERT_TRUE(Copy(**tier, pieces, dst).ok());
   for (const auto& p : pieces) {
@@ -52,7 +57,8 @@ TEST_P(DiskTierTest, ReadsUnalignedPiecesExactly) {
 }
 
 TEST_P(DiskTierTest, TruncatedFileFailsThenReadsAgain) {
-  const std::string path = WriteSource(GetParam() ? "trunc_d.bin" : "trunc_b.bin", 1 << 20);
+  const std::string path =
+      WriteSource(GetParam() ? "trunc_d.bin" : "trunc_b.bin", 1 << 20);
   auto tier = CreateDiskTier({path}, {1, GetParam()});
   ASSERT_TRUE(tier.ok());
   auto buffer = (*tier)->Allocate(1 << 20);
@@ -73,7 +79,8 @@ INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, DiskTierTest, ::testing::Bool());
 TEST(DiskTierTest, MissingFileIsNamed) {
   auto tier = CreateDiskTier({"/nonexistent/shard.safetensors"});
   ASSERT_FALSE(tier.ok());
-  EXPECT_NE(tier.status().message().find("/nonexistent/shard.safetensors"), std::string::npos);
+  EXPECT_NE(tier.status().message().find("/nonexistent/shard.safetensors"),
+            std::string::npos);
 }
 
 }  // namespace

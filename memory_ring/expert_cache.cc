@@ -7,14 +7,17 @@ namespace ringmoe::memory_ring {
 absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
     Tier* tier, uint64_t capacity_bytes, uint64_t entry_bytes, RingStats* stats,
     int decay_period) {
-  std::unique_ptr<ExpertCache> cache(new ExpertCache(tier, entry_bytes, stats, decay_period));
+  std::unique_ptr<ExpertCache> cache(
+      new ExpertCache(tier, entry_bytes, stats, decay_period));
   const uint64_t n = entry_bytes == 0 ? 0 : capacity_bytes / entry_bytes;
   if (n > 0) {
-    absl::StatusOr<std::unique_ptr<TierBuffer>> memory = tier->Allocate(n * entry_bytes);
+    absl::StatusOr<std::unique_ptr<TierBuffer>> memory =
+        tier->Allocate(n * entry_bytes);
     if (!memory.ok()) {
-      return absl::Status(memory.status().code(),
-                          absl::StrCat("expert cache: allocating ", n * entry_bytes,
-                                       " bytes: ", memory.status().message()));
+      return absl::Status(
+          memory.status().code(),
+          absl::StrCat("expert cache: allocating ", n * entry_bytes,
+                       " bytes: ", memory.status().message()));
     }
     cache->memory_ = std::move(*memory);
     cache->entries_.resize(n);

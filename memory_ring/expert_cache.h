@@ -44,8 +44,12 @@ class ExpertCache {
     uint64_t last_use = 0;
   };
 
-  ExpertCache(Tier* tier, uint64_t entry_bytes, RingStats* stats, int decay_period)
-      : tier_(tier), entry_bytes_(entry_bytes), stats_(stats), decay_period_(decay_period) {}
+  ExpertCache(Tier* tier, uint64_t entry_bytes, RingStats* stats,
+              int decay_period)
+      : tier_(tier),
+        entry_bytes_(entry_bytes),
+        stats_(stats),
+        decay_period_(decay_period) {}
 
   Tier* const tier_;
   const uint64_t entry_bytes_;
@@ -53,8 +57,8 @@ class ExpertCache {
   const int decay_period_;
   std::unique_ptr<TierBuffer> memory_;
   std::vector<Entry> entries_;
-  absl::flat_hash_map<Key, int> where_;         // key -> entry index
-  absl::flat_hash_map<Key, uint32_t> counts_;   // lookups per key (decayed)
+  absl::flat_hash_map<Key, int> where_;        // key -> entry index
+  absl::flat_hash_map<Key, uint32_t> counts_;  // lookups per key (decayed)
   uint64_t clock_ = 0;
 };
 

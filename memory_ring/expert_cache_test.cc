@@ -8,12 +8,15 @@
 namespace ringmoe::memory_ring {
 namespace {
 
-std::vector<uint8_t> Bytes(int key) { return std::vector<uint8_t>(64, static_cast<uint8_t>(key)); }
+std::vector<uint8_t> Bytes(int key) {
+  return std::vector<uint8_t>(64, static_cast<uint8_t>(key));
+}
 
 TEST(ExpertCacheTest, KeepsTheMostFrequentExperts) {
   FakeTier tier(absl::ZeroDuration(), 0);
   RingStats stats;
-  auto cache = ExpertCache::Create(&tier, /*capacity_bytes=*/200, /*entry_bytes=*/64, &stats);
+  auto cache = ExpertCache::Create(&tier, /*capacity_bytes=*/200,
+                                   /*entry_bytes=*/64, &stats);
   ASSERT_TRUE(cache.ok());
   ASSERT_EQ((*cache)->capacity_entries(), 3);
   auto use = [&](int key) {
@@ -41,7 +44,8 @@ TEST(ExpertCacheTest, KeepsTheMostFrequentExperts) {
   for (int i = 0; i < 10; ++i) use(5);
   EXPECT_TRUE((*cache)->Contains(5));
   EXPECT_EQ(stats.cache_evictions, 1u);
-  EXPECT_EQ((*cache)->Contains(1) + (*cache)->Contains(2) + (*cache)->Contains(3), 2);
+  EXPECT_EQ(
+      (*cache)->Contains(1) + (*cache)->Contains(2) + (*cache)->Contains(3), 2);
 }
 
 TEST(ExpertCacheTest, ZeroCapacityCachesNothing) {

@@ -40,8 +40,8 @@ absl::StatusOr<std::unique_ptr<TierBuffer>> FakeTier::Allocate(size_t bytes) {
 absl::Status FakeTier::Run(const Job& job) {
   for (const CopyPiece& p : job.pieces) {
     if (p.source == failing_source_) {
-      return absl::DataLossError(absl::StrCat("fake read error in source ", p.source,
-                                              " at offset ", p.offset));
+      return absl::DataLossError(absl::StrCat(
+          "fake read error in source ", p.source, " at offset ", p.offset));
     }
     for (uint64_t i = 0; i < p.size; ++i) {
       job.dst[p.dst_offset + i] = SourceByte(p.source, p.offset + i);
@@ -50,8 +50,8 @@ absl::Status FakeTier::Run(const Job& job) {
   return absl::OkStatus();
 }
 
-void FakeTier::CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
-                         Done done) {
+void FakeTier::CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst,
+                         Fence after, Done done) {
   ++copies_started_;
   Job job{std::move(pieces), dst, std::move(done)};
   if (threads_.empty()) {
@@ -65,7 +65,8 @@ void FakeTier::CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence afte
   work_.notify_one();
 }
 
-absl::Status FakeTier::CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) {
+absl::Status FakeTier::CopyWithin(uint8_t* dst, const uint8_t* src,
+                                  size_t bytes) {
   std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }

@@ -5,11 +5,11 @@
 #define RINGMOE_MEMORY_RING_FAKE_TIER_H_
 
 #include <atomic>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -26,7 +26,8 @@ class FakeTier : public Tier {
   ~FakeTier() override;
 
   static uint8_t SourceByte(int source, uint64_t offset) {
-    return static_cast<uint8_t>((source * 131 + offset * 7 + (offset >> 8)) & 0xff);
+    return static_cast<uint8_t>((source * 131 + offset * 7 + (offset >> 8)) &
+                                0xff);
   }
 
   // Copies touching source `source` fail until cleared.
@@ -39,7 +40,8 @@ class FakeTier : public Tier {
   absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override;
   void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
                  Done done) override;
-  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src,
+                          size_t bytes) override;
 
  private:
   struct Job {

@@ -66,8 +66,9 @@ TEST(PlacementTest, TooSmallNamesTheMinimum) {
   auto plan = PlanPlacement(Input(1799));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(plan.status().message().find("smallest budget that works is 1800 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      plan.status().message().find("smallest budget that works is 1800 bytes"),
+      std::string::npos)
       << plan.status();
 }
 

@@ -8,8 +8,9 @@
 
 namespace ringmoe::memory_ring {
 
-absl::StatusOr<double> MeasureReadBandwidth(Tier* tier, int source, uint64_t offset,
-                                            uint64_t bytes, uint64_t chunk, int in_flight) {
+absl::StatusOr<double> MeasureReadBandwidth(Tier* tier, int source,
+                                            uint64_t offset, uint64_t bytes,
+                                            uint64_t chunk, int in_flight) {
   std::vector<std::unique_ptr<TierBuffer>> buffers;
   for (int i = 0; i < in_flight; ++i) {
     absl::StatusOr<std::unique_ptr<TierBuffer>> b = tier->Allocate(chunk);
@@ -29,15 +30,17 @@ absl::StatusOr<double> MeasureReadBandwidth(Tier* tier, int source, uint64_t off
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return pending < in_flight; });
       if (!first_error.ok()) break;
-      i = static_cast<int>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+      i = static_cast<int>(std::find(busy.begin(), busy.end(), false) -
+                           busy.begin());
       busy[i] = true;
       ++pending;
     }
     const uint64_t size = std::min(chunk, bytes - issued);
-    tier->CopyAsync({{source, offset + issued, size, 0}}, buffers[i]->data(), nullptr,
-                    [&, i](absl::Status status) {
+    tier->CopyAsync({{source, offset + issued, size, 0}}, buffers[i]->data(),
+                    nullptr, [&, i](absl::Status status) {
                       std::lock_guard<std::mutex> lock(mu);
-                      if (!status.ok() && first_error.ok()) first_error = status;
+                      if (!status.ok() && first_error.ok())
+                        first_error = status;
                       busy[i] = false;
                       --pending;
                       cv.notify_all();
@@ -48,7 +51,8 @@ absl::StatusOr<double> MeasureReadBandwidth(Tier* tier, int source, uint64_t off
   cv.wait(lock, [&] { return pending == 0; });
   if (!first_error.ok()) return first_error;
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   return static_cast<double>(issued) / seconds;
 }
 

@@ -20,7 +20,8 @@ std::string RingStats::ToJson() const {
       "{\"bytes_resident\": %d, \"bytes_streamed\": %d, \"bytes_moved\": %d, "
       "\"bytes_disk_to_host\": %d, \"bytes_host_to_device\": %d, "
       "\"bytes_slot_to_cache\": %d, \"stall_seconds\": %.6f, "
-      "\"sections_loaded\": %d, \"prefetch_hits\": %d, \"prefetch_misses\": %d, "
+      "\"sections_loaded\": %d, \"prefetch_hits\": %d, \"prefetch_misses\": "
+      "%d, "
       "\"cache_hits\": %d, \"cache_misses\": %d, \"cache_evictions\": %d, "
       "\"load_errors\": %d}",
       bytes_resident.load(), bytes_streamed.load(), bytes_moved.load(),

@@ -13,14 +13,15 @@ namespace ringmoe::memory_ring {
 
 struct RingStats {
   std::atomic<uint64_t> bytes_resident{0};  // weights kept in the compute tier
-  std::atomic<uint64_t> bytes_streamed{0};  // weights that live in the source tier
-  std::atomic<uint64_t> bytes_moved{0};     // copied into the compute tier, total
+  std::atomic<uint64_t> bytes_streamed{
+      0};                                // weights that live in the source tier
+  std::atomic<uint64_t> bytes_moved{0};  // copied into the compute tier, total
   std::atomic<uint64_t> bytes_disk_to_host{0};
   std::atomic<uint64_t> bytes_host_to_device{0};
   std::atomic<uint64_t> bytes_slot_to_cache{0};  // ring slot -> expert cache
   std::atomic<uint64_t> stall_nanos{0};  // compute waiting for a section
   std::atomic<uint64_t> sections_loaded{0};
-  std::atomic<uint64_t> prefetch_hits{0};    // needed and already requested ahead
+  std::atomic<uint64_t> prefetch_hits{0};  // needed and already requested ahead
   std::atomic<uint64_t> prefetch_misses{0};  // needed, loaded on demand
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};

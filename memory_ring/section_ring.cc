@@ -23,18 +23,22 @@ absl::StatusOr<std::unique_ptr<SectionRing>> SectionRing::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("ring: need at least 2 slots, got ", options.num_slots));
   }
-  if (options.prefetch_depth < 0 || options.prefetch_depth >= options.num_slots) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ring: prefetch depth must be in [0, ", options.num_slots - 1,
-                     "] for ", options.num_slots, " slots, got ", options.prefetch_depth));
+  if (options.prefetch_depth < 0 ||
+      options.prefetch_depth >= options.num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring: prefetch depth must be in [0, ", options.num_slots - 1, "] for ",
+        options.num_slots, " slots, got ", options.prefetch_depth));
   }
-  std::unique_ptr<SectionRing> ring(new SectionRing(tier, slot_bytes, options, stats));
+  std::unique_ptr<SectionRing> ring(
+      new SectionRing(tier, slot_bytes, options, stats));
   for (int i = 0; i < options.num_slots; ++i) {
-    absl::StatusOr<std::unique_ptr<TierBuffer>> slot = tier->Allocate(slot_bytes);
+    absl::StatusOr<std::unique_ptr<TierBuffer>> slot =
+        tier->Allocate(slot_bytes);
     if (!slot.ok()) {
-      return absl::Status(slot.status().code(),
-                          absl::StrCat("ring: allocating slot ", i, " of ", slot_bytes,
-                                       " bytes: ", slot.status().message()));
+      return absl::Status(
+          slot.status().code(),
+          absl::StrCat("ring: allocating slot ", i, " of ", slot_bytes,
+                       " bytes: ", slot.status().message()));
     }
     ring->slots_.push_back(std::move(*slot));
   }
@@ -53,7 +57,8 @@ SectionRing::SectionRing(Tier* tier, uint64_t slot_bytes, RingOptions options,
 SectionRing::~SectionRing() { Reset(); }
 
 SectionRing::Section* SectionRing::Find(Ticket ticket) {
-  if (ticket < first_ || ticket >= first_ + static_cast<Ticket>(sections_.size())) {
+  if (ticket < first_ ||
+      ticket >= first_ + static_cast<Ticket>(sections_.size())) {
     return nullptr;
   }
   return &sections_[ticket - first_];

@@ -71,7 +71,8 @@ class SectionRing {
     absl::Status status;
   };
 
-  SectionRing(Tier* tier, uint64_t slot_bytes, RingOptions options, RingStats* stats);
+  SectionRing(Tier* tier, uint64_t slot_bytes, RingOptions options,
+              RingStats* stats);
 
   struct Launch {
     Ticket ticket;

@@ -15,13 +15,16 @@ namespace {
 std::vector<CopyPiece> SectionPieces(int i) {
   const uint64_t size = 100 + (i * 37) % 400;
   return {{i % 3, static_cast<uint64_t>(i) * 1000, size / 2, 0},
-          {i % 3, static_cast<uint64_t>(i) * 1000 + 5000, size - size / 2, size / 2}};
+          {i % 3, static_cast<uint64_t>(i) * 1000 + 5000, size - size / 2,
+           size / 2}};
 }
 
 bool SlotHolds(const uint8_t* slot, const std::vector<CopyPiece>& pieces) {
   for (const CopyPiece& p : pieces) {
     for (uint64_t j = 0; j < p.size; ++j) {
-      if (slot[p.dst_offset + j] != FakeTier::SourceByte(p.source, p.offset + j)) return false;
+      if (slot[p.dst_offset + j] !=
+          FakeTier::SourceByte(p.source, p.offset + j))
+        return false;
     }
   }
   return true;
@@ -56,22 +59,26 @@ TEST_P(SectionRingTest, NoSlotReusedWhileComputeReadsIt) {
     const uint64_t generation = (*ring)->SlotGeneration(index);
     EXPECT_TRUE(SlotHolds(*slot, SectionPieces(i))) << "section " << i;
     absl::SleepFor(absl::Microseconds(rng() % 3000));  // compute
-    EXPECT_TRUE(SlotHolds(*slot, SectionPieces(i))) << "section " << i << " overwritten";
-    EXPECT_EQ((*ring)->SlotGeneration(index), generation) << "slot refilled early";
+    EXPECT_TRUE(SlotHolds(*slot, SectionPieces(i)))
+        << "section " << i << " overwritten";
+    EXPECT_EQ((*ring)->SlotGeneration(index), generation)
+        << "slot refilled early";
     (*ring)->Release(i);
   }
   EXPECT_EQ(stats.sections_loaded, kSections);
   EXPECT_EQ(stats.load_errors, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    SlotsAndDepths, SectionRingTest,
-    ::testing::Values(RingCase{2, 0}, RingCase{2, 1}, RingCase{3, 0}, RingCase{3, 1},
-                      RingCase{3, 2}, RingCase{4, 0}, RingCase{4, 1}, RingCase{4, 2},
-                      RingCase{4, 3}),
-    [](const auto& info) {
-      return "K" + std::to_string(info.param.slots) + "_d" + std::to_string(info.param.depth);
-    });
+INSTANTIATE_TEST_SUITE_P(SlotsAndDepths, SectionRingTest,
+                         ::testing::Values(RingCase{2, 0}, RingCase{2, 1},
+                                           RingCase{3, 0}, RingCase{3, 1},
+                                           RingCase{3, 2}, RingCase{4, 0},
+                                           RingCase{4, 1}, RingCase{4, 2},
+                                           RingCase{4, 3}),
+                         [](const auto& info) {
+                           return "K" + std::to_string(info.param.slots) +
+                                  "_d" + std::to_string(info.param.depth);
+                         });
 
 TEST(SectionRingTest, PrefetchDepthBoundsLoadsAhead) {
   for (int depth = 0; depth < 4; ++depth) {
@@ -156,7 +163,7 @@ TEST(SectionRingTest, ResetWithLoadsInFlightDoesNotDeadlock) {
   ASSERT_TRUE(ring.ok());
   for (int i = 0; i < 8; ++i) (*ring)->Enqueue(SectionPieces(i));
   ASSERT_TRUE((*ring)->Acquire(0).ok());  // starts 0..3, 1..3 still loading
-  (*ring)->Reset();                        // abandon the step
+  (*ring)->Reset();                       // abandon the step
   const auto next = (*ring)->Enqueue(SectionPieces(9));
   auto slot = (*ring)->Acquire(next);
   ASSERT_TRUE(slot.ok());

@@ -43,7 +43,8 @@ class Tier {
   // The tier pair this path moves bytes between, e.g. "disk_to_host".
   virtual absl::string_view name() const = 0;
 
-  virtual absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(
+      size_t bytes) = 0;
 
   // An opaque marker after the compute issued so far (a CUDA event on the
   // compute stream); null where compute is synchronous (CPU).

@@ -27,8 +27,10 @@ void AddValue(prometheus::MetricFamily* family, double value,
   family->metric.push_back(std::move(metric));
 }
 
-prometheus::MetricFamily Counter(std::string name, std::string help, double value) {
-  auto family = Family(std::move(name), std::move(help), prometheus::MetricType::Counter);
+prometheus::MetricFamily Counter(std::string name, std::string help,
+                                 double value) {
+  auto family =
+      Family(std::move(name), std::move(help), prometheus::MetricType::Counter);
   AddValue(&family, value);
   return family;
 }
@@ -40,22 +42,27 @@ std::vector<prometheus::MetricFamily> RingMetrics::Collect() const {
   auto moved = Family("ringmoe_ring_bytes_moved_total",
                       "Weight bytes the memory ring copied, by tier pair.",
                       prometheus::MetricType::Counter);
-  AddValue(&moved, stats_.bytes_disk_to_host.load(), {{"tier_pair", "disk_to_host"}});
-  AddValue(&moved, stats_.bytes_host_to_device.load(), {{"tier_pair", "host_to_device"}});
-  AddValue(&moved, stats_.bytes_slot_to_cache.load(), {{"tier_pair", "slot_to_cache"}});
+  AddValue(&moved, stats_.bytes_disk_to_host.load(),
+           {{"tier_pair", "disk_to_host"}});
+  AddValue(&moved, stats_.bytes_host_to_device.load(),
+           {{"tier_pair", "host_to_device"}});
+  AddValue(&moved, stats_.bytes_slot_to_cache.load(),
+           {{"tier_pair", "slot_to_cache"}});
   families.push_back(std::move(moved));
   families.push_back(Counter("ringmoe_ring_stall_seconds_total",
                              "Time compute waited for weights to arrive.",
                              stats_.stall_seconds()));
-  families.push_back(Counter("ringmoe_ring_prefetch_hits_total",
-                             "Streamed experts that were requested ahead of need.",
-                             stats_.prefetch_hits.load()));
+  families.push_back(
+      Counter("ringmoe_ring_prefetch_hits_total",
+              "Streamed experts that were requested ahead of need.",
+              stats_.prefetch_hits.load()));
   families.push_back(Counter("ringmoe_ring_prefetch_misses_total",
                              "Streamed experts loaded only when needed.",
                              stats_.prefetch_misses.load()));
-  families.push_back(Counter("ringmoe_ring_load_errors_total",
-                             "Weight loads that failed (read errors, short reads).",
-                             stats_.load_errors.load()));
+  families.push_back(
+      Counter("ringmoe_ring_load_errors_total",
+              "Weight loads that failed (read errors, short reads).",
+              stats_.load_errors.load()));
   families.push_back(Counter("ringmoe_expert_cache_hits_total",
                              "Streamed experts found in the expert cache.",
                              stats_.cache_hits.load()));
@@ -70,17 +77,19 @@ std::vector<prometheus::MetricFamily> RingMetrics::Collect() const {
                          prometheus::MetricType::Gauge);
   AddValue(&resident, stats_.bytes_resident.load());
   families.push_back(std::move(resident));
-  auto streamed = Family("ringmoe_ring_streamed_bytes",
-                         "Weight bytes that live in the source tier and stream in.",
-                         prometheus::MetricType::Gauge);
+  auto streamed =
+      Family("ringmoe_ring_streamed_bytes",
+             "Weight bytes that live in the source tier and stream in.",
+             prometheus::MetricType::Gauge);
   AddValue(&streamed, stats_.bytes_streamed.load());
   families.push_back(std::move(streamed));
   return families;
 }
 
 std::vector<prometheus::MetricFamily> ExpertTokenMetrics::Collect() const {
-  auto family = Family("ringmoe_expert_tokens_total", "Tokens routed to each expert.",
-                       prometheus::MetricType::Counter);
+  auto family =
+      Family("ringmoe_expert_tokens_total", "Tokens routed to each expert.",
+             prometheus::MetricType::Counter);
   for (int l = 0; l < usage_.num_layers(); ++l) {
     for (int e = 0; e < usage_.num_experts(); ++e) {
       AddValue(&family, usage_.Tokens(l, e),

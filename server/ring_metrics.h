@@ -18,7 +18,8 @@ class RingMetrics : public prometheus::Collectable {
   // `stats` must outlive the collector.
   explicit RingMetrics(const memory_ring::RingStats& stats) : stats_(stats) {}
 
-  // ringmoe_ring_bytes_moved_total{tier_pair}, ringmoe_ring_stall_seconds_total,
+  // ringmoe_ring_bytes_moved_total{tier_pair},
+  // ringmoe_ring_stall_seconds_total,
   // ringmoe_ring_prefetch_{hits,misses}_total, ringmoe_ring_load_errors_total,
   // ringmoe_expert_cache_{hits,misses,evictions}_total,
   // ringmoe_ring_resident_bytes, ringmoe_ring_streamed_bytes.

@@ -25,10 +25,18 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   EXPECT_EQ(moved->metric[0].label[0].value, "disk_to_host");
   EXPECT_EQ(moved->metric[0].counter.value, 1000);
   EXPECT_EQ(moved->metric[2].counter.value, 7);
-  EXPECT_DOUBLE_EQ(by_name.at("ringmoe_ring_stall_seconds_total")->metric[0].counter.value, 2.5);
-  EXPECT_EQ(by_name.at("ringmoe_ring_prefetch_hits_total")->metric[0].counter.value, 3);
-  EXPECT_EQ(by_name.at("ringmoe_expert_cache_evictions_total")->metric[0].counter.value, 2);
-  EXPECT_EQ(by_name.at("ringmoe_ring_resident_bytes")->metric[0].gauge.value, 12345);
+  EXPECT_DOUBLE_EQ(
+      by_name.at("ringmoe_ring_stall_seconds_total")->metric[0].counter.value,
+      2.5);
+  EXPECT_EQ(
+      by_name.at("ringmoe_ring_prefetch_hits_total")->metric[0].counter.value,
+      3);
+  EXPECT_EQ(by_name.at("ringmoe_expert_cache_evictions_total")
+                ->metric[0]
+                .counter.value,
+            2);
+  EXPECT_EQ(by_name.at("ringmoe_ring_resident_bytes")->metric[0].gauge.value,
+            12345);
   for (const auto& [name, family] : by_name) {
     EXPECT_EQ(name.rfind("ringmoe_", 0), 0u);
     if (family->type == prometheus::MetricType::Counter) {

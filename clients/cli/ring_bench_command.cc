@@ -53,18 +53,24 @@ struct Phase {
   int64_t tokens = 0;
   uint64_t bytes_moved = 0;
   double stall_seconds = 0;
-  uint64_t prefetch_hits = 0, prefetch_misses = 0, cache_hits = 0, cache_misses = 0;
+  uint64_t prefetch_hits = 0, prefetch_misses = 0, cache_hits = 0,
+           cache_misses = 0;
 };
 
 struct Snapshot {
   uint64_t moved, hits, misses, cache_hits, cache_misses;
   double stall;
   explicit Snapshot(const memory_ring::RingStats& s)
-      : moved(s.bytes_moved), hits(s.prefetch_hits), misses(s.prefetch_misses),
-        cache_hits(s.cache_hits), cache_misses(s.cache_misses), stall(s.stall_seconds()) {}
+      : moved(s.bytes_moved),
+        hits(s.prefetch_hits),
+        misses(s.prefetch_misses),
+        cache_hits(s.cache_hits),
+        cache_misses(s.cache_misses),
+        stall(s.stall_seconds()) {}
 };
 
-void Account(const Snapshot& before, const memory_ring::RingStats& after, Phase* p) {
+void Account(const Snapshot& before, const memory_ring::RingStats& after,
+             Phase* p) {
   p->bytes_moved = after.bytes_moved - before.moved;
   p->stall_seconds = after.stall_seconds() - before.stall;
   p->prefetch_hits = after.prefetch_hits - before.hits;
@@ -73,7 +79,8 @@ void Account(const Snapshot& before, const memory_ring::RingStats& after, Phase*
   p->cache_misses = after.cache_misses - before.cache_misses;
 }
 
-nlohmann::json PhaseJson(const Phase& p, double compute_only_seconds, double bandwidth) {
+nlohmann::json PhaseJson(const Phase& p, double compute_only_seconds,
+                         double bandwidth) {
   const double transfer = p.bytes_moved / bandwidth;
   const double ceiling = std::max(compute_only_seconds, transfer);
   const uint64_t lookups = p.prefetch_hits + p.prefetch_misses;
@@ -90,15 +97,16 @@ nlohmann::json PhaseJson(const Phase& p, double compute_only_seconds, double ban
       {"ceiling_seconds", ceiling},
       {"ceiling_ratio", ceiling / p.seconds},
       {"bound", transfer > compute_only_seconds ? "transfer" : "compute"},
-      {"prefetch_hit_rate", lookups ? static_cast<double>(p.prefetch_hits) / lookups : 0.0},
+      {"prefetch_hit_rate",
+       lookups ? static_cast<double>(p.prefetch_hits) / lookups : 0.0},
       {"cache_hit_rate",
        cache_lookups ? static_cast<double>(p.cache_hits) / cache_lookups : 0.0},
   };
 }
 
 absl::Status RunVariant(const runtime::EngineOptions& base, const Variant& v,
-                        int64_t prompt_tokens, int64_t gen_tokens, Phase* prefill,
-                        Phase* decode, std::string* placement) {
+                        int64_t prompt_tokens, int64_t gen_tokens,
+                        Phase* prefill, Phase* decode, std::string* placement) {
   runtime::EngineOptions options = base;
   if (!v.streams) {
     options.streaming.memory_budget = 0;
@@ -109,7 +117,8 @@ absl::Status RunVariant(const runtime::EngineOptions& base, const Variant& v,
     options.streaming.expert_cache = v.cache;
   }
   options.kv_cache_tokens = prompt_tokens + gen_tokens;
-  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine = runtime::Engine::Load(options);
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::Load(options);
   if (!engine.ok()) return engine.status();
   runtime::Engine& e = **engine;
   *placement = e.placement().Summary();
@@ -128,8 +137,8 @@ absl::Status RunVariant(const runtime::EngineOptions& base, const Variant& v,
   Snapshot decode_before(e.ring_stats());
   start = Clock::now();
   for (int64_t i = 0; i < gen_tokens; ++i) {
-    const int32_t next =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.end()) - logits.begin());
     std::vector<int32_t> token = {next};
     status = e.Step({{1, token, false}}, &logits);
     if (!status.ok()) return status;
@@ -146,14 +155,17 @@ int RunRingBench() {
   auto base = server::EngineOptionsFromFlags();
   if (!base.ok()) return Fail("bench-ring", base.status());
   if (base->streaming.memory_budget == 0) {
-    return Fail("bench-ring", absl::InvalidArgumentError(
-                                  "--host_memory_budget is required (smaller than the model)"));
+    return Fail(
+        "bench-ring",
+        absl::InvalidArgumentError(
+            "--host_memory_budget is required (smaller than the model)"));
   }
   const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   const int64_t gen_tokens = absl::GetFlag(FLAGS_gen_tokens);
   if (prompt_tokens < 1 || gen_tokens < 1) {
-    return Fail("bench-ring", absl::InvalidArgumentError(
-                                  "--prompt_tokens and --gen_tokens must be positive"));
+    return Fail("bench-ring",
+                absl::InvalidArgumentError(
+                    "--prompt_tokens and --gen_tokens must be positive"));
   }
   const int slots = base->streaming.num_slots;
 
@@ -175,20 +187,24 @@ int RunRingBench() {
   auto tier = memory_ring::CreateDiskTier(
       paths, {base->streaming.io_threads, base->streaming.direct_io});
   if (!tier.ok()) return Fail("bench-ring", tier.status());
-  const uint64_t probe_bytes = std::min<uint64_t>(largest, 2ull << 30) / 4096 * 4096;
+  const uint64_t probe_bytes =
+      std::min<uint64_t>(largest, 2ull << 30) / 4096 * 4096;
   auto probe = [&]() {
-    return memory_ring::MeasureReadBandwidth(tier->get(), largest_source, 0, probe_bytes);
+    return memory_ring::MeasureReadBandwidth(tier->get(), largest_source, 0,
+                                             probe_bytes);
   };
   // Virtual disks run faster once the host has cached the file: probe before
   // and after the variants and take the faster, so no ratio flatters.
   auto bandwidth_before = probe();
-  if (!bandwidth_before.ok()) return Fail("bench-ring", bandwidth_before.status());
+  if (!bandwidth_before.ok())
+    return Fail("bench-ring", bandwidth_before.status());
 
   const std::vector<Variant> variants = {
       {"all_resident", false, runtime::RingMode::kAuto, slots, 0, false},
       {"on_demand", true, runtime::RingMode::kExpert, 2, 0, false},
       {"ring_layers", true, runtime::RingMode::kLayer, slots, slots - 1, false},
-      {"ring_predicted_experts_cache", true, runtime::RingMode::kExpert, slots, slots - 1, true},
+      {"ring_predicted_experts_cache", true, runtime::RingMode::kExpert, slots,
+       slots - 1, true},
   };
   nlohmann::json out = {
       {"model", base->model_dir},
@@ -205,28 +221,34 @@ int RunRingBench() {
   std::vector<Result> results(variants.size());
   for (size_t i = 0; i < variants.size(); ++i) {
     Result& r = results[i];
-    absl::Status status = RunVariant(*base, variants[i], prompt_tokens, gen_tokens,
-                                     &r.prefill, &r.decode, &r.placement);
+    absl::Status status =
+        RunVariant(*base, variants[i], prompt_tokens, gen_tokens, &r.prefill,
+                   &r.decode, &r.placement);
     if (!status.ok()) return Fail("bench-ring", status);
     std::fprintf(stderr, "bench-ring: %s done\n", variants[i].name.c_str());
   }
   auto bandwidth_after = probe();
   tier->reset();
-  if (!bandwidth_after.ok()) return Fail("bench-ring", bandwidth_after.status());
+  if (!bandwidth_after.ok())
+    return Fail("bench-ring", bandwidth_after.status());
   const double bandwidth = std::max(*bandwidth_before, *bandwidth_after);
   out["read_bandwidth_bytes_per_s"] = bandwidth;
-  out["read_bandwidth_probes_bytes_per_s"] = {*bandwidth_before, *bandwidth_after};
+  out["read_bandwidth_probes_bytes_per_s"] = {*bandwidth_before,
+                                              *bandwidth_after};
   // Variant 0 is all resident: its times are the compute-only times.
   for (size_t i = 0; i < variants.size(); ++i) {
     out["variants"][variants[i].name] = {
         {"placement", results[i].placement},
-        {"prefill", PhaseJson(results[i].prefill, results[0].prefill.seconds, bandwidth)},
-        {"decode", PhaseJson(results[i].decode, results[0].decode.seconds, bandwidth)},
+        {"prefill",
+         PhaseJson(results[i].prefill, results[0].prefill.seconds, bandwidth)},
+        {"decode",
+         PhaseJson(results[i].decode, results[0].decode.seconds, bandwidth)},
     };
   }
-  const double layer_bytes = out["variants"]["ring_layers"]["decode"]["bytes_moved_per_token"];
-  const double expert_bytes =
-      out["variants"]["ring_predicted_experts_cache"]["decode"]["bytes_moved_per_token"];
+  const double layer_bytes =
+      out["variants"]["ring_layers"]["decode"]["bytes_moved_per_token"];
+  const double expert_bytes = out["variants"]["ring_predicted_experts_cache"]
+                                 ["decode"]["bytes_moved_per_token"];
   out["decode_bytes_reduction_expert_vs_layer"] =
       expert_bytes > 0 ? layer_bytes / expert_bytes : 0.0;
   std::cout << out.dump(2) << "\n";

@@ -23,12 +23,14 @@ class ExpertSource {
   // Router logits of `layer` ([num_tokens, num_experts]) computed ahead of
   // time from an earlier layer's hidden state: the experts they pick are
   // likely to be needed, so they may be fetched now.
-  virtual void Predict(int layer, const float* router_logits, int64_t num_tokens) = 0;
+  virtual void Predict(int layer, const float* router_logits,
+                       int64_t num_tokens) = 0;
 
   // Weights of `experts` (ascending) of `layer`, valid until Release(layer).
   // Fails, naming what could not be read, when a weight load fails.
-  virtual absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
-                               std::vector<const model::MlpWeights*>* weights) = 0;
+  virtual absl::Status Acquire(
+      int layer, absl::Span<const int32_t> experts,
+      std::vector<const model::MlpWeights*>* weights) = 0;
 
   // The step is done with `layer`'s experts.
   virtual void Release(int layer) = 0;

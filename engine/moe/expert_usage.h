@@ -15,13 +15,16 @@ class ExpertUsage {
   ExpertUsage(int num_layers, int num_experts)
       : num_layers_(num_layers),
         num_experts_(num_experts),
-        tokens_(new std::atomic<uint64_t>[static_cast<size_t>(num_layers) * num_experts]()) {}
+        tokens_(new std::atomic<uint64_t>[static_cast<size_t>(num_layers) *
+                                          num_experts]()) {}
 
   void Add(int layer, int expert, uint64_t tokens) {
-    tokens_[layer * num_experts_ + expert].fetch_add(tokens, std::memory_order_relaxed);
+    tokens_[layer * num_experts_ + expert].fetch_add(tokens,
+                                                     std::memory_order_relaxed);
   }
   uint64_t Tokens(int layer, int expert) const {
-    return tokens_[layer * num_experts_ + expert].load(std::memory_order_relaxed);
+    return tokens_[layer * num_experts_ + expert].load(
+        std::memory_order_relaxed);
   }
   int num_layers() const { return num_layers_; }
   int num_experts() const { return num_experts_; }

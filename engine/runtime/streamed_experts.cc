@@ -14,15 +14,17 @@ namespace {
 
 constexpr uint64_t kPlaceAlign = 64;
 
-uint64_t AlignUp(uint64_t n) { return (n + kPlaceAlign - 1) / kPlaceAlign * kPlaceAlign; }
+uint64_t AlignUp(uint64_t n) {
+  return (n + kPlaceAlign - 1) / kPlaceAlign * kPlaceAlign;
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
     const model::ModelSpec& spec, const model::Architecture& arch,
-    const checkpoint::Checkpoint& checkpoint, model::ModelWeights* mutable_weights,
-    const StreamingOptions& options, memory_ring::RingStats* stats,
-    memory_ring::PlacementPlan* plan) {
+    const checkpoint::Checkpoint& checkpoint,
+    model::ModelWeights* mutable_weights, const StreamingOptions& options,
+    memory_ring::RingStats* stats, memory_ring::PlacementPlan* plan) {
   const model::ModelWeights& weights = *mutable_weights;
   std::unique_ptr<StreamedExperts> s(new StreamedExperts(spec, weights));
   s->options_ = options;
@@ -46,8 +48,9 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
       const model::MlpTensorNames names = arch.ExpertTensors(l, e);
       const model::MlpWeights& bound = weights.layers[l].experts[e];
       uint64_t offset = 0;
-      for (const auto& [name, matrix] :
-           {std::pair{names.gate, &bound.gate}, {names.up, &bound.up}, {names.down, &bound.down}}) {
+      for (const auto& [name, matrix] : {std::pair{names.gate, &bound.gate},
+                                         {names.up, &bound.up},
+                                         {names.down, &bound.down}}) {
         ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
         converted |= matrix->data != t->data;
         s->streamed_[l][e].pieces.push_back(
@@ -65,7 +68,8 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   input.experts_per_layer = num_experts;
   for (int l = 0; l < num_layers; ++l) {
     if (!spec.layer_is_moe[l]) continue;
-    for (int e = 0; e < num_experts; ++e) input.experts.push_back({l, e, s->expert_stride_});
+    for (int e = 0; e < num_experts; ++e)
+      input.experts.push_back({l, e, s->expert_stride_});
   }
   input.budget_bytes = options.memory_budget;
   input.num_slots = options.num_slots;
@@ -77,22 +81,27 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   if (!plan->streams()) return std::unique_ptr<StreamedExperts>();
   if (converted) {
     return absl::UnimplementedError(
-        "converting expert weights on load (--weight_dtype) cannot be combined with "
-        "streaming them from disk; give the model a larger memory budget or use "
+        "converting expert weights on load (--weight_dtype) cannot be combined "
+        "with "
+        "streaming them from disk; give the model a larger memory budget or "
+        "use "
         "--weight_dtype=auto");
   }
   s->resident_ = plan->expert_resident;
   s->CopyResidentIntoMemory(mutable_weights);
 
-  ASSIGN_OR_RETURN(s->tier_, memory_ring::CreateDiskTier(
-                                 paths, {options.io_threads, options.direct_io}));
+  ASSIGN_OR_RETURN(s->tier_,
+                   memory_ring::CreateDiskTier(
+                       paths, {options.io_threads, options.direct_io}));
   const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
-  ASSIGN_OR_RETURN(s->ring_, memory_ring::SectionRing::Create(
-                                 s->tier_.get(), num_experts * s->expert_stride_,
-                                 {plan->num_slots, depth}, stats));
+  ASSIGN_OR_RETURN(s->ring_,
+                   memory_ring::SectionRing::Create(
+                       s->tier_.get(), num_experts * s->expert_stride_,
+                       {plan->num_slots, depth}, stats));
   if (options.expert_cache) {
     ASSIGN_OR_RETURN(s->cache_, memory_ring::ExpertCache::Create(
-                                    s->tier_.get(), plan->cache_bytes, s->expert_stride_, stats));
+                                    s->tier_.get(), plan->cache_bytes,
+                                    s->expert_stride_, stats));
   }
   s->layers_.resize(num_layers);
   return s;
@@ -103,7 +112,8 @@ StreamedExperts::~StreamedExperts() {
   ring_.reset();
 }
 
-void StreamedExperts::CopyResidentIntoMemory(model::ModelWeights* weights) const {
+void StreamedExperts::CopyResidentIntoMemory(
+    model::ModelWeights* weights) const {
   auto copy = [weights](kernels::Matrix* m) {
     if (m->data == nullptr) return;
     const int64_t bytes = kernels::MatrixBytes(*m);
@@ -126,7 +136,9 @@ void StreamedExperts::CopyResidentIntoMemory(model::ModelWeights* weights) const
   }
   for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
     model::LayerWeights& layer = weights->layers[l];
-    for (kernels::Matrix* m : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router}) copy(m);
+    for (kernels::Matrix* m :
+         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router})
+      copy(m);
     if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
     if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
     for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
@@ -147,7 +159,8 @@ std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(
   return pieces;
 }
 
-model::MlpWeights StreamedExperts::ViewAt(int layer, int expert, const uint8_t* base) const {
+model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
+                                          const uint8_t* base) const {
   model::MlpWeights view = weights_.layers[layer].experts[expert];
   const auto& pieces = streamed_[layer][expert].pieces;
   view.gate.data = base + pieces[0].dst_offset;
@@ -177,7 +190,8 @@ void StreamedExperts::BeginStep(int64_t num_tokens) {
   }
 }
 
-void StreamedExperts::Predict(int layer, const float* router_logits, int64_t num_tokens) {
+void StreamedExperts::Predict(int layer, const float* router_logits,
+                              int64_t num_tokens) {
   if (!expert_mode_ || layer >= static_cast<int>(layers_.size()) ||
       !spec_.layer_is_moe[layer] || layers_[layer].ticket >= 0) {
     return;
@@ -189,7 +203,8 @@ void StreamedExperts::Predict(int layer, const float* router_logits, int64_t num
     kernels::TopK(router_logits + t * spec_.num_experts, spec_.num_experts,
                   static_cast<int>(k), top.data());
     for (int32_t e : top) {
-      if (Streams(layer, e) && !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
+      if (Streams(layer, e) &&
+          !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
         st.requested[e] = true;
       }
     }
@@ -198,11 +213,13 @@ void StreamedExperts::Predict(int layer, const float* router_logits, int64_t num
   for (int e = 0; e < spec_.num_experts; ++e) {
     if (st.requested[e]) predicted.push_back(e);
   }
-  if (!predicted.empty()) st.ticket = ring_->Enqueue(PiecesFor(layer, predicted));
+  if (!predicted.empty())
+    st.ticket = ring_->Enqueue(PiecesFor(layer, predicted));
 }
 
-absl::Status StreamedExperts::Acquire(int layer, absl::Span<const int32_t> experts,
-                                      std::vector<const model::MlpWeights*>* weights) {
+absl::Status StreamedExperts::Acquire(
+    int layer, absl::Span<const int32_t> experts,
+    std::vector<const model::MlpWeights*>* weights) {
   LayerState& st = layers_[layer];
   weights->assign(experts.size(), nullptr);
   std::vector<int32_t> to_stream;
@@ -212,7 +229,8 @@ absl::Status StreamedExperts::Acquire(int layer, absl::Span<const int32_t> exper
       (*weights)[i] = &weights_.layers[layer].experts[e];
       continue;
     }
-    const uint8_t* cached = cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr;
+    const uint8_t* cached =
+        cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr;
     if (cached != nullptr) {
       st.views[e] = ViewAt(layer, e, cached);
       (*weights)[i] = &st.views[e];
@@ -239,8 +257,8 @@ absl::Status StreamedExperts::Acquire(int layer, absl::Span<const int32_t> exper
   absl::StatusOr<uint8_t*> slot = ring_->Acquire(st.ticket, std::move(extra));
   if (!slot.ok()) {
     return absl::Status(slot.status().code(),
-                        absl::StrCat("streaming the experts of layer ", layer, ": ",
-                                     slot.status().message()));
+                        absl::StrCat("streaming the experts of layer ", layer,
+                                     ": ", slot.status().message()));
   }
   st.slot = *slot;
   st.streamed_in_use = to_stream;
@@ -260,7 +278,9 @@ void StreamedExperts::Release(int layer) {
   if (expert_mode_ && cache_ && st.slot != nullptr) {
     // A failed copy into the cache only costs a later transfer.
     for (int32_t e : st.streamed_in_use) {
-      cache_->Offer(CacheKey(layer, e), st.slot + e * expert_stride_, expert_stride_)
+      cache_
+          ->Offer(CacheKey(layer, e), st.slot + e * expert_stride_,
+                  expert_stride_)
           .IgnoreError();
     }
   }

@@ -59,7 +59,8 @@ class StreamedExperts : public moe::ExpertSource {
   ~StreamedExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
-  void Predict(int layer, const float* router_logits, int64_t num_tokens) override;
+  void Predict(int layer, const float* router_logits,
+               int64_t num_tokens) override;
   absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
                        std::vector<const model::MlpWeights*>* weights) override;
   void Release(int layer) override;
@@ -68,25 +69,32 @@ class StreamedExperts : public moe::ExpertSource {
  private:
   // Where one streamed expert's three matrices come from and go.
   struct StreamedExpert {
-    std::vector<memory_ring::CopyPiece> pieces;  // dst_offset relative to its place in the slot
-    uint64_t slot_offset = 0;                    // start of its place in the layer's slot
+    std::vector<memory_ring::CopyPiece>
+        pieces;                // dst_offset relative to its place in the slot
+    uint64_t slot_offset = 0;  // start of its place in the layer's slot
   };
   struct LayerState {
-    memory_ring::SectionRing::Ticket ticket = -1;  // this step's section, -1 if none
-    std::vector<bool> requested;                   // experts in the section
-    std::vector<model::MlpWeights> views;          // per expert, valid while acquired
-    std::vector<int32_t> streamed_in_use;          // experts read from the slot this step
+    memory_ring::SectionRing::Ticket ticket =
+        -1;                                // this step's section, -1 if none
+    std::vector<bool> requested;           // experts in the section
+    std::vector<model::MlpWeights> views;  // per expert, valid while acquired
+    std::vector<int32_t>
+        streamed_in_use;  // experts read from the slot this step
     uint8_t* slot = nullptr;
   };
 
-  StreamedExperts(const model::ModelSpec& spec, const model::ModelWeights& weights)
+  StreamedExperts(const model::ModelSpec& spec,
+                  const model::ModelWeights& weights)
       : spec_(spec), weights_(weights) {}
 
-  bool Streams(int layer, int expert) const { return !resident_[layer][expert]; }
+  bool Streams(int layer, int expert) const {
+    return !resident_[layer][expert];
+  }
   memory_ring::ExpertCache::Key CacheKey(int layer, int expert) const {
     return static_cast<int64_t>(layer) * spec_.num_experts + expert;
   }
-  std::vector<memory_ring::CopyPiece> PiecesFor(int layer, absl::Span<const int32_t> experts) const;
+  std::vector<memory_ring::CopyPiece> PiecesFor(
+      int layer, absl::Span<const int32_t> experts) const;
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
   // Copies every matrix that stays resident into owned memory.
   void CopyResidentIntoMemory(model::ModelWeights* weights) const;
@@ -95,8 +103,8 @@ class StreamedExperts : public moe::ExpertSource {
   const model::ModelWeights& weights_;
   StreamingOptions options_;
   memory_ring::RingStats* stats_ = nullptr;
-  std::vector<std::vector<bool>> resident_;                // [layer][expert]
-  std::vector<std::vector<StreamedExpert>> streamed_;       // [layer][expert]
+  std::vector<std::vector<bool>> resident_;            // [layer][expert]
+  std::vector<std::vector<StreamedExpert>> streamed_;  // [layer][expert]
   uint64_t expert_stride_ = 0;  // bytes of one expert's place (aligned)
   std::unique_ptr<memory_ring::Tier> tier_;
   std::unique_ptr<memory_ring::SectionRing> ring_;

@@ -35,12 +35,13 @@ void WriteAll(const std::string& path, const std::string& bytes) {
 class StreamedExpertsTest : public ::testing::TestWithParam<RingMode> {};
 
 TEST_P(StreamedExpertsTest, TruncatedCheckpointFailsThenRecovers) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/mixtral" +
-                          (GetParam() == RingMode::kLayer ? "_layer" : "_expert");
+  const std::string dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/mixtral" +
+      (GetParam() == RingMode::kLayer ? "_layer" : "_expert");
   fs::create_directories(dir);
   for (const char* f : {"config.json", "model.safetensors"}) {
-    fs::copy_file(std::string("tests/testdata/moe-tiny/mixtral/") + f, dir + "/" + f,
-                  fs::copy_options::overwrite_existing);
+    fs::copy_file(std::string("tests/testdata/moe-tiny/mixtral/") + f,
+                  dir + "/" + f, fs::copy_options::overwrite_existing);
   }
   const std::string weights_file = dir + "/model.safetensors";
   const std::string original = ReadAll(weights_file);
@@ -74,7 +75,8 @@ TEST_P(StreamedExpertsTest, TruncatedCheckpointFailsThenRecovers) {
   EXPECT_NE(failed.message().find(weights_file), std::string::npos) << failed;
   EXPECT_NE(failed.message().find("short read"), std::string::npos) << failed;
   (*engine)->kv_cache().Release(2);
-  EXPECT_EQ((*engine)->kv_cache().num_free_blocks(), (*engine)->kv_cache().num_blocks());
+  EXPECT_EQ((*engine)->kv_cache().num_free_blocks(),
+            (*engine)->kv_cache().num_blocks());
   EXPECT_GT((*engine)->ring_stats().load_errors, 0u);
 
   WriteAll(weights_file, original);
@@ -82,11 +84,14 @@ TEST_P(StreamedExpertsTest, TruncatedCheckpointFailsThenRecovers) {
   absl::Status recovered = (*engine)->Step({{3, prompt, true}}, &after);
   ASSERT_TRUE(recovered.ok()) << recovered;
   ASSERT_EQ(after.size(), before.size());
-  EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(after.data(), before.data(), after.size() * sizeof(float)),
+      0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, StreamedExpertsTest,
-                         ::testing::Values(RingMode::kLayer, RingMode::kExpert));
+                         ::testing::Values(RingMode::kLayer,
+                                           RingMode::kExpert));
 
 TEST(StreamedExpertsBudgetTest, ConvertedWeightsLoadUnlessTheyMustStream) {
   EngineOptions options;
@@ -101,7 +106,8 @@ TEST(StreamedExpertsBudgetTest, ConvertedWeightsLoadUnlessTheyMustStream) {
   auto streamed = Engine::Load(options);
   ASSERT_FALSE(streamed.ok());
   EXPECT_EQ(streamed.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(streamed.status().message().find("--weight_dtype"), std::string::npos);
+  EXPECT_NE(streamed.status().message().find("--weight_dtype"),
+            std::string::npos);
 }
 
 TEST(StreamedExpertsBudgetTest, TooSmallABudgetNamesTheSmallestThatWorks) {
