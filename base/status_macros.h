@@ -18,8 +18,9 @@
 
 // `ASSIGN_OR_RETURN(auto x, MakeX());` declares x from an OK StatusOr, or
 // returns its status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL(RINGMOE_STATUS_CONCAT(ringmoe_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr)                                         \
+  ASSIGN_OR_RETURN_IMPL(RINGMOE_STATUS_CONCAT(ringmoe_statusor_, __LINE__), \
+                        lhs, expr)
 
 #define ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
   auto statusor = (expr);                          \

@@ -28,8 +28,9 @@ TEST(GrpcServiceProtoTest, ParsesHandEncodedModelInferRequest) {
   std::string input = LengthDelimited(1, "input_ids") +
                       LengthDelimited(2, "INT32") + LengthDelimited(3, shape);
   std::string raw("\x05\x00\x00\x00\x07\x00\x00\x00\x0b\x00\x00\x00", 12);
-  std::string wire = LengthDelimited(1, "moe-tiny") + LengthDelimited(3, "req-7") +
-                     LengthDelimited(5, input) + LengthDelimited(7, raw);
+  std::string wire = LengthDelimited(1, "moe-tiny") +
+                     LengthDelimited(3, "req-7") + LengthDelimited(5, input) +
+                     LengthDelimited(7, raw);
 
   inference::ModelInferRequest request;
   ASSERT_TRUE(request.ParseFromString(wire));
@@ -47,9 +48,9 @@ TEST(GrpcServiceProtoTest, ParsesHandEncodedModelInferRequest) {
 TEST(GrpcServiceProtoTest, StreamResponseFieldNumbers) {
   inference::ModelStreamInferResponse response;
   response.mutable_infer_response()->set_id("abc");
-  (*response.mutable_infer_response()->mutable_parameters())
-      ["triton_final_response"]
-          .set_bool_param(true);
+  (*response.mutable_infer_response()
+        ->mutable_parameters())["triton_final_response"]
+      .set_bool_param(true);
   const auto* descriptor = inference::ModelStreamInferResponse::descriptor();
   EXPECT_EQ(descriptor->FindFieldByName("error_message")->number(), 1);
   EXPECT_EQ(descriptor->FindFieldByName("infer_response")->number(), 2);

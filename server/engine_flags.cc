@@ -28,15 +28,19 @@ ABSL_FLAG(std::string, host_memory_budget, "",
           "through the memory ring.");
 ABSL_FLAG(std::string, device_memory_budget, "",
           "GPU memory for weights with --device=cuda:N; empty = no limit.");
-ABSL_FLAG(int, ring_slots, 3, "Memory ring: slots (K >= 2), one layer's streamed experts each.");
-ABSL_FLAG(int, prefetch_depth, 2,
-          "Memory ring: sections loaded ahead of the one computing (< ring_slots).");
-ABSL_FLAG(std::string, ring_mode, "auto",
-          "Memory ring: layer (stream whole layers), expert (only the experts a "
-          "batch routes to, predicted ahead) or auto (by batch size).");
+ABSL_FLAG(int, ring_slots, 3,
+          "Memory ring: slots (K >= 2), one layer's streamed experts each.");
+ABSL_FLAG(
+    int, prefetch_depth, 2,
+    "Memory ring: sections loaded ahead of the one computing (< ring_slots).");
+ABSL_FLAG(
+    std::string, ring_mode, "auto",
+    "Memory ring: layer (stream whole layers), expert (only the experts a "
+    "batch routes to, predicted ahead) or auto (by batch size).");
 ABSL_FLAG(bool, expert_cache, true,
           "Memory ring: keep hot experts in the memory the ring does not use.");
-ABSL_FLAG(bool, direct_io, true, "Memory ring: read the checkpoint with O_DIRECT.");
+ABSL_FLAG(bool, direct_io, true,
+          "Memory ring: read the checkpoint with O_DIRECT.");
 ABSL_FLAG(int, io_threads, 2, "Memory ring: threads reading the checkpoint.");
 
 namespace ringmoe::server {
@@ -51,13 +55,15 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   if (device != "cpu") {
     if (absl::StartsWith(device, "cuda")) {
       return absl::UnimplementedError(absl::StrCat(
-          "--device=", device, ": the CUDA backend is not available yet; use --device=cpu"));
+          "--device=", device,
+          ": the CUDA backend is not available yet; use --device=cpu"));
     }
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", device, ": expected cpu or cuda:N"));
   }
   if (absl::GetFlag(FLAGS_threads) < 0) {
-    return absl::InvalidArgumentError("--threads must be 0 (all cores) or positive");
+    return absl::InvalidArgumentError(
+        "--threads must be 0 (all cores) or positive");
   }
   options.threads = absl::GetFlag(FLAGS_threads);
   const std::string dtype = absl::GetFlag(FLAGS_weight_dtype);
@@ -89,7 +95,8 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
         "--device_memory_budget applies to --device=cuda:N; with --device=cpu "
         "use --host_memory_budget");
   }
-  if (const std::string budget = absl::GetFlag(FLAGS_host_memory_budget); !budget.empty()) {
+  if (const std::string budget = absl::GetFlag(FLAGS_host_memory_budget);
+      !budget.empty()) {
     absl::StatusOr<uint64_t> bytes = memory_ring::ParseByteSize(budget);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(
@@ -101,9 +108,10 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   ring.prefetch_depth = absl::GetFlag(FLAGS_prefetch_depth);
   if (ring.num_slots < 2 || ring.prefetch_depth < 0 ||
       ring.prefetch_depth >= ring.num_slots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ring_slots must be at least 2 and --prefetch_depth in [0, ring_slots - 1]; got ",
-        ring.num_slots, " and ", ring.prefetch_depth));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_slots must be at least 2 and --prefetch_depth in "
+                     "[0, ring_slots - 1]; got ",
+                     ring.num_slots, " and ", ring.prefetch_depth));
   }
   const std::string mode = absl::GetFlag(FLAGS_ring_mode);
   if (mode == "auto") {
@@ -119,7 +127,8 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   ring.expert_cache = absl::GetFlag(FLAGS_expert_cache);
   ring.direct_io = absl::GetFlag(FLAGS_direct_io);
   ring.io_threads = absl::GetFlag(FLAGS_io_threads);
-  if (ring.io_threads < 1) return absl::InvalidArgumentError("--io_threads must be positive");
+  if (ring.io_threads < 1)
+    return absl::InvalidArgumentError("--io_threads must be positive");
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   if (options.kv_cache_tokens < 0 || options.kv_block_size <= 0) {

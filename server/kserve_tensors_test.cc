@@ -56,7 +56,10 @@ TEST(KServeTensorsTest, RejectsWrongTypeCountAndMixedForms) {
 TEST(KServeTensorsTest, BytesRoundTripAndScalars) {
   const std::vector<std::string> values = {"37+485=", "", "x"};
   EXPECT_EQ(*DecodeRawBytes(EncodeRawBytes(values)), values);
-  EXPECT_FALSE(DecodeRawBytes(std::string("\x05\x00\x00\x00" "ab", 6)).ok());
+  EXPECT_FALSE(DecodeRawBytes(std::string("\x05\x00\x00\x00"
+                                          "ab",
+                                          6))
+                   .ok());
 
   ModelInferRequest text = WithInput("text_input", "BYTES", {1});
   text.add_raw_input_contents(EncodeRawBytes({"hi"}));

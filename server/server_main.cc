@@ -138,7 +138,8 @@ int Serve() {
   if (!engine.ok()) return Fail(engine.status());
   std::string name = absl::GetFlag(FLAGS_model_name);
   if (name.empty()) name = BaseName(options->model_dir);
-  std::fprintf(stderr, "ringmoe_server: %s\n", (*engine)->placement().Summary().c_str());
+  std::fprintf(stderr, "ringmoe_server: %s\n",
+               (*engine)->placement().Summary().c_str());
   std::fprintf(stderr, "ringmoe_server: loaded %s (%s) from %s in %.2f s\n",
                name.c_str(), (*engine)->spec().architecture.c_str(),
                options->model_dir.c_str(),
@@ -162,7 +163,8 @@ int Serve() {
   exposer->RegisterCollectable(ring_metrics);
   std::shared_ptr<ExpertTokenMetrics> expert_metrics;
   if ((*engine)->expert_usage() != nullptr) {
-    expert_metrics = std::make_shared<ExpertTokenMetrics>(*(*engine)->expert_usage());
+    expert_metrics =
+        std::make_shared<ExpertTokenMetrics>(*(*engine)->expert_usage());
     exposer->RegisterCollectable(expert_metrics);
   }
 

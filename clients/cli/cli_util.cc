@@ -8,14 +8,16 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-ABSL_FLAG(bool, stats, false,
-          "Print the memory ring's counters as one JSON object on stderr at exit.");
+ABSL_FLAG(
+    bool, stats, false,
+    "Print the memory ring's counters as one JSON object on stderr at exit.");
 
 namespace ringmoe::cli {
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
   std::vector<int32_t> ids;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view item :
+       absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     item = absl::StripAsciiWhitespace(item);
     int32_t id;
     if (!absl::SimpleAtoi(item, &id)) {
@@ -27,7 +29,8 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
   return ids;
 }
 
-std::vector<int32_t> SyntheticTokens(int64_t count, int64_t vocab, uint32_t seed) {
+std::vector<int32_t> SyntheticTokens(int64_t count, int64_t vocab,
+                                     uint32_t seed) {
   std::vector<int32_t> ids(count);
   uint32_t state = seed * 2654435761u + 1;
   for (int32_t& id : ids) {

@@ -21,7 +21,8 @@ int Fail(absl::string_view command, const absl::Status& status);
 
 // `count` deterministic token ids in [3, vocab) (clear of the usual special
 // tokens 0..2) for benchmarks.
-std::vector<int32_t> SyntheticTokens(int64_t count, int64_t vocab, uint32_t seed);
+std::vector<int32_t> SyntheticTokens(int64_t count, int64_t vocab,
+                                     uint32_t seed);
 
 // With --stats, prints the memory ring's counters as one JSON object on
 // stderr.

@@ -15,9 +15,12 @@
 #include "nlohmann/json.hpp"
 #include "server/engine_flags.h"
 
-ABSL_FLAG(std::string, prompt, "", "generate: prompt text (tokenized with the model's tokenizer).");
-ABSL_FLAG(std::string, input_ids, "", "generate, logits: comma-separated token ids.");
-ABSL_FLAG(std::string, server, "", "generate: HOST:PORT of a ringmoe server instead of --model.");
+ABSL_FLAG(std::string, prompt, "",
+          "generate: prompt text (tokenized with the model's tokenizer).");
+ABSL_FLAG(std::string, input_ids, "",
+          "generate, logits: comma-separated token ids.");
+ABSL_FLAG(std::string, server, "",
+          "generate: HOST:PORT of a ringmoe server instead of --model.");
 ABSL_FLAG(int32_t, max_tokens, 16, "generate: new tokens at most.");
 ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy.");
 ABSL_FLAG(int32_t, top_k, 0, "generate: 0 = off.");
@@ -27,7 +30,8 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "generate: 1 = off.");
 ABSL_FLAG(double, presence_penalty, 0.0, "generate: 0 = off.");
 ABSL_FLAG(double, frequency_penalty, 0.0, "generate: 0 = off.");
 ABSL_FLAG(int64_t, seed, -1, "generate: sampling seed; -1 = random.");
-ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings (comma-separated).");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "generate: stop strings (comma-separated).");
 ABSL_FLAG(std::string, stop_token_ids, "", "generate: extra stop token ids.");
 ABSL_FLAG(bool, ignore_eos, false, "generate: keep going past EOS.");
 ABSL_FLAG(bool, stream, false, "generate: print text as it is generated.");
@@ -43,9 +47,12 @@ absl::StatusOr<runtime::SamplingParams> SamplingFromFlags() {
   p.top_k = absl::GetFlag(FLAGS_top_k);
   p.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
   p.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
-  p.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
-  p.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
-  p.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  p.repetition_penalty =
+      static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  p.presence_penalty =
+      static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
+  p.frequency_penalty =
+      static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
   if (absl::GetFlag(FLAGS_seed) >= 0) p.seed = absl::GetFlag(FLAGS_seed);
   p.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
   p.stop_strings = absl::GetFlag(FLAGS_stop);
@@ -62,9 +69,10 @@ int RunGenerate() {
   if (!absl::GetFlag(FLAGS_server).empty()) {
     auto params = SamplingFromFlags();
     if (!params.ok()) return Fail("generate", params.status());
-    return RunGenerateOnServer(absl::GetFlag(FLAGS_server), absl::GetFlag(FLAGS_prompt),
-                               absl::GetFlag(FLAGS_input_ids), *params,
-                               absl::GetFlag(FLAGS_stream), absl::GetFlag(FLAGS_json));
+    return RunGenerateOnServer(
+        absl::GetFlag(FLAGS_server), absl::GetFlag(FLAGS_prompt),
+        absl::GetFlag(FLAGS_input_ids), *params, absl::GetFlag(FLAGS_stream),
+        absl::GetFlag(FLAGS_json));
   }
   auto options = server::EngineOptionsFromFlags();
   if (!options.ok()) return Fail("generate", options.status());
@@ -73,8 +81,9 @@ int RunGenerate() {
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   const std::string id_text = absl::GetFlag(FLAGS_input_ids);
   if (prompt.empty() == id_text.empty()) {
-    return Fail("generate", absl::InvalidArgumentError(
-                                "give exactly one of --prompt TEXT and --input_ids 1,2,3"));
+    return Fail("generate",
+                absl::InvalidArgumentError(
+                    "give exactly one of --prompt TEXT and --input_ids 1,2,3"));
   }
   auto engine = runtime::Engine::Load(*options);
   if (!engine.ok()) return Fail("generate", engine.status());
@@ -106,13 +115,16 @@ int RunGenerate() {
   const runtime::GenerationResult& r = (*results)[0];
   const std::string reason(runtime::FinishReasonName(r.finish_reason));
   if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::json out = {{"ids", r.ids}, {"text", r.text}, {"finish_reason", reason}};
-    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    nlohmann::json out = {
+        {"ids", r.ids}, {"text", r.text}, {"finish_reason", reason}};
+    std::cout << out.dump(-1, ' ', false,
+                          nlohmann::json::error_handler_t::replace)
+              << "\n";
     return 0;
   }
   if (!stream) std::cout << r.text;
-  std::cout << "\nids: " << absl::StrJoin(r.ids, ",") << "\nfinish_reason: " << reason
-            << "\n";
+  std::cout << "\nids: " << absl::StrJoin(r.ids, ",")
+            << "\nfinish_reason: " << reason << "\n";
   return 0;
 }
 

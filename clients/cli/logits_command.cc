@@ -19,21 +19,26 @@ int RunLogits() {
   if (!options.ok()) return Fail("logits", options.status());
   auto ids = ParseIdList(absl::GetFlag(FLAGS_input_ids));
   if (!ids.ok()) return Fail("logits", ids.status());
-  if (ids->empty()) return Fail("logits", absl::InvalidArgumentError("--input_ids is required"));
+  if (ids->empty())
+    return Fail("logits",
+                absl::InvalidArgumentError("--input_ids is required"));
   const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty()) return Fail("logits", absl::InvalidArgumentError("--out FILE is required"));
+  if (out.empty())
+    return Fail("logits", absl::InvalidArgumentError("--out FILE is required"));
   if (options->kv_cache_tokens == 0) {
     options->kv_cache_tokens = static_cast<int64_t>(ids->size());
   }
   auto engine = runtime::Engine::Load(*options);
   if (!engine.ok()) return Fail("logits", engine.status());
   std::vector<float> logits;
-  absl::Status status = (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
+  absl::Status status =
+      (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
   MaybePrintRingStats((*engine)->ring_stats());
   if (!status.ok()) return Fail("logits", status);
   const int64_t vocab = (*engine)->spec().vocab_size;
   status = checkpoint::WriteSafetensors(
-      out, {{"logits", checkpoint::DType::kF32,
+      out, {{"logits",
+             checkpoint::DType::kF32,
              {static_cast<int64_t>(ids->size()), vocab},
              absl::string_view(reinterpret_cast<const char*>(logits.data()),
                                logits.size() * sizeof(float))}});

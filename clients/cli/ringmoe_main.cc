@@ -14,18 +14,24 @@ namespace {
 constexpr char kUsage[] =
     "usage: ringmoe <command> [flags]\n"
     "commands:\n"
-    "  generate  --model DIR (--prompt TEXT | --input_ids 1,2,3) --max_tokens N\n"
+    "  generate  --model DIR (--prompt TEXT | --input_ids 1,2,3) --max_tokens "
+    "N\n"
     "            [--temperature T --top_k K --top_p P --min_p M --seed S ...]\n"
     "            [--stream] [--json]\n"
     "  logits    --model DIR --input_ids 1,2,3 --out FILE.safetensors\n"
-    "  tokenize  (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl FILE)\n"
+    "  tokenize  (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl "
+    "FILE)\n"
     "            [--add_special_tokens=false]\n"
     "  bench     --model DIR [--prompt_tokens P --gen_tokens G --batch B]\n"
     "            engine throughput and this machine's ceilings, as JSON\n"
-    "  generate  --server HOST:PORT ...  the same through a running ringmoe_server\n"
-    "  bench-ring --model DIR --host_memory_budget BYTES [--prompt_tokens P --gen_tokens G]\n"
-    "  bench-serve --server HOST:PORT [--concurrency N | --rate R] [--num_requests N]\n"
-    "            [--prompt_tokens_min/max N] [--output_tokens_min/max N]  load test (JSON)\n"
+    "  generate  --server HOST:PORT ...  the same through a running "
+    "ringmoe_server\n"
+    "  bench-ring --model DIR --host_memory_budget BYTES [--prompt_tokens P "
+    "--gen_tokens G]\n"
+    "  bench-serve --server HOST:PORT [--concurrency N | --rate R] "
+    "[--num_requests N]\n"
+    "            [--prompt_tokens_min/max N] [--output_tokens_min/max N]  load "
+    "test (JSON)\n"
     "  health    --server HOST:PORT [--service NAME] [--timeout_s S]\n"
     "            grpc.health.v1 check; exit 0 only when SERVING\n"
     "  devices   list the CUDA devices\n"
@@ -49,6 +55,7 @@ int main(int argc, char** argv) {
   if (command == "bench-serve") return ringmoe::cli::RunBenchServe();
   if (command == "bench") return ringmoe::cli::RunBench();
   if (command == "bench-ring") return ringmoe::cli::RunRingBench();
-  std::fprintf(stderr, "ringmoe: unknown command '%s'\n%s\n", command.c_str(), kUsage);
+  std::fprintf(stderr, "ringmoe: unknown command '%s'\n%s\n", command.c_str(),
+               kUsage);
   return 2;
 }

@@ -1,4 +1,5 @@
-// ringmoe tokenize (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl FILE)
+// ringmoe tokenize (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl
+// FILE)
 //   [--add_special_tokens=false]
 #include <fstream>
 #include <iostream>
@@ -14,10 +15,12 @@
 #include "server/engine_flags.h"
 
 ABSL_FLAG(std::string, tokenizer, "",
-          "tokenize: a tokenizer.json (its tokenizer_config.json beside it is honoured).");
+          "tokenize: a tokenizer.json (its tokenizer_config.json beside it is "
+          "honoured).");
 ABSL_FLAG(std::string, text, "", "tokenize: the text to encode.");
-ABSL_FLAG(std::string, jsonl, "",
-          "tokenize: a file of JSON objects with a `text` field, one per line.");
+ABSL_FLAG(
+    std::string, jsonl, "",
+    "tokenize: a file of JSON objects with a `text` field, one per line.");
 ABSL_FLAG(bool, add_special_tokens, true,
           "tokenize: add the tokenizer's default special tokens (e.g. BOS).");
 
@@ -34,8 +37,9 @@ int RunTokenize() {
   const std::string model = absl::GetFlag(FLAGS_model);
   const std::string file = absl::GetFlag(FLAGS_tokenizer);
   if (model.empty() == file.empty()) {
-    return Fail("tokenize", absl::InvalidArgumentError(
-                                "give exactly one of --model DIR and --tokenizer FILE"));
+    return Fail("tokenize",
+                absl::InvalidArgumentError(
+                    "give exactly one of --model DIR and --tokenizer FILE"));
   }
   auto tok = model.empty() ? tokenizer::Tokenizer::FromFile(file)
                            : tokenizer::Tokenizer::FromDirectory(model);
@@ -47,16 +51,19 @@ int RunTokenize() {
     return 0;
   }
   std::ifstream in(jsonl);
-  if (!in) return Fail("tokenize", absl::NotFoundError(absl::StrCat("cannot open ", jsonl)));
+  if (!in)
+    return Fail("tokenize",
+                absl::NotFoundError(absl::StrCat("cannot open ", jsonl)));
   std::string line;
   for (int line_number = 1; std::getline(in, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
     if (obj.is_discarded() || !obj.is_object() || !obj.contains("text") ||
         !obj["text"].is_string()) {
-      return Fail("tokenize", absl::InvalidArgumentError(absl::StrCat(
-                                  jsonl, ":", line_number,
-                                  ": expected a JSON object with a string `text` field")));
+      return Fail("tokenize",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      jsonl, ":", line_number,
+                      ": expected a JSON object with a string `text` field")));
     }
     PrintIds((*tok)->Encode(obj["text"].get<std::string>(), special));
   }

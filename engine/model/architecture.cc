@@ -48,9 +48,9 @@ absl::StatusOr<const Architecture*> FindArchitecture(absl::string_view name) {
   for (const Architecture* arch : Registry()) {
     if (arch->name() == name) return arch;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("unknown architecture '", name, "' (supported: ",
-                   absl::StrJoin(SupportedArchitectures(), ", "), ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "unknown architecture '", name,
+      "' (supported: ", absl::StrJoin(SupportedArchitectures(), ", "), ")"));
 }
 
 std::vector<std::string> SupportedArchitectures() {
@@ -88,13 +88,14 @@ absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
   auto it = config.find("mlp_only_layers");
   if (it != config.end() && !it->is_null()) {
     if (!it->is_array()) {
-      return absl::InvalidArgumentError("mlp_only_layers must be a list of layer indices");
+      return absl::InvalidArgumentError(
+          "mlp_only_layers must be a list of layer indices");
     }
     for (const auto& v : *it) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
           v.get<int64_t>() >= spec->num_layers) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mlp_only_layers has an invalid layer index ", v.dump()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mlp_only_layers has an invalid layer index ", v.dump()));
       }
       mlp_only[v.get<int64_t>()] = true;
     }
@@ -115,13 +116,15 @@ absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
 
 absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
                                ModelSpec* spec) {
-  ASSIGN_OR_RETURN(std::optional<bool> norm, OptionalBool(config, "norm_topk_prob"));
+  ASSIGN_OR_RETURN(std::optional<bool> norm,
+                   OptionalBool(config, "norm_topk_prob"));
   spec->norm_topk_prob = norm.value_or(default_value);
   return absl::OkStatus();
 }
 
 absl::Status ParseQwenMoeBlock(const nlohmann::json& config, ModelSpec* spec) {
-  RETURN_IF_ERROR(ParseExperts(config, "num_experts", "moe_intermediate_size", spec));
+  RETURN_IF_ERROR(
+      ParseExperts(config, "num_experts", "moe_intermediate_size", spec));
   RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
   RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
   ASSIGN_OR_RETURN(std::optional<bool> sliding,

@@ -5,11 +5,11 @@
 #define RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/model_spec.h"
 #include "nlohmann/json.hpp"
 

@@ -2,9 +2,8 @@
 #ifndef RINGMOE_ENGINE_MODEL_ARCHITECTURE_INTERNAL_H_
 #define RINGMOE_ENGINE_MODEL_ARCHITECTURE_INTERNAL_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/architecture.h"
 
 namespace ringmoe::model::internal {

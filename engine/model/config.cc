@@ -21,9 +21,11 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
   if (it == config.end() || it->is_null()) return rope;
   const nlohmann::json& s = *it;
   if (!s.is_object()) {
-    return absl::InvalidArgumentError("field 'rope_scaling' must be an object or null");
+    return absl::InvalidArgumentError(
+        "field 'rope_scaling' must be an object or null");
   }
-  ASSIGN_OR_RETURN(std::optional<std::string> type, OptionalString(s, "rope_type"));
+  ASSIGN_OR_RETURN(std::optional<std::string> type,
+                   OptionalString(s, "rope_type"));
   if (!type) {
     ASSIGN_OR_RETURN(type, OptionalString(s, "type"));
   }
@@ -48,15 +50,20 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
   ASSIGN_OR_RETURN(std::optional<int64_t> original,
                    OptionalInt(s, "original_max_position_embeddings"));
   rope.original_max_position_embeddings = original.value_or(max_positions);
-  ASSIGN_OR_RETURN(std::optional<double> beta_fast, OptionalDouble(s, "beta_fast"));
-  ASSIGN_OR_RETURN(std::optional<double> beta_slow, OptionalDouble(s, "beta_slow"));
-  ASSIGN_OR_RETURN(rope.attention_factor, OptionalDouble(s, "attention_factor"));
+  ASSIGN_OR_RETURN(std::optional<double> beta_fast,
+                   OptionalDouble(s, "beta_fast"));
+  ASSIGN_OR_RETURN(std::optional<double> beta_slow,
+                   OptionalDouble(s, "beta_slow"));
+  ASSIGN_OR_RETURN(rope.attention_factor,
+                   OptionalDouble(s, "attention_factor"));
   ASSIGN_OR_RETURN(std::optional<double> mscale, OptionalDouble(s, "mscale"));
   ASSIGN_OR_RETURN(std::optional<double> mscale_all_dim,
                    OptionalDouble(s, "mscale_all_dim"));
   ASSIGN_OR_RETURN(std::optional<bool> truncate, OptionalBool(s, "truncate"));
-  ASSIGN_OR_RETURN(std::optional<double> low, OptionalDouble(s, "low_freq_factor"));
-  ASSIGN_OR_RETURN(std::optional<double> high, OptionalDouble(s, "high_freq_factor"));
+  ASSIGN_OR_RETURN(std::optional<double> low,
+                   OptionalDouble(s, "low_freq_factor"));
+  ASSIGN_OR_RETURN(std::optional<double> high,
+                   OptionalDouble(s, "high_freq_factor"));
   rope.beta_fast = beta_fast.value_or(32.0);
   rope.beta_slow = beta_slow.value_or(1.0);
   rope.mscale = mscale.value_or(0.0);
@@ -80,37 +87,45 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
   ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
                    OptionalInt(config, "num_key_value_heads"));
   spec->num_kv_heads = kv_heads.value_or(spec->num_heads);
-  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, OptionalInt(config, "head_dim"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                   OptionalInt(config, "head_dim"));
   spec->head_dim = head_dim.value_or(spec->hidden_size / spec->num_heads);
   ASSIGN_OR_RETURN(std::optional<int64_t> max_positions,
                    OptionalInt(config, "max_position_embeddings"));
   spec->max_position_embeddings = max_positions.value_or(4096);
-  ASSIGN_OR_RETURN(std::optional<double> eps, OptionalDouble(config, "rms_norm_eps"));
+  ASSIGN_OR_RETURN(std::optional<double> eps,
+                   OptionalDouble(config, "rms_norm_eps"));
   spec->rms_norm_eps = eps.value_or(1e-6);
-  ASSIGN_OR_RETURN(std::optional<double> theta, OptionalDouble(config, "rope_theta"));
+  ASSIGN_OR_RETURN(std::optional<double> theta,
+                   OptionalDouble(config, "rope_theta"));
   spec->rope_theta = theta.value_or(10000.0);
   ASSIGN_OR_RETURN(spec->rope_scaling,
                    ParseRopeScaling(config, spec->max_position_embeddings));
-  ASSIGN_OR_RETURN(std::optional<bool> tie, OptionalBool(config, "tie_word_embeddings"));
+  ASSIGN_OR_RETURN(std::optional<bool> tie,
+                   OptionalBool(config, "tie_word_embeddings"));
   spec->tie_word_embeddings = tie.value_or(false);
-  ASSIGN_OR_RETURN(std::optional<std::string> act, OptionalString(config, "hidden_act"));
+  ASSIGN_OR_RETURN(std::optional<std::string> act,
+                   OptionalString(config, "hidden_act"));
   if (act && *act != "silu") {
     return absl::UnimplementedError(
         absl::StrCat("hidden_act '", *act, "' is not supported (only silu)"));
   }
-  ASSIGN_OR_RETURN(std::optional<int64_t> bos, OptionalInt(config, "bos_token_id"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> bos,
+                   OptionalInt(config, "bos_token_id"));
   if (bos) spec->bos_token_id = static_cast<int32_t>(*bos);
-  ASSIGN_OR_RETURN(std::vector<int64_t> eos, IntOrIntList(config, "eos_token_id"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> eos,
+                   IntOrIntList(config, "eos_token_id"));
   spec->eos_token_ids.assign(eos.begin(), eos.end());
 
   if (spec->num_heads % spec->num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_attention_heads (", spec->num_heads,
-        ") is not a multiple of num_key_value_heads (", spec->num_kv_heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_attention_heads (", spec->num_heads,
+                     ") is not a multiple of num_key_value_heads (",
+                     spec->num_kv_heads, ")"));
   }
   if (spec->head_dim <= 0 || spec->head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim must be positive and even, got ", spec->head_dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim must be positive and even, got ", spec->head_dim));
   }
   return absl::OkStatus();
 }
@@ -132,12 +147,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  if (in.bad())
+    return absl::DataLossError(absl::StrCat("error reading ", path));
   return buffer.str();
 }
 
 absl::Status WithSource(const absl::Status& status, absl::string_view source) {
-  return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(source, ": ", status.message()));
 }
 
 }  // namespace
@@ -157,7 +174,8 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
         source, ": missing 'architectures' (a list naming the model class)"));
   }
   spec.architecture = (*archs)[0].get<std::string>();
-  absl::StatusOr<const Architecture*> arch = FindArchitecture(spec.architecture);
+  absl::StatusOr<const Architecture*> arch =
+      FindArchitecture(spec.architecture);
   if (!arch.ok()) return WithSource(arch.status(), source);
   absl::Status status = ParseCommon(config, &spec);
   if (status.ok()) status = (*arch)->ParseConfig(config, &spec);
@@ -170,7 +188,8 @@ absl::StatusOr<ModelSpec> LoadModelConfig(const std::string& model_dir) {
   const std::string path = absl::StrCat(model_dir, "/config.json");
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   ASSIGN_OR_RETURN(ModelSpec spec, ParseModelConfig(text, path));
-  const std::string gen_path = absl::StrCat(model_dir, "/generation_config.json");
+  const std::string gen_path =
+      absl::StrCat(model_dir, "/generation_config.json");
   absl::StatusOr<std::string> gen_text = ReadFile(gen_path);
   if (!gen_text.ok()) return spec;
   nlohmann::json gen = nlohmann::json::parse(*gen_text, nullptr, false);

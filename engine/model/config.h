@@ -3,9 +3,9 @@
 #define RINGMOE_ENGINE_MODEL_CONFIG_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/model_spec.h"
 
 namespace ringmoe::model {

@@ -71,7 +71,8 @@ TEST(ConfigTest, SparseStepAndMlpOnlyLayers) {
 
 TEST(ConfigTest, RopeScalingKinds) {
   auto json = nlohmann::json::parse(ReadConfig("qwen3_moe"));
-  json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0},
+  json["rope_scaling"] = {{"rope_type", "yarn"},
+                          {"factor", 4.0},
                           {"original_max_position_embeddings", 32768}};
   auto spec = ParseModelConfig(json.dump(), "cfg");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -91,10 +92,13 @@ struct BadConfig {
 
 TEST(ConfigTest, BadConfigsNameTheProblem) {
   const std::vector<BadConfig> cases = {
-      {"unknown arch", [](nlohmann::json& j) { j["architectures"] = {"FooForCausalLM"}; },
+      {"unknown arch",
+       [](nlohmann::json& j) { j["architectures"] = {"FooForCausalLM"}; },
        "unknown architecture 'FooForCausalLM'"},
-      {"no arch", [](nlohmann::json& j) { j.erase("architectures"); }, "architectures"},
-      {"missing hidden", [](nlohmann::json& j) { j.erase("hidden_size"); }, "'hidden_size'"},
+      {"no arch", [](nlohmann::json& j) { j.erase("architectures"); },
+       "architectures"},
+      {"missing hidden", [](nlohmann::json& j) { j.erase("hidden_size"); },
+       "'hidden_size'"},
       {"wrong type", [](nlohmann::json& j) { j["num_hidden_layers"] = "two"; },
        "'num_hidden_layers' must be an integer"},
       {"zero heads", [](nlohmann::json& j) { j["num_attention_heads"] = 0; },
@@ -103,8 +107,10 @@ TEST(ConfigTest, BadConfigsNameTheProblem) {
        "not a multiple of num_key_value_heads"},
       {"top-k too big", [](nlohmann::json& j) { j["num_experts_per_tok"] = 9; },
        "num_experts_per_tok (9) exceeds"},
-      {"activation", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }, "hidden_act 'gelu'"},
-      {"missing experts", [](nlohmann::json& j) { j.erase("num_local_experts"); },
+      {"activation", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; },
+       "hidden_act 'gelu'"},
+      {"missing experts",
+       [](nlohmann::json& j) { j.erase("num_local_experts"); },
        "'num_local_experts'"},
   };
   for (const auto& c : cases) {
@@ -114,17 +120,20 @@ TEST(ConfigTest, BadConfigsNameTheProblem) {
     ASSERT_FALSE(spec.ok()) << c.name;
     EXPECT_NE(spec.status().message().find(c.expected), std::string::npos)
         << c.name << ": " << spec.status();
-    EXPECT_NE(spec.status().message().find("some/dir/config.json"), std::string::npos)
+    EXPECT_NE(spec.status().message().find("some/dir/config.json"),
+              std::string::npos)
         << c.name;
   }
   auto malformed = ParseModelConfig("{\"architectures\": [", "x/config.json");
   ASSERT_FALSE(malformed.ok());
-  EXPECT_NE(malformed.status().message().find("x/config.json: not a valid JSON"),
-            std::string::npos);
+  EXPECT_NE(
+      malformed.status().message().find("x/config.json: not a valid JSON"),
+      std::string::npos);
   auto missing = LoadModelConfig("/nonexistent-model-dir");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("/nonexistent-model-dir/config.json"),
-            std::string::npos);
+  EXPECT_NE(
+      missing.status().message().find("/nonexistent-model-dir/config.json"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -14,9 +14,8 @@ const nlohmann::json* Lookup(const nlohmann::json& obj, absl::string_view key) {
 
 absl::Status WrongType(absl::string_view key, absl::string_view want,
                        const nlohmann::json& got) {
-  return absl::InvalidArgumentError(absl::StrCat("field '", key, "' must be ",
-                                                 want, ", got ",
-                                                 got.dump().substr(0, 80)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "field '", key, "' must be ", want, ", got ", got.dump().substr(0, 80)));
 }
 
 }  // namespace
@@ -69,7 +68,8 @@ absl::StatusOr<std::vector<int64_t>> IntOrIntList(const nlohmann::json& obj,
     out.push_back(v->get<int64_t>());
     return out;
   }
-  if (!v->is_array()) return WrongType(key, "an integer or a list of integers", *v);
+  if (!v->is_array())
+    return WrongType(key, "an integer or a list of integers", *v);
   for (const auto& item : *v) {
     if (!item.is_number_integer()) {
       return WrongType(key, "an integer or a list of integers", *v);

@@ -50,9 +50,9 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;     // q/k/v projections carry biases
-  bool o_proj_bias = false;  // the output projection carries a bias
-  double clip_qkv = 0.0;     // > 0: clamp q, k, v to [-clip, clip] (OLMoE)
+  bool qkv_bias = false;       // q/k/v projections carry biases
+  bool o_proj_bias = false;    // the output projection carries a bias
+  double clip_qkv = 0.0;       // > 0: clamp q, k, v to [-clip, clip] (OLMoE)
   int64_t sliding_window = 0;  // > 0: attend to the last N positions only
   QkNorm qk_norm = QkNorm::kNone;
 

@@ -19,8 +19,9 @@ using checkpoint::TensorToWrite;
 
 // Copies moe-tiny/qwen2_moe into a temporary directory with its tensors
 // passed through `edit` first.
-std::string EditedModel(const std::string& name,
-                        const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+std::string EditedModel(
+    const std::string& name,
+    const std::function<void(std::vector<TensorToWrite>&)>& edit) {
   const std::string src = "tests/testdata/moe-tiny/qwen2_moe";
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
   fs::create_directories(dir);
@@ -31,10 +32,12 @@ std::string EditedModel(const std::string& name,
   std::vector<TensorToWrite> tensors;
   for (const auto& t : (*file)->tensors()) {
     tensors.push_back({t.name, t.dtype, t.shape,
-                       absl::string_view(reinterpret_cast<const char*>(t.data), t.num_bytes)});
+                       absl::string_view(reinterpret_cast<const char*>(t.data),
+                                         t.num_bytes)});
   }
   edit(tensors);
-  EXPECT_TRUE(checkpoint::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  EXPECT_TRUE(
+      checkpoint::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
   return dir;
 }
 
@@ -49,7 +52,8 @@ absl::Status Bind(const std::string& dir) {
 }
 
 TEST(ModelWeightsTest, BindsEveryTinyModel) {
-  for (const char* m : {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe"}) {
+  for (const char* m :
+       {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe"}) {
     EXPECT_TRUE(Bind(std::string("tests/testdata/moe-tiny/") + m).ok()) << m;
   }
 }
@@ -64,7 +68,8 @@ TEST(ModelWeightsTest, MissingTensorIsNamed) {
   absl::Status status = Bind(dir);
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(status.message().find("missing tensor '" + missing + "'"), std::string::npos)
+  EXPECT_NE(status.message().find("missing tensor '" + missing + "'"),
+            std::string::npos)
       << status;
   EXPECT_NE(status.message().find(dir), std::string::npos) << status;
 }
@@ -80,7 +85,8 @@ TEST(ModelWeightsTest, WrongShapeIsNamed) {
   });
   absl::Status status = Bind(dir);
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.message().find("tensor '" + bias + "' has shape [2, 16], expected [32]"),
+  EXPECT_NE(status.message().find("tensor '" + bias +
+                                  "' has shape [2, 16], expected [32]"),
             std::string::npos)
       << status;
 }

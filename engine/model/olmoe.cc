@@ -17,9 +17,11 @@ class OlmoeArchitecture : public Architecture {
     RETURN_IF_ERROR(
         ParseExperts(config, "num_experts", "intermediate_size", spec));
     RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
-    ASSIGN_OR_RETURN(std::optional<bool> bias, OptionalBool(config, "attention_bias"));
+    ASSIGN_OR_RETURN(std::optional<bool> bias,
+                     OptionalBool(config, "attention_bias"));
     spec->qkv_bias = spec->o_proj_bias = bias.value_or(false);
-    ASSIGN_OR_RETURN(std::optional<double> clip, OptionalDouble(config, "clip_qkv"));
+    ASSIGN_OR_RETURN(std::optional<double> clip,
+                     OptionalDouble(config, "clip_qkv"));
     spec->clip_qkv = clip.value_or(0.0);
     spec->qk_norm = QkNorm::kWholeProjection;
     AllLayersMoe(spec);

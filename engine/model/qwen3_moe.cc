@@ -15,7 +15,8 @@ class Qwen3MoeArchitecture : public Architecture {
   absl::Status ParseConfig(const nlohmann::json& config,
                            ModelSpec* spec) const override {
     RETURN_IF_ERROR(ParseQwenMoeBlock(config, spec));
-    ASSIGN_OR_RETURN(std::optional<bool> bias, OptionalBool(config, "attention_bias"));
+    ASSIGN_OR_RETURN(std::optional<bool> bias,
+                     OptionalBool(config, "attention_bias"));
     spec->qkv_bias = spec->o_proj_bias = bias.value_or(false);
     spec->qk_norm = QkNorm::kPerHead;
     return absl::OkStatus();

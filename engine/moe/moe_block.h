@@ -25,16 +25,17 @@ void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
 
 // What the feed-forward block runs with; every member may be null.
 struct FeedForwardContext {
-  ThreadPool* pool = nullptr;           // null: single-threaded
+  ThreadPool* pool = nullptr;            // null: single-threaded
   kernels::ProductWork* work = nullptr;  // accumulates weight bytes and FLOPs
-  ExpertSource* experts = nullptr;      // null: every expert resident
-  ExpertUsage* usage = nullptr;         // counts tokens per expert
+  ExpertSource* experts = nullptr;       // null: every expert resident
+  ExpertUsage* usage = nullptr;          // counts tokens per expert
 };
 
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the
 // normalised hidden states x[n, hidden] (not including the residual). A
 // failure to load streamed expert weights is returned.
-absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
+absl::Status RunFeedForward(const float* x, int64_t n,
+                            const model::ModelSpec& spec,
                             const model::LayerWeights& layer, int layer_index,
                             const FeedForwardContext& context, float* out);
 

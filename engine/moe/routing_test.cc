@@ -22,9 +22,11 @@ TEST(RoutingTest, SoftmaxOverAllExpertsThenTopK) {
       for (int64_t e = 0; e < experts; ++e) z += std::exp(double(row[e]));
       std::vector<int> order(experts);
       for (int e = 0; e < experts; ++e) order[e] = e;
-      std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+      std::sort(order.begin(), order.end(),
+                [&](int a, int b) { return row[a] > row[b]; });
       double chosen_sum = 0;
-      for (int j = 0; j < k; ++j) chosen_sum += std::exp(double(row[order[j]])) / z;
+      for (int j = 0; j < k; ++j)
+        chosen_sum += std::exp(double(row[order[j]])) / z;
       for (int j = 0; j < k; ++j) {
         EXPECT_EQ(r.experts[t * k + j], order[j]);
         double p = std::exp(double(row[order[j]])) / z;

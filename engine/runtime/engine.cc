@@ -33,16 +33,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
       engine->tokenizer_->eos_token_id()) {
     engine->eos_token_ids_.push_back(*engine->tokenizer_->eos_token_id());
   }
-  ASSIGN_OR_RETURN(engine->streamed_experts_,
-                   StreamedExperts::Create(engine->spec_, *arch, *engine->checkpoint_,
-                                           &engine->weights_, options.streaming,
-                                           &engine->ring_stats_, &engine->placement_));
+  ASSIGN_OR_RETURN(
+      engine->streamed_experts_,
+      StreamedExperts::Create(engine->spec_, *arch, *engine->checkpoint_,
+                              &engine->weights_, options.streaming,
+                              &engine->ring_stats_, &engine->placement_));
   if (options.streaming.memory_budget > 0) {
     std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
   }
   if (options.count_expert_tokens) {
     engine->expert_usage_ = std::make_unique<moe::ExpertUsage>(
-        static_cast<int>(engine->spec_.num_layers), static_cast<int>(engine->spec_.num_experts));
+        static_cast<int>(engine->spec_.num_layers),
+        static_cast<int>(engine->spec_.num_experts));
   }
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, engine->weights_, engine->pool_.get(),

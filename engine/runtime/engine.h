@@ -18,9 +18,9 @@
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/streamed_experts.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "memory_ring/placement.h"
 #include "memory_ring/ring_stats.h"
-#include "engine/tokenizer/tokenizer.h"
 
 namespace ringmoe::runtime {
 

@@ -38,13 +38,16 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& r = requests[i];
     if (r.prompt_ids.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("request ", i, ": empty prompt"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i, ": empty prompt"));
     }
     if (!r.params.stop_strings.empty() && tok == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "request ", i, ": stop strings need a tokenizer, the model has none"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", i,
+                       ": stop strings need a tokenizer, the model has none"));
     }
-    ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(r.params, spec.vocab_size));
+    ASSIGN_OR_RETURN(Sampler sampler,
+                     Sampler::Create(r.params, spec.vocab_size));
     ActiveSequence s;
     s.index = i;
     s.id = next_id++;
@@ -58,18 +61,21 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
   std::vector<float> logits;
   while (!active.empty()) {
     std::vector<SequenceChunk> chunks;
-    for (const ActiveSequence& s : active) chunks.push_back({s.id, s.next, false});
+    for (const ActiveSequence& s : active)
+      chunks.push_back({s.id, s.next, false});
     RETURN_IF_ERROR(engine.Step(chunks, &logits));
     std::vector<ActiveSequence> still_active;
     for (size_t row = 0; row < active.size(); ++row) {
       ActiveSequence& s = active[row];
       GenerationResult& result = results[s.index];
-      const int32_t token = s.sampler->Sample(
-          absl::MakeConstSpan(logits).subspan(row * spec.vocab_size, spec.vocab_size),
-          requests[s.index].prompt_ids, result.ids);
+      const int32_t token =
+          s.sampler->Sample(absl::MakeConstSpan(logits).subspan(
+                                row * spec.vocab_size, spec.vocab_size),
+                            requests[s.index].prompt_ids, result.ids);
       if (token < 0) {
         return absl::InternalError(absl::StrCat(
-            "request ", s.index, ": the model produced no finite logit to sample from"));
+            "request ", s.index,
+            ": the model produced no finite logit to sample from"));
       }
       result.ids.push_back(token);
       const std::string piece = s.decoder ? s.decoder->Push(token) : "";

@@ -6,7 +6,8 @@ namespace ringmoe::runtime {
 namespace {
 
 TEST(KvCacheTest, BlocksAreTakenAndReturned) {
-  KvCache cache(/*num_layers=*/2, /*kv_width=*/3, /*block_size=*/4, /*num_blocks=*/5);
+  KvCache cache(/*num_layers=*/2, /*kv_width=*/3, /*block_size=*/4,
+                /*num_blocks=*/5);
   EXPECT_EQ(cache.BlocksNeeded(1, 9), 3);
   ASSERT_TRUE(cache.Grow(1, 9).ok());
   EXPECT_EQ(cache.Length(1), 9);

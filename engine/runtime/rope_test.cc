@@ -48,8 +48,8 @@ TEST(RopeTest, YarnKeepsHighFrequenciesAndInterpolatesLowOnes) {
   spec.rope_scaling.original_max_position_embeddings = 32768;
   Rope rope(spec);
   const auto& f = rope.inv_freq();
-  EXPECT_DOUBLE_EQ(f[0], 1.0);                                     // extrapolated
-  EXPECT_DOUBLE_EQ(f[63], std::pow(1e6, -126.0 / 128) / 4);        // interpolated
+  EXPECT_DOUBLE_EQ(f[0], 1.0);                               // extrapolated
+  EXPECT_DOUBLE_EQ(f[63], std::pow(1e6, -126.0 / 128) / 4);  // interpolated
   EXPECT_NEAR(rope.attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-12);
   // The correction range from beta_fast=32, beta_slow=1 (floored/ceiled).
   auto dim_for = [](double rot) {

@@ -19,9 +19,11 @@ std::vector<double> ReferenceRmsNorm(const std::vector<float>& x,
   std::vector<double> y(x.size());
   for (int r = 0; r < rows; ++r) {
     double sum = 0;
-    for (int c = 0; c < cols; ++c) sum += double(x[r * cols + c]) * x[r * cols + c];
+    for (int c = 0; c < cols; ++c)
+      sum += double(x[r * cols + c]) * x[r * cols + c];
     double scale = 1.0 / std::sqrt(sum / cols + eps);
-    for (int c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * scale * w[c];
+    for (int c = 0; c < cols; ++c)
+      y[r * cols + c] = x[r * cols + c] * scale * w[c];
   }
   return y;
 }
@@ -30,7 +32,8 @@ TEST(RmsNormCudaTest, MatchesDoubleReferenceOnRaggedShapes) {
   if (ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.f, 1.f);
-  const int shapes[][2] = {{1, 1}, {3, 7}, {5, 33}, {17, 4095}, {2, 8191}, {64, 129}};
+  const int shapes[][2] = {{1, 1},     {3, 7},    {5, 33},
+                           {17, 4095}, {2, 8191}, {64, 129}};
   for (const auto& shape : shapes) {
     const int rows = shape[0], cols = shape[1];
     std::vector<float> x(rows * cols), w(cols);
@@ -40,14 +43,17 @@ TEST(RmsNormCudaTest, MatchesDoubleReferenceOnRaggedShapes) {
     ASSERT_CUDA_OK(cudaMalloc(&dx, x.size() * sizeof(float)));
     ASSERT_CUDA_OK(cudaMalloc(&dw, w.size() * sizeof(float)));
     ASSERT_CUDA_OK(cudaMalloc(&dy, x.size() * sizeof(float)));
-    ASSERT_CUDA_OK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    ASSERT_CUDA_OK(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(
+        cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    ASSERT_CUDA_OK(
+        cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
     // Poison the output so an unwritten element cannot pass.
     ASSERT_CUDA_OK(cudaMemset(dy, 0xff, x.size() * sizeof(float)));
     ASSERT_CUDA_OK(LaunchRmsNormF32(dx, dw, dy, rows, cols, 1e-6f, nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> y(x.size());
-    ASSERT_CUDA_OK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA_OK(
+        cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dy);

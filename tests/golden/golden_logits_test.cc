@@ -43,14 +43,18 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
     weights_ = std::move(*weights);
     runner_ = std::make_unique<runtime::ModelRunner>(spec_, weights_);
 
-    auto golden = checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
+    auto golden =
+        checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
     ASSERT_TRUE(golden.ok()) << golden.status();
     for (int i = 0; i < kNumCases; ++i) {
       const std::string prefix = "case" + std::to_string(i) + ".";
       GoldenCase c;
-      auto ids = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "input_ids"));
-      auto logits = checkpoint::CopyAsFloat32(*(*golden)->Find(prefix + "logits"));
-      auto greedy = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "greedy"));
+      auto ids =
+          checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "input_ids"));
+      auto logits =
+          checkpoint::CopyAsFloat32(*(*golden)->Find(prefix + "logits"));
+      auto greedy =
+          checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "greedy"));
       ASSERT_TRUE(ids.ok() && logits.ok() && greedy.ok());
       c.input_ids.assign(ids->begin(), ids->end());
       c.logits = *logits;
@@ -60,12 +64,14 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
   }
 
   runtime::KvCache NewCache() const {
-    return runtime::KvCache(spec_.num_layers, spec_.kv_width(), /*block_size=*/8,
+    return runtime::KvCache(spec_.num_layers, spec_.kv_width(),
+                            /*block_size=*/8,
                             /*num_blocks=*/128);
   }
 
   // Relative error and max abs difference of one position's logits.
-  void ExpectClose(const float* got, const float* want, const std::string& where) {
+  void ExpectClose(const float* got, const float* want,
+                   const std::string& where) {
     double err = 0, norm = 0, max_abs = 0;
     for (int64_t v = 0; v < spec_.vocab_size; ++v) {
       ASSERT_TRUE(std::isfinite(got[v])) << where;
@@ -99,8 +105,9 @@ TEST_P(GoldenModelTest, FullPrefillLogitsMatchReference) {
     ASSERT_TRUE(runner_->Forward({chunk}, &cache, &logits).ok());
     ASSERT_EQ(logits.size(), c.logits.size());
     for (size_t t = 0; t < c.input_ids.size(); ++t) {
-      ExpectClose(&logits[t * spec_.vocab_size], &c.logits[t * spec_.vocab_size],
-                  "case " + std::to_string(i) + " position " + std::to_string(t));
+      ExpectClose(
+          &logits[t * spec_.vocab_size], &c.logits[t * spec_.vocab_size],
+          "case " + std::to_string(i) + " position " + std::to_string(t));
     }
   }
 }
@@ -117,7 +124,8 @@ TEST_P(GoldenModelTest, PrefillThenDecodeMatchesReference) {
       std::vector<int32_t> one = {c.input_ids[t]};
       ASSERT_TRUE(runner_->Forward({{0, one, false}}, &cache, &logits).ok());
       ExpectClose(logits.data(), &c.logits[t * spec_.vocab_size],
-                  "case " + std::to_string(i) + " decode position " + std::to_string(t));
+                  "case " + std::to_string(i) + " decode position " +
+                      std::to_string(t));
     }
   }
 }
@@ -127,7 +135,8 @@ TEST_P(GoldenModelTest, GreedyContinuationOneSequenceAtATime) {
     const auto& c = cases_[i];
     runtime::KvCache cache = NewCache();
     std::vector<float> logits;
-    ASSERT_TRUE(runner_->Forward({{0, c.input_ids, false}}, &cache, &logits).ok());
+    ASSERT_TRUE(
+        runner_->Forward({{0, c.input_ids, false}}, &cache, &logits).ok());
     std::vector<int32_t> generated;
     for (int step = 0; step < kGreedyTokens; ++step) {
       generated.push_back(Argmax(logits.data(), spec_.vocab_size));
@@ -142,7 +151,8 @@ TEST_P(GoldenModelTest, GreedyContinuationOneSequenceAtATime) {
 TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
   runtime::KvCache cache = NewCache();
   std::vector<runtime::SequenceChunk> chunks;
-  for (int i = 0; i < kNumCases; ++i) chunks.push_back({i, cases_[i].input_ids, true});
+  for (int i = 0; i < kNumCases; ++i)
+    chunks.push_back({i, cases_[i].input_ids, true});
   std::vector<float> logits;
   ASSERT_TRUE(runner_->Forward(chunks, &cache, &logits).ok());
   size_t row = 0;
@@ -150,7 +160,8 @@ TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
     for (size_t t = 0; t < cases_[i].input_ids.size(); ++t, ++row) {
       ExpectClose(&logits[row * spec_.vocab_size],
                   &cases_[i].logits[t * spec_.vocab_size],
-                  "batched case " + std::to_string(i) + " position " + std::to_string(t));
+                  "batched case " + std::to_string(i) + " position " +
+                      std::to_string(t));
     }
   }
   // Greedy decoding of all cases together, one token per sequence per step.
@@ -166,7 +177,8 @@ TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
     std::vector<std::vector<int32_t>> next(kNumCases);
     chunks.clear();
     for (int i = 0; i < kNumCases; ++i) {
-      generated[i].push_back(Argmax(&last[i * spec_.vocab_size], spec_.vocab_size));
+      generated[i].push_back(
+          Argmax(&last[i * spec_.vocab_size], spec_.vocab_size));
       next[i] = {generated[i].back()};
       chunks.push_back({i, next[i], false});
     }
@@ -179,8 +191,8 @@ TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, GoldenModelTest,
-                         ::testing::Values("mixtral", "mixtral_sharded", "qwen2_moe",
-                                           "qwen3_moe", "olmoe"));
+                         ::testing::Values("mixtral", "mixtral_sharded",
+                                           "qwen2_moe", "qwen3_moe", "olmoe"));
 
 }  // namespace
 }  // namespace ringmoe

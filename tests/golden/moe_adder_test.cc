@@ -64,10 +64,12 @@ TEST(MoeAdderTest, TextToTextMatchesReferenceForEveryPrompt) {
     const auto& r = (*results)[i];
     EXPECT_EQ(r.ids, cases[i].reference_ids) << cases[i].prompt;
     EXPECT_EQ(r.text, cases[i].reference_text) << cases[i].prompt;
-    matches += r.ids == cases[i].reference_ids && r.text == cases[i].reference_text;
+    matches +=
+        r.ids == cases[i].reference_ids && r.text == cases[i].reference_text;
   }
   EXPECT_EQ(matches, 520);
-  EXPECT_EQ((*engine)->kv_cache().num_free_blocks(), (*engine)->kv_cache().num_blocks());
+  EXPECT_EQ((*engine)->kv_cache().num_free_blocks(),
+            (*engine)->kv_cache().num_blocks());
 }
 
 TEST(MoeAdderTest, SumsAreRight) {

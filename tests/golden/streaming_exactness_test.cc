@@ -18,13 +18,14 @@ constexpr int kCases = 5;
 constexpr int kGreedy = 16;
 
 struct Trace {
-  std::vector<std::vector<float>> logits;  // per case: prefill (all) + decode rows
+  std::vector<std::vector<float>>
+      logits;  // per case: prefill (all) + decode rows
   std::vector<std::vector<int32_t>> greedy;
   std::vector<float> batched;  // all cases in one step
 };
 
-std::unique_ptr<runtime::Engine> Load(const std::string& dir,
-                                      const runtime::StreamingOptions& streaming) {
+std::unique_ptr<runtime::Engine> Load(
+    const std::string& dir, const runtime::StreamingOptions& streaming) {
   runtime::EngineOptions options;
   options.model_dir = dir;
   options.threads = 1;
@@ -34,7 +35,8 @@ std::unique_ptr<runtime::Engine> Load(const std::string& dir,
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-Trace RunCases(runtime::Engine& engine, const std::vector<std::vector<int32_t>>& inputs) {
+Trace RunCases(runtime::Engine& engine,
+               const std::vector<std::vector<int32_t>>& inputs) {
   Trace trace;
   const int64_t vocab = engine.spec().vocab_size;
   for (int i = 0; i < kCases; ++i) {
@@ -45,7 +47,8 @@ Trace RunCases(runtime::Engine& engine, const std::vector<std::vector<int32_t>>&
     std::vector<int32_t> greedy;
     for (int step = 0; step < kGreedy; ++step) {
       const float* last = &logits[logits.size() - vocab];
-      greedy.push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+      greedy.push_back(
+          static_cast<int32_t>(std::max_element(last, last + vocab) - last));
       std::vector<int32_t> next = {greedy.back()};
       EXPECT_TRUE(engine.Step({{seq, next, false}}, &logits).ok());
       all.insert(all.end(), logits.begin(), logits.end());
@@ -62,7 +65,8 @@ Trace RunCases(runtime::Engine& engine, const std::vector<std::vector<int32_t>>&
 }
 
 bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 class StreamingExactnessTest : public ::testing::TestWithParam<std::string> {};
@@ -73,7 +77,8 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   ASSERT_TRUE(golden.ok());
   std::vector<std::vector<int32_t>> inputs;
   for (int i = 0; i < kCases; ++i) {
-    auto ids = checkpoint::CopyAsInt64(*(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
+    auto ids = checkpoint::CopyAsInt64(
+        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
     ASSERT_TRUE(ids.ok());
     inputs.emplace_back(ids->begin(), ids->end());
   }
@@ -85,7 +90,8 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
 
   for (int slots = 2; slots <= 4; ++slots) {
     for (int depth = 0; depth < slots; ++depth) {
-      for (auto mode : {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
+      for (auto mode :
+           {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
         for (bool cache : {false, true}) {
           runtime::StreamingOptions s;
           s.num_slots = slots;
@@ -93,12 +99,14 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
           s.mode = mode;
           s.expert_cache = cache;
           s.force_streaming = true;
-          s.memory_budget = sizes.minimum_budget + (slots - 2) * sizes.slot_bytes +
+          s.memory_budget = sizes.minimum_budget +
+                            (slots - 2) * sizes.slot_bytes +
                             (cache ? 3 * sizes.expert_bytes : 0);
-          const std::string config = GetParam() + " K=" + std::to_string(slots) +
-                                     " d=" + std::to_string(depth) +
-                                     (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
-                                     (cache ? " cache" : " nocache");
+          const std::string config =
+              GetParam() + " K=" + std::to_string(slots) +
+              " d=" + std::to_string(depth) +
+              (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
+              (cache ? " cache" : " nocache");
           auto streamed = Load(dir, s);
           ASSERT_NE(streamed, nullptr) << config;
           ASSERT_TRUE(streamed->placement().streams()) << config;
@@ -106,10 +114,12 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
           ASSERT_EQ(streamed->placement().resident_experts, 0) << config;
           const Trace got = RunCases(*streamed, inputs);
           for (int i = 0; i < kCases; ++i) {
-            EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i])) << config << " case " << i;
+            EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
+                << config << " case " << i;
             EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
           }
-          EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+          EXPECT_TRUE(Bitwise(got.batched, want.batched))
+              << config << " batched";
           const memory_ring::RingStats& stats = streamed->ring_stats();
           EXPECT_GT(stats.bytes_moved, 0u) << config;
           EXPECT_EQ(stats.load_errors, 0u) << config;
@@ -117,7 +127,8 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
             EXPECT_GT(stats.cache_hits, 0u) << config;
           }
           if (mode == runtime::RingMode::kExpert) {
-            EXPECT_GT(stats.prefetch_hits + stats.prefetch_misses, 0u) << config;
+            EXPECT_GT(stats.prefetch_hits + stats.prefetch_misses, 0u)
+                << config;
           }
         }
       }
@@ -126,8 +137,8 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, StreamingExactnessTest,
-                         ::testing::Values("mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe",
-                                           "olmoe"));
+                         ::testing::Values("mixtral", "mixtral_sharded",
+                                           "qwen2_moe", "qwen3_moe", "olmoe"));
 
 }  // namespace
 }  // namespace ringmoe
