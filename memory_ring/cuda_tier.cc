@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -11,20 +12,6 @@ namespace {
 
 absl::Status CudaError(cudaError_t err, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-// An event recorded on `stream` after the work issued so far, as a fence.
-Tier::Fence RecordEvent(int device, cudaStream_t stream) {
-  cudaSetDevice(device);
-  cudaEvent_t event;
-  if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess)
-    return nullptr;
-  if (cudaEventRecord(event, stream) != cudaSuccess) {
-    cudaEventDestroy(event);
-    return nullptr;
-  }
-  return Tier::Fence(
-      event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
 class DeviceBuffer : public TierBuffer {
@@ -39,16 +26,14 @@ class DeviceBuffer : public TierBuffer {
   size_t size_;
 };
 
-class CudaTier : public Tier {
+// What both CUDA tiers share: device memory, fences on the compute stream,
+// copies within the device, and the ordered upload path on the copy stream.
+class CudaTierBase : public Tier {
  public:
-  CudaTier(std::vector<TierBuffer*> sources, int device, cudaStream_t compute,
-           cudaStream_t copy)
-      : sources_(std::move(sources)),
-        device_(device),
-        compute_(compute),
-        copy_(copy) {}
+  CudaTierBase(int device, cudaStream_t compute, cudaStream_t copy)
+      : device_(device), compute_(compute), copy_(copy) {}
 
-  ~CudaTier() override {
+  ~CudaTierBase() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(copy_);
     cudaStreamDestroy(copy_);
@@ -69,29 +54,19 @@ class CudaTier : public Tier {
         new DeviceBuffer(static_cast<uint8_t*>(p), bytes));
   }
 
-  Fence RecordComputeFence() override { return RecordEvent(device_, compute_); }
-
-  void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
-                 Done done) override {
-    absl::Status status = Enqueue(pieces, dst, after);
-    if (!status.ok()) {
-      done(std::move(status));
-      return;
+  Fence RecordComputeFence() override {
+    cudaSetDevice(device_);
+    cudaEvent_t event;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) !=
+        cudaSuccess) {
+      return nullptr;
     }
-    // Runs on a CUDA driver thread once the copies have landed; it calls
-    // back into the ring only (no CUDA calls allowed there).
-    auto* callback = new Done(std::move(done));
-    cudaError_t err = cudaLaunchHostFunc(
-        copy_,
-        [](void* arg) {
-          std::unique_ptr<Done> d(static_cast<Done*>(arg));
-          (*d)(absl::OkStatus());
-        },
-        callback);
-    if (err != cudaSuccess) {
-      std::unique_ptr<Done> d(callback);
-      (*d)(CudaError(err, "cudaLaunchHostFunc"));
+    if (cudaEventRecord(event, compute_) != cudaSuccess) {
+      cudaEventDestroy(event);
+      return nullptr;
     }
+    return Fence(
+        event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
   }
 
   absl::Status CopyWithin(uint8_t* dst, const uint8_t* src,
@@ -104,170 +79,154 @@ class CudaTier : public Tier {
                               : CudaError(err, "device-to-device copy");
   }
 
- private:
-  absl::Status Enqueue(const std::vector<CopyPiece>& pieces, uint8_t* dst,
-                       const Fence& after) {
+ protected:
+  // One host-to-device copy of an upload.
+  struct Upload {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t bytes;
+  };
+
+  // Enqueues `uploads` on the copy stream after `after`, then `landed`
+  // (which must not call CUDA: it runs on a driver thread) once they are
+  // done. `landed` gets the error instead if enqueueing fails.
+  void UploadThen(const std::vector<Upload>& uploads, const Fence& after,
+                  std::function<void(absl::Status)> landed) {
     cudaSetDevice(device_);
+    cudaError_t err = cudaSuccess;
     if (after) {
-      cudaError_t err =
+      err =
           cudaStreamWaitEvent(copy_, static_cast<cudaEvent_t>(after.get()), 0);
-      if (err != cudaSuccess) return CudaError(err, "cudaStreamWaitEvent");
     }
-    for (const CopyPiece& p : pieces) {
-      if (p.source < 0 || p.source >= static_cast<int>(sources_.size()) ||
-          p.offset + p.size > sources_[p.source]->size()) {
-        return absl::OutOfRangeError(
-            absl::StrCat("host source ", p.source, " has no bytes [", p.offset,
-                         ", ", p.offset + p.size, ")"));
-      }
-      cudaError_t err = cudaMemcpyAsync(dst + p.dst_offset,
-                                        sources_[p.source]->data() + p.offset,
-                                        p.size, cudaMemcpyHostToDevice, copy_);
-      if (err != cudaSuccess) return CudaError(err, "host-to-device copy");
+    for (size_t i = 0; i < uploads.size() && err == cudaSuccess; ++i) {
+      err = cudaMemcpyAsync(uploads[i].dst, uploads[i].src, uploads[i].bytes,
+                            cudaMemcpyHostToDevice, copy_);
     }
-    return absl::OkStatus();
+    if (err != cudaSuccess) {
+      cudaStreamSynchronize(copy_);
+      landed(CudaError(err, "host-to-device copy"));
+      return;
+    }
+    auto* callback = new std::function<void(absl::Status)>(std::move(landed));
+    err = cudaLaunchHostFunc(
+        copy_,
+        [](void* arg) {
+          std::unique_ptr<std::function<void(absl::Status)>> f(
+              static_cast<std::function<void(absl::Status)>*>(arg));
+          (*f)(absl::OkStatus());
+        },
+        callback);
+    if (err != cudaSuccess) {
+      std::unique_ptr<std::function<void(absl::Status)>> f(callback);
+      cudaStreamSynchronize(copy_);
+      (*f)(CudaError(err, "cudaLaunchHostFunc"));
+    }
   }
 
-  std::vector<TierBuffer*> sources_;
   const int device_;
   cudaStream_t compute_;
   cudaStream_t copy_;
 };
 
+// Pinned host sources -> device.
+class CudaTier : public CudaTierBase {
+ public:
+  CudaTier(std::vector<TierBuffer*> sources, int device, cudaStream_t compute,
+           cudaStream_t copy)
+      : CudaTierBase(device, compute, copy), sources_(std::move(sources)) {}
+
+  void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
+                 Done done) override {
+    std::vector<Upload> uploads;
+    for (const CopyPiece& p : pieces) {
+      if (p.source < 0 || p.source >= static_cast<int>(sources_.size()) ||
+          p.offset + p.size > sources_[p.source]->size()) {
+        done(absl::OutOfRangeError(absl::StrCat("host source ", p.source,
+                                                " has no bytes [", p.offset,
+                                                ", ", p.offset + p.size, ")")));
+        return;
+      }
+      uploads.push_back(
+          {dst + p.dst_offset, sources_[p.source]->data() + p.offset, p.size});
+    }
+    UploadThen(uploads, after, std::move(done));
+  }
+
+ private:
+  std::vector<TierBuffer*> sources_;
+};
+
 // Disk -> pinned staging -> device. Reads run on the disk tier's threads;
-// each staged section is then copied up on the copy stream, and the staging
-// buffer returns to the pool from a host callback after that copy.
-class StagedCudaTier : public Tier {
+// each staged section is then copied up on the copy stream, and its staging
+// buffer returns to the pool once that copy has landed.
+class StagedCudaTier : public CudaTierBase {
  public:
   StagedCudaTier(std::unique_ptr<Tier> disk,
                  std::vector<std::unique_ptr<PinnedBuffer>> staging, int device,
                  cudaStream_t compute, cudaStream_t copy)
-      : disk_(std::move(disk)),
+      : CudaTierBase(device, compute, copy),
+        disk_(std::move(disk)),
         staging_(std::move(staging)),
-        free_(staging_.size(), true),
-        device_(device),
-        compute_(compute),
-        copy_(copy) {}
+        free_(staging_.size(), true) {}
 
   ~StagedCudaTier() override {
     std::unique_lock<std::mutex> lock(mu_);
     returned_.wait(lock, [this] {
       return std::all_of(free_.begin(), free_.end(), [](bool f) { return f; });
     });
-    lock.unlock();
-    cudaSetDevice(device_);
-    cudaStreamSynchronize(copy_);
-    cudaStreamDestroy(copy_);
   }
-
-  absl::string_view name() const override { return "host_to_device"; }
-
-  absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override {
-    cudaSetDevice(device_);
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " bytes on cuda:", device_,
-                       ": ", cudaGetErrorString(err)));
-    }
-    return std::unique_ptr<TierBuffer>(
-        new DeviceBuffer(static_cast<uint8_t*>(p), bytes));
-  }
-
-  Fence RecordComputeFence() override { return RecordEvent(device_, compute_); }
 
   void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
                  Done done) override {
-    int stage;
-    {
-      // Waits for a staging buffer: at most `stages` sections are in flight.
-      std::unique_lock<std::mutex> lock(mu_);
-      returned_.wait(lock, [this] {
-        return std::find(free_.begin(), free_.end(), true) != free_.end();
-      });
-      stage = static_cast<int>(std::find(free_.begin(), free_.end(), true) -
-                               free_.begin());
-      free_[stage] = false;
-    }
     uint64_t span = 0;
-    for (const CopyPiece& p : pieces)
+    for (const CopyPiece& p : pieces) {
       span = std::max(span, p.dst_offset + p.size);
-    if (span > staging_[stage]->size()) {
-      Return(stage);
+    }
+    if (span > staging_[0]->size()) {
       done(absl::OutOfRangeError(absl::StrCat(
-          "section of ", span, " bytes exceeds the staging buffer")));
+          "a section of ", span, " bytes exceeds the staging buffers of ",
+          staging_[0]->size())));
       return;
     }
+    const int stage = TakeStage();
+    uint8_t* staging = staging_[stage]->data();
     // Read into the staging buffer at the pieces' slot offsets, then copy
     // the same ranges up.
-    std::vector<CopyPiece> up = pieces;
+    std::vector<Upload> uploads;
+    for (const CopyPiece& p : pieces) {
+      uploads.push_back({dst + p.dst_offset, staging + p.dst_offset, p.size});
+    }
     disk_->CopyAsync(
-        std::move(pieces), staging_[stage]->data(), nullptr,
-        [this, stage, up = std::move(up), dst, after = std::move(after),
+        std::move(pieces), staging, nullptr,
+        [this, stage, uploads = std::move(uploads), after = std::move(after),
          done = std::move(done)](absl::Status status) mutable {
           if (!status.ok()) {
-            Return(stage);
+            ReturnStage(stage);
             done(std::move(status));
             return;
           }
-          status = Upload(up, staging_[stage]->data(), dst, after);
-          if (!status.ok()) {
-            Return(stage);
-            done(std::move(status));
-            return;
-          }
-          struct Landed {
-            StagedCudaTier* tier;
-            int stage;
-            Done done;
-          };
-          auto* landed = new Landed{this, stage, std::move(done)};
-          cudaError_t err = cudaLaunchHostFunc(
-              copy_,
-              [](void* arg) {
-                std::unique_ptr<Landed> l(static_cast<Landed*>(arg));
-                l->tier->Return(l->stage);
-                l->done(absl::OkStatus());
-              },
-              landed);
-          if (err != cudaSuccess) {
-            std::unique_ptr<Landed> l(landed);
-            cudaStreamSynchronize(copy_);
-            Return(stage);
-            l->done(CudaError(err, "cudaLaunchHostFunc"));
-          }
+          UploadThen(uploads, after,
+                     [this, stage, done = std::move(done)](absl::Status s) {
+                       ReturnStage(stage);
+                       done(std::move(s));
+                     });
         });
   }
 
-  absl::Status CopyWithin(uint8_t* dst, const uint8_t* src,
-                          size_t bytes) override {
-    cudaError_t err =
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_);
-    return err == cudaSuccess ? absl::OkStatus()
-                              : CudaError(err, "device-to-device copy");
-  }
-
  private:
-  absl::Status Upload(const std::vector<CopyPiece>& pieces,
-                      const uint8_t* staging, uint8_t* dst,
-                      const Fence& after) {
-    cudaSetDevice(device_);
-    if (after) {
-      cudaError_t err =
-          cudaStreamWaitEvent(copy_, static_cast<cudaEvent_t>(after.get()), 0);
-      if (err != cudaSuccess) return CudaError(err, "cudaStreamWaitEvent");
-    }
-    for (const CopyPiece& p : pieces) {
-      cudaError_t err =
-          cudaMemcpyAsync(dst + p.dst_offset, staging + p.dst_offset, p.size,
-                          cudaMemcpyHostToDevice, copy_);
-      if (err != cudaSuccess) return CudaError(err, "host-to-device copy");
-    }
-    return absl::OkStatus();
+  // Waits for a free staging buffer: at most `stages` sections in flight.
+  int TakeStage() {
+    std::unique_lock<std::mutex> lock(mu_);
+    returned_.wait(lock, [this] {
+      return std::find(free_.begin(), free_.end(), true) != free_.end();
+    });
+    const int stage = static_cast<int>(
+        std::find(free_.begin(), free_.end(), true) - free_.begin());
+    free_[stage] = false;
+    return stage;
   }
 
-  void Return(int stage) {
+  void ReturnStage(int stage) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_[stage] = true;
@@ -280,10 +239,16 @@ class StagedCudaTier : public Tier {
   std::mutex mu_;
   std::condition_variable returned_;
   std::vector<bool> free_;  // guarded by mu_
-  const int device_;
-  cudaStream_t compute_;
-  cudaStream_t copy_;
 };
+
+absl::StatusOr<cudaStream_t> CreateCopyStream(int device) {
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) return CudaError(err, absl::StrCat("cuda:", device));
+  cudaStream_t copy;
+  err = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return CudaError(err, "creating the copy stream");
+  return copy;
+}
 
 }  // namespace
 
@@ -302,11 +267,17 @@ absl::StatusOr<std::unique_ptr<PinnedBuffer>> PinnedBuffer::Create(
 
 PinnedBuffer::~PinnedBuffer() { cudaFreeHost(data_); }
 
+absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(
+    std::vector<TierBuffer*> sources, int device, cudaStream_t compute_stream) {
+  absl::StatusOr<cudaStream_t> copy = CreateCopyStream(device);
+  if (!copy.ok()) return copy.status();
+  return std::unique_ptr<Tier>(
+      new CudaTier(std::move(sources), device, compute_stream, *copy));
+}
+
 absl::StatusOr<std::unique_ptr<Tier>> CreateStagedCudaTier(
     std::unique_ptr<Tier> disk, int device, cudaStream_t compute_stream,
     size_t staging_bytes, int stages) {
-  cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError(err, absl::StrCat("cuda:", device));
   std::vector<std::unique_ptr<PinnedBuffer>> staging;
   for (int i = 0; i < std::max(1, stages); ++i) {
     absl::StatusOr<std::unique_ptr<PinnedBuffer>> b =
@@ -314,22 +285,10 @@ absl::StatusOr<std::unique_ptr<Tier>> CreateStagedCudaTier(
     if (!b.ok()) return b.status();
     staging.push_back(std::move(*b));
   }
-  cudaStream_t copy;
-  err = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking);
-  if (err != cudaSuccess) return CudaError(err, "creating the copy stream");
+  absl::StatusOr<cudaStream_t> copy = CreateCopyStream(device);
+  if (!copy.ok()) return copy.status();
   return std::unique_ptr<Tier>(new StagedCudaTier(
-      std::move(disk), std::move(staging), device, compute_stream, copy));
-}
-
-absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(
-    std::vector<TierBuffer*> sources, int device, cudaStream_t compute_stream) {
-  cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError(err, absl::StrCat("cuda:", device));
-  cudaStream_t copy;
-  err = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking);
-  if (err != cudaSuccess) return CudaError(err, "creating the copy stream");
-  return std::unique_ptr<Tier>(
-      new CudaTier(std::move(sources), device, compute_stream, copy));
+      std::move(disk), std::move(staging), device, compute_stream, *copy));
 }
 
 }  // namespace ringmoe::memory_ring
