@@ -236,7 +236,9 @@ TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
   std::mt19937 rng(23);
   const WeightType type = std::get<0>(GetParam());
   ThreadPool pool(3);
-  const int64_t shapes[][3] = {{1, 300, 77}, {2, 41, 130}, {9, 157, 65}};
+  // The last two are large enough to be cut into slices of several sizes.
+  const int64_t shapes[][3] = {
+      {1, 300, 77}, {2, 41, 130}, {9, 157, 65}, {1, 1003, 517}, {3, 619, 301}};
   std::vector<TestMatrix> mats;
   std::vector<std::vector<float>> xs, ys;
   for (const auto& s : shapes) {
@@ -370,13 +372,6 @@ TEST_P(PathTest, SoftmaxSiluMulTopK) {
     for (int64_t i = 0; i < n; ++i) want[i] = std::exp(double(x[i])) / z;
     EXPECT_LE(RelativeError(s, want), 1e-6);
 
-    auto up = RandomVector(rng, n);
-    std::vector<float> out(n, NAN);
-    SiluMul(x.data(), up.data(), n, out.data());
-    for (int64_t i = 0; i < n; ++i)
-      want[i] = x[i] / (1 + std::exp(-double(x[i]))) * up[i];
-    EXPECT_LE(RelativeError(out, want), 1e-6);
-
     const int k = std::min<int>(3, n);
     std::vector<int32_t> idx(k, -1);
     TopK(x.data(), n, k, idx.data());
@@ -385,6 +380,26 @@ TEST_P(PathTest, SoftmaxSiluMulTopK) {
     std::sort(order.begin(), order.end(),
               [&](int a, int b) { return x[a] > x[b]; });
     for (int i = 0; i < k; ++i) EXPECT_EQ(idx[i], order[i]);
+  }
+  // SiluMul elementwise, over ragged lengths and up to |x| = 120 (past
+  // float's exponent range: silu(-120) ~ 1e-50 rounds to 0), in place as
+  // the MLPs call it.
+  for (int64_t n : {1, 5, 37, 203}) {
+    for (float range : {1.f, 10.f, 40.f}) {
+      auto gate = RandomVector(rng, n, range);
+      if (n > 2) {
+        gate[0] = 120.f;
+        gate[1] = -120.f;
+      }
+      auto up = RandomVector(rng, n);
+      auto out = gate;
+      SiluMul(out.data(), up.data(), n, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = gate[i] / (1 + std::exp(-double(gate[i]))) * up[i];
+        EXPECT_NEAR(out[i], want, 4e-7 * std::abs(want) + 1e-36)
+            << "n " << n << " x " << gate[i];
+      }
+    }
   }
   const float tied[] = {1.f, 3.f, 3.f, 2.f};
   int32_t idx[2];
@@ -395,75 +410,82 @@ TEST_P(PathTest, SoftmaxSiluMulTopK) {
 
 TEST_P(PathTest, AttentionOverBlocksMatchesReference) {
   std::mt19937 rng(17);
-  const int64_t heads = 6, kv_heads = 2, head_dim = 21, block = 5;
+  // Groups of 3, 8 (two sets of four on the AVX2 path) and 1 query heads
+  // per kv head; head sizes below, across and at whole vectors.
+  const int64_t layouts[][3] = {{6, 2, 21}, {8, 1, 40}, {3, 3, 7}};
+  const int64_t block = 5;
   const int64_t cases[][2] = {{0, 1},  {0, 4},   {0, 5},  {0, 23},
                               {7, 23}, {22, 23}, {3, 301}};
-  for (const auto& c : cases) {
-    const int64_t first = c[0], positions = c[1];
-    const int64_t width = kv_heads * head_dim;
-    const int64_t num_blocks = (positions + block - 1) / block;
-    std::vector<std::vector<float>> kb, vb;
-    std::vector<const float*> kp, vp;
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      kb.push_back(RandomVector(rng, block * width));
-      vb.push_back(RandomVector(rng, block * width));
-    }
-    // Blocks in a shuffled order, as a block table would give them.
-    std::vector<int> perm(num_blocks);
-    for (int i = 0; i < num_blocks; ++i) perm[i] = num_blocks - 1 - i;
-    for (int i : perm) {
-      kp.push_back(kb[i].data());
-      vp.push_back(vb[i].data());
-    }
-    auto q = RandomVector(rng, heads * head_dim);
-    std::vector<float> out(heads * head_dim, NAN);
-    const float scale = 1.f / std::sqrt(float(head_dim));
-    AttendOneQuery(q.data(), heads, kv_heads, head_dim,
-                   {kp.data(), vp.data(), block}, first, positions, scale,
-                   out.data());
-    std::vector<double> want(out.size(), 0);
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t g = h / (heads / kv_heads);
-      std::vector<double> s(positions, -1e300);
-      double mx = -1e300, z = 0;
-      for (int64_t p = first; p < positions; ++p) {
-        const float* k = kp[p / block] + (p % block) * width + g * head_dim;
-        double dot = 0;
-        for (int d = 0; d < head_dim; ++d)
-          dot += double(q[h * head_dim + d]) * k[d];
-        s[p] = dot / std::sqrt(double(head_dim));
-        mx = std::max(mx, s[p]);
+  for (const auto& layout : layouts) {
+    for (const auto& c : cases) {
+      const int64_t heads = layout[0], kv_heads = layout[1],
+                    head_dim = layout[2];
+      const int64_t first = c[0], positions = c[1];
+      const int64_t width = kv_heads * head_dim;
+      const int64_t num_blocks = (positions + block - 1) / block;
+      std::vector<std::vector<float>> kb, vb;
+      std::vector<const float*> kp, vp;
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        kb.push_back(RandomVector(rng, block * width));
+        vb.push_back(RandomVector(rng, block * width));
       }
-      for (auto& v : s) z += (v = std::exp(v - mx));
-      for (int64_t p = first; p < positions; ++p) {
-        const float* v = vp[p / block] + (p % block) * width + g * head_dim;
-        for (int d = 0; d < head_dim; ++d)
-          want[h * head_dim + d] += s[p] / z * v[d];
+      // Blocks in a shuffled order, as a block table would give them.
+      std::vector<int> perm(num_blocks);
+      for (int i = 0; i < num_blocks; ++i) perm[i] = num_blocks - 1 - i;
+      for (int i : perm) {
+        kp.push_back(kb[i].data());
+        vp.push_back(vb[i].data());
       }
-    }
-    EXPECT_LE(RelativeError(out, want), 1e-6) << first << ".." << positions;
+      auto q = RandomVector(rng, heads * head_dim);
+      std::vector<float> out(heads * head_dim, NAN);
+      const float scale = 1.f / std::sqrt(float(head_dim));
+      AttendOneQuery(q.data(), heads, kv_heads, head_dim,
+                     {kp.data(), vp.data(), block}, first, positions, scale,
+                     out.data());
+      std::vector<double> want(out.size(), 0);
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / (heads / kv_heads);
+        std::vector<double> s(positions, -1e300);
+        double mx = -1e300, z = 0;
+        for (int64_t p = first; p < positions; ++p) {
+          const float* k = kp[p / block] + (p % block) * width + g * head_dim;
+          double dot = 0;
+          for (int d = 0; d < head_dim; ++d)
+            dot += double(q[h * head_dim + d]) * k[d];
+          s[p] = dot / std::sqrt(double(head_dim));
+          mx = std::max(mx, s[p]);
+        }
+        for (auto& v : s) z += (v = std::exp(v - mx));
+        for (int64_t p = first; p < positions; ++p) {
+          const float* v = vp[p / block] + (p % block) * width + g * head_dim;
+          for (int d = 0; d < head_dim; ++d)
+            want[h * head_dim + d] += s[p] / z * v[d];
+        }
+      }
+      EXPECT_LE(RelativeError(out, want), 1e-6) << first << ".." << positions;
 
-    // The same query split over three slices of positions and merged.
-    const int64_t count = positions - first;
-    const int64_t cuts[] = {first, first + count / 3, first + 2 * count / 3,
-                            positions};
-    std::vector<float> outs, lses;
-    int64_t parts = 0;
-    for (int i = 0; i < 3; ++i) {
-      if (cuts[i] == cuts[i + 1]) continue;
-      std::vector<float> part(heads * head_dim, NAN), lse(heads, NAN);
-      AttendOneQueryPartial(q.data(), heads, kv_heads, head_dim,
-                            {kp.data(), vp.data(), block}, cuts[i], cuts[i + 1],
-                            scale, part.data(), lse.data());
-      outs.insert(outs.end(), part.begin(), part.end());
-      lses.insert(lses.end(), lse.begin(), lse.end());
-      ++parts;
+      // The same query split over three slices of positions and merged.
+      const int64_t count = positions - first;
+      const int64_t cuts[] = {first, first + count / 3, first + 2 * count / 3,
+                              positions};
+      std::vector<float> outs, lses;
+      int64_t parts = 0;
+      for (int i = 0; i < 3; ++i) {
+        if (cuts[i] == cuts[i + 1]) continue;
+        std::vector<float> part(heads * head_dim, NAN), lse(heads, NAN);
+        AttendOneQueryPartial(q.data(), heads, kv_heads, head_dim,
+                              {kp.data(), vp.data(), block}, cuts[i],
+                              cuts[i + 1], scale, part.data(), lse.data());
+        outs.insert(outs.end(), part.begin(), part.end());
+        lses.insert(lses.end(), lse.begin(), lse.end());
+        ++parts;
+      }
+      std::vector<float> merged(heads * head_dim, NAN);
+      MergeAttention(parts, heads, head_dim, outs.data(), lses.data(),
+                     merged.data());
+      EXPECT_LE(RelativeError(merged, want), 1e-6)
+          << "split " << first << ".." << positions;
     }
-    std::vector<float> merged(heads * head_dim, NAN);
-    MergeAttention(parts, heads, head_dim, outs.data(), lses.data(),
-                   merged.data());
-    EXPECT_LE(RelativeError(merged, want), 1e-6)
-        << "split " << first << ".." << positions;
   }
 }
 
