@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the GPU tests and tools here (Bazel, Debian's libraries) and gathers
-# them, with the non-CUDA shared libraries they load, into .device/bundle
-# (git-ignored) to carry to a GPU machine that has the CUDA driver and
-# libraries but neither Bazel nor Debian's gRPC/Abseil. Run them there with
-# tools/device_run.sh.
+# Builds the GPU tests and tools here (Bazel, Debian's libraries) and packs
+# them, with the non-CUDA shared libraries they load and tools/device_run.sh,
+# into .device/bundle.tar.xz (git-ignored) to carry to a GPU machine that has
+# the CUDA driver and libraries but neither Bazel nor Debian's gRPC/Abseil.
+# Compressed, because the device tool carries at most 64 MiB with the
+# working tree (ICU's data library alone is 30 MB). There:
+#   tar -xJf .device/bundle.tar.xz -C /tmp && /tmp/bundle/device_run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,8 +21,9 @@ targets=(
 bazel build --config=opt --dynamic_mode=off "${targets[@]}"
 bin_dir=$(bazel info --config=opt bazel-bin)
 
-out=.device/bundle
-rm -rf "$out"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+out=$stage/bundle
 mkdir -p "$out/bin" "$out/lib"
 binaries=()
 for target in "${targets[@]}"; do
@@ -31,4 +34,6 @@ for target in "${targets[@]}"; do
 done
 bash deploy/bundle_libs.sh "$out/lib" "${binaries[@]}"
 cp tools/device_run.sh "$out/"
-du -sh "$out"
+mkdir -p .device
+tar -C "$stage" -cJf .device/bundle.tar.xz bundle
+du -h .device/bundle.tar.xz

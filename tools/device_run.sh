@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the repository root: the bundle made by
-# tools/device_bundle.sh (carried as .device). Writes each test's JSON
-# report and the device listing under $OUT (or ./device-results), and ends
-# with a one-line summary per test.
+# Runs on the GPU machine, from the unpacked bundle of
+# tools/device_bundle.sh (tar -xJf .device/bundle.tar.xz -C /tmp). Writes
+# each test's JSON report and the device listing under $OUT (or
+# ./device-results), and ends with a one-line summary per test.
 set -uo pipefail
-bundle=${BUNDLE:-.device/bundle}
+bundle=${BUNDLE:-$(dirname "$0")}
 out=${OUT:-device-results}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
