@@ -197,23 +197,29 @@ struct alignas(32) Int8Chunk {
   float scale[8];
 };
 
-// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
-// zero) into half `half` of `chunk`.
-void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
+// Loads one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into v[4] and returns their largest magnitude.
+float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
   alignas(32) float buf[32];
   if (count < 32) {
     std::fill(buf, buf + 32, 0.f);
     std::copy(x, x + count, buf);
     x = buf;
   }
-  __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
   const __m256 sign = _mm256_set1_ps(-0.f);
   for (int j = 0; j < 4; ++j) {
     v[j] = _mm256_loadu_ps(x + 8 * j);
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
   }
-  const float max_abs = HMax(amax);
+  return HMax(amax);
+}
+
+// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into half `half` of `chunk`.
+void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
+  __m256 v[4];
+  const float max_abs = LoadBlock32(x, count, v);
   const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
   __m256i q[4];
   for (int j = 0; j < 4; ++j)
@@ -414,20 +420,8 @@ struct Int16Activations {
 // Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
 // zero) to int16 in column order into out[32]; returns the block scale.
 float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
-  alignas(32) float buf[32];
-  if (count < 32) {
-    std::fill(buf, buf + 32, 0.f);
-    std::copy(x, x + count, buf);
-    x = buf;
-  }
   __m256 v[4];
-  __m256 amax = _mm256_setzero_ps();
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_loadu_ps(x + 8 * j);
-    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-  }
-  const float max_abs = HMax(amax);
+  const float max_abs = LoadBlock32(x, count, v);
   const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 32767.f / max_abs : 0.f);
   for (int j = 0; j < 4; j += 2) {
     // vpackssdw interleaves 128-bit lanes; the permute restores the order.
