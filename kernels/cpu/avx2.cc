@@ -181,21 +181,8 @@ constexpr int64_t kPrefetchLines = 8;
 // costs more vector work per byte than memory delivers, so the activations
 // are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
 // round to nearest even) and 64 weights at a time are multiplied as bytes
-// (vpmaddubsw, vpmaddwd), with one float multiply-add per 64.
-//
-// One 64-column chunk of an activation row, laid out to match 32 bytes of
-// int4 weights: byte i holds columns 2i (low nibble) and 2i + 1 (high), so
-// `even[i]` is column 2i and `odd[i]` column 2i + 1. The int32 lanes of the
-// byte products cover bytes 4k..4k+3: lanes 0-3 the first block of 32
-// columns, lanes 4-7 the second. `offset` is 8 × each lane's sum of
-// activations (weights are stored as nibble = q + 8) and `scale` each
-// lane's block scale.
-struct alignas(32) Int8Chunk {
-  int8_t even[32];
-  int8_t odd[32];
-  int32_t offset[8];
-  float scale[8];
-};
+// (vpmaddubsw, vpmaddwd), with one float multiply-add per 64, on
+// activations laid out as Int8Chunk (internal.h).
 
 // Loads one block of 32 activations (`count` <= 32 real ones, the rest
 // zero) into v[4] and returns their largest magnitude.
@@ -243,9 +230,10 @@ void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
             max_abs / 127.f);
 }
 
-// Quantizes n rows of `cols` activations into `chunks` per row.
-void QuantizeActivations(const float* x, int64_t n, int64_t cols,
-                         int64_t chunks, Int8Chunk* out) {
+}  // namespace
+
+void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols,
+                                 int64_t chunks, Int8Chunk* out) {
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t j = 0; j < n; ++j) {
@@ -270,6 +258,8 @@ void QuantizeActivations(const float* x, int64_t n, int64_t cols,
     }
   }
 }
+
+namespace {
 
 // Σ (nibble - 8) · x per int32 lane of one chunk (see Int8Chunk).
 inline __m256i Int4ChunkDot(__m256i w, const Int8Chunk& x) {
@@ -381,7 +371,7 @@ void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
   const int64_t chunks = (w.row_bytes + 31) / 32;
   thread_local std::vector<Int8Chunk> xq;
   xq.resize(n * chunks);
-  QuantizeActivations(x, n, cols, chunks, xq.data());
+  QuantizeActivationsInt8Avx2(x, n, cols, chunks, xq.data());
   switch (n) {
     case 1:
       Int4RowsN<G, 1>(w, rb, re, xq.data(), chunks, y, ldy);
@@ -433,6 +423,22 @@ float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
   }
   return max_abs / 32767.f;
 }
+
+}  // namespace
+
+void QuantizeActivationsInt16Avx2(const float* x, int64_t n, int64_t cols,
+                                  int16_t* q, float* scale) {
+  const int64_t blocks = (cols + 31) / 32;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      scale[j * blocks + b] = QuantizeBlock16(
+          x + j * cols + 32 * b, std::min<int64_t>(cols - 32 * b, 32),
+          q + (j * blocks + b) * 32);
+    }
+  }
+}
+
+namespace {
 
 // Σ w · x over one block of 32 as 8 int32 lanes: at most 4 · 128 · 32767 each.
 inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
@@ -513,13 +519,7 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
   thread_local std::vector<float> scale;
   q.resize(n * blocks * 32);
   scale.resize(n * blocks);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      scale[j * blocks + b] = QuantizeBlock16(
-          x + j * cols + 32 * b, std::min<int64_t>(cols - 32 * b, 32),
-          q.data() + (j * blocks + b) * 32);
-    }
-  }
+  QuantizeActivationsInt16Avx2(x, n, cols, q.data(), scale.data());
   const Int16Activations xq{q.data(), scale.data(), blocks};
   switch (n) {
     case 1:

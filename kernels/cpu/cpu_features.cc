@@ -16,13 +16,30 @@ bool CpuHasAvx2() {
 #endif
 }
 
-bool ForcedByEnvironment() {
-  const char* v = std::getenv("RINGMOE_FORCE_SCALAR");
+bool CpuHasAvx512() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+bool SetInEnvironment(const char* name) {
+  const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 bool& ForceScalar() {
-  static bool force = ForcedByEnvironment();
+  static bool force = SetInEnvironment("RINGMOE_FORCE_SCALAR");
+  return force;
+}
+
+bool& ForceAvx2() {
+  static bool force = SetInEnvironment("RINGMOE_FORCE_AVX2");
   return force;
 }
 
@@ -33,6 +50,13 @@ bool UseAvx2() {
   return has_avx2 && !ForceScalar();
 }
 
+bool UseAvx512() {
+  static const bool has_avx512 = CpuHasAvx512();
+  return has_avx512 && UseAvx2() && !ForceAvx2();
+}
+
 void SetForceScalar(bool force) { ForceScalar() = force; }
+
+void SetForceAvx2(bool force) { ForceAvx2() = force; }
 
 }  // namespace ringmoe::kernels

@@ -16,6 +16,38 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
 void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
 
+// Rows [row_begin, row_end) of y[w.rows] = x[w.cols] · wᵀ for one
+// activation row (avx512.cc, built with AVX-512 F/BW/VL/VNNI): int8 and
+// int4 weights there, the other types on the AVX2 path. int8 and int4
+// use the AVX2 path's quantized activations, so their integer dot products
+// are the same; only the order of the float sums differs.
+void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
+                     int64_t row_end, float* y);
+
+// One 64-column chunk of an activation row quantized to int8 for int4
+// weights, laid out to match 32 bytes of them: byte i holds columns 2i (low
+// nibble) and 2i + 1 (high), so `even[i]` is column 2i and `odd[i]` column
+// 2i + 1. The int32 lanes of the byte products cover bytes 4k..4k+3: lanes
+// 0-3 the first block of 32 columns, lanes 4-7 the second. `offset` is 8 ×
+// each lane's sum of activations (weights are stored as nibble = q + 8) and
+// `scale` each lane's block scale.
+struct alignas(32) Int8Chunk {
+  int8_t even[32];
+  int8_t odd[32];
+  int32_t offset[8];
+  float scale[8];
+};
+
+// Quantizes n rows of `cols` activations into `chunks` Int8Chunks per row
+// (blocks of 32, scale max|x| / 127, round to nearest even).
+void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols,
+                                 int64_t chunks, Int8Chunk* out);
+// Quantizes n rows of `cols` activations to int16 in blocks of 32 (scale
+// max|x| / 32767, round to nearest even): q[n, blocks * 32] with the
+// padding of the last block zero, scale[n, blocks], blocks = ceil(cols / 32).
+void QuantizeActivationsInt16Avx2(const float* x, int64_t n, int64_t cols,
+                                  int16_t* q, float* scale);
+
 // Σ a[i] * b[i].
 float DotAvx2(const float* a, const float* b, int64_t n);
 // y[i] += alpha * x[i].

@@ -7,12 +7,14 @@
 //     --benchmark_format=json --benchmark_repetitions=3 \
 //     --benchmark_report_aggregates_only=true
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "benchmark/benchmark.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/probes.h"
 
@@ -86,18 +88,33 @@ void BM_MatMul(benchmark::State& state) {
   state.SetLabel(WeightTypeName(type));
 }
 
-void MatMulArgs(benchmark::internal::Benchmark* b) {
+// Every weight type at each shape with `ns` activation rows.
+void AddMatMulArgs(benchmark::internal::Benchmark* b,
+                   std::initializer_list<int64_t> ns) {
   // [out, in] of Mixtral-8x7B (4096 hidden, 14336 expert), Qwen3-30B-A3B
   // (2048, 768) and DeepSeek-V3 (7168, 2048) expert projections.
   const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {768, 2048},
                                {2048, 768},   {2048, 7168},  {7168, 2048}};
   for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type) {
     for (const auto& s : shapes) {
-      for (int64_t n : {1, 4, 64}) b->Args({type, s[0], s[1], n});
+      for (int64_t n : ns) b->Args({type, s[0], s[1], n});
     }
   }
 }
-BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_MatMul)->Apply([](auto* b) {
+                      AddMatMulArgs(b, {1, 4, 64});
+                    }) -> UseRealTime() -> MinTime(0.3);
+
+// BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has
+// AVX-512, to compare the two in one run.
+void BM_MatMulAvx2(benchmark::State& state) {
+  SetForceAvx2(true);
+  BM_MatMul(state);
+  SetForceAvx2(false);
+}
+BENCHMARK(BM_MatMulAvx2)->Apply([](auto* b) {
+                          AddMatMulArgs(b, {1});
+                        }) -> UseRealTime() -> MinTime(0.3);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   double rate = 0;

@@ -55,7 +55,9 @@ void Axpy(float alpha, const float* x, int64_t n, float* y) {
 
 void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
                 int64_t row_end, float* y) {
-  if (UseAvx2()) {
+  if (n == 1 && UseAvx512()) {
+    internal::MatMulRowAvx512(x, w, row_begin, row_end, y);
+  } else if (UseAvx2()) {
     internal::MatMulRowsAvx2(x, n, w, row_begin, row_end, y);
   } else {
     internal::MatMulRowsScalar(x, n, w, row_begin, row_end, y);

@@ -269,6 +269,49 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) ? "_scalar" : "_dispatched");
     });
 
+// The AVX-512 one-row products (where the CPU has them) against the same
+// references as the AVX2 path, and against the AVX2 path itself: int8 and
+// int4 share its quantized activations, so they differ from it only in the
+// order of float sums. bf16 checks the pass-through to the AVX2 path.
+class Avx512Test : public ::testing::TestWithParam<WeightType> {};
+
+TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
+  if (!UseAvx512()) GTEST_SKIP() << "the CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(31);
+  const WeightType type = GetParam();
+  // Columns on both sides of 32-column blocks and 64-byte int4 pairs, with
+  // odd numbers of int4 chunks and int8 rows ending in a block of padding.
+  for (int64_t cols :
+       {1, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 191, 257, 700}) {
+    for (int32_t group : {32, 64}) {
+      if (group == 64 && type == WeightType::kBF16) continue;
+      // Several rows, so that one output cancelled to near zero does not
+      // make the relative error of the whole product meaningless.
+      const int64_t rows = 8 + cols % 13;
+      const TestMatrix m = MakeMatrix(rng, type, rows, cols, group);
+      const auto x = RandomVector(rng, cols);
+      std::vector<float> y(rows, NAN), y_avx2(rows, NAN);
+      MatMulTransposed(x.data(), 1, m.w, y.data());
+      SetForceAvx2(true);
+      MatMulTransposed(x.data(), 1, m.w, y_avx2.data());
+      SetForceAvx2(false);
+      EXPECT_LE(RelativeError(y, ExpectedProduct(x, 1, m)), 2e-6)
+          << rows << "x" << cols << " group " << group;
+      EXPECT_LE(
+          RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
+          2e-6)
+          << rows << "x" << cols << " group " << group;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeTypes, Avx512Test,
+                         ::testing::Values(WeightType::kBF16, WeightType::kInt8,
+                                           WeightType::kInt4),
+                         [](const auto& info) {
+                           return std::string(WeightTypeName(info.param));
+                         });
+
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
 // (int8 activations) and within 1e-4 for int8 (int16 activations).
