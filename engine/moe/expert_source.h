@@ -20,6 +20,10 @@ class ExpertSource {
   // A step of `num_tokens` tokens begins.
   virtual void BeginStep(int64_t num_tokens) = 0;
 
+  // Whether this step uses Predict(): when not, callers skip computing the
+  // predicted router logits.
+  virtual bool WantsPredictions() const = 0;
+
   // Router logits of `layer` ([num_tokens, num_experts]) computed ahead of
   // time from an earlier layer's hidden state: the experts they pick are
   // likely to be needed, so they may be fetched now.

@@ -112,7 +112,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
     // The next layer's router on this layer's hidden state predicts the
     // experts it will need, so they load while this layer computes.
-    if (experts_ != nullptr && l + 1 < spec_.num_layers && spec_.layer_is_moe[l + 1]) {
+    if (experts_ != nullptr && experts_->WantsPredictions() &&
+        l + 1 < spec_.num_layers && spec_.layer_is_moe[l + 1]) {
       predicted_logits.resize(n * spec_.num_experts);
       kernels::MatMulTransposed(normed.data(), n, weights_.layers[l + 1].router,
                                 predicted_logits.data());

@@ -59,6 +59,7 @@ class StreamedExperts : public moe::ExpertSource {
   ~StreamedExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
+  bool WantsPredictions() const override { return expert_mode_; }
   void Predict(int layer, const float* router_logits,
                int64_t num_tokens) override;
   absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
