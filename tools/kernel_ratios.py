@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Turns //kernels/cpu:kernels_benchmark JSON into a Markdown table of each
 product kernel's weight-read rate and FLOP/s as fractions of the ceilings
-measured in the same run (BM_ReadBandwidth, BM_PeakFlops). Medians are used
-when the run has repetitions.
+measured in the same run: each case's own read bandwidth, measured just
+before and after it (the memory speed of a shared machine drifts within a
+run), and BM_PeakFlops. Medians are used when the run has repetitions.
 
   kernels_benchmark --benchmark_format=json --benchmark_repetitions=3 \\
       --benchmark_report_aggregates_only=true > k.json
@@ -25,16 +26,19 @@ def main():
     peak = next((r["flops_per_second"] for n, r in by_name.items()
                  if n.startswith("BM_PeakFlops")), float("nan"))
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s, peak {peak / 1e9:.0f} GFLOP/s\n")
-    print("| weights | out×in | rows n | GB/s of weights | of bandwidth | GFLOP/s | of peak |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| weights | out×in | rows n | GB/s of weights | read GB/s beside it "
+          "| of bandwidth | GFLOP/s | of peak |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in by_name.items():
         if not name.startswith("BM_MatMul/"):
             continue
         _, t, out, inp, n = name.split("/")[:5]
         gbs = r["weight_bytes_per_second"]
         fl = r["flops_per_second"]
+        beside = r.get("read_bytes_per_second", bandwidth)
         print(f"| {TYPES[int(t)]} | {out}×{inp} | {n} | {gbs / 1e9:.1f} | "
-              f"{gbs / bandwidth:.0%} | {fl / 1e9:.1f} | {fl / peak:.0%} |")
+              f"{beside / 1e9:.1f} | {gbs / beside:.0%} | {fl / 1e9:.1f} | "
+              f"{fl / peak:.0%} |")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 // same run: prefill tokens/s against the peak-FLOP probe, decode tokens/s
 // against the streaming-read bandwidth (decode reads every weight it uses
 // once per step, so tokens/s cannot exceed bandwidth / weight bytes per
-// token). Prints one JSON object.
+// token). This machine's memory speed drifts over seconds to minutes, so
+// decode runs in rounds, each bracketed by bandwidth probes, and its ratio
+// to the ceiling is the median over rounds of each round's rate against the
+// faster of its two probes. Prints one JSON object.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +28,8 @@ ABSL_FLAG(int64_t, gen_tokens, 32, "bench: decode steps after the prompt.");
 ABSL_FLAG(int64_t, batch, 1, "bench: sequences run together.");
 ABSL_FLAG(int, bench_repetitions, 3,
           "bench: prefill repetitions (the median is reported).");
+ABSL_FLAG(int, bench_rounds, 4,
+          "bench: decode rounds, each between two bandwidth probes.");
 
 namespace ringmoe::cli {
 namespace {
@@ -59,10 +64,17 @@ int RunBench() {
   const int64_t gen = absl::GetFlag(FLAGS_gen_tokens);
   const int64_t batch = absl::GetFlag(FLAGS_batch);
   const int reps = absl::GetFlag(FLAGS_bench_repetitions);
-  if (prompt < 1 || gen < 1 || batch < 1 || reps < 1) {
+  const int rounds = absl::GetFlag(FLAGS_bench_rounds);
+  if (prompt < 1 || gen < 1 || batch < 1 || reps < 1 || rounds < 1) {
     return Fail("bench", absl::InvalidArgumentError(
-                             "--prompt_tokens, --gen_tokens, --batch and "
-                             "--bench_repetitions must be positive"));
+                             "--prompt_tokens, --gen_tokens, --batch, "
+                             "--bench_repetitions and --bench_rounds must be "
+                             "positive"));
+  }
+  if (rounds > gen) {
+    return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+                             "--bench_rounds (", rounds,
+                             ") exceeds --gen_tokens (", gen, ")")));
   }
   if (options->kv_cache_tokens == 0) {
     options->kv_cache_tokens = batch * (prompt + gen + 16);
@@ -102,7 +114,6 @@ int RunBench() {
     if (!ids.ok()) return Fail("bench", ids.status());
     release(*ids);
   }
-  const double bandwidth = kernels::MeasureReadBandwidth(engine.pool());
   const double peak_flops = kernels::MeasurePeakFlops(engine.pool());
 
   std::vector<double> prefill_seconds;
@@ -119,27 +130,40 @@ int RunBench() {
     prefill_work = work;
   }
 
-  // Decode: greedy next tokens of every sequence, one step per token.
+  // Decode: greedy next tokens of every sequence, one step per token, in
+  // rounds between bandwidth probes.
   std::vector<double> step_seconds;
   std::vector<int64_t> step_bytes;
+  std::vector<double> probes = {kernels::MeasureReadBandwidth(engine.pool())};
+  std::vector<double> round_ratios;
   std::vector<std::vector<int32_t>> next(batch);
-  for (int64_t g = 0; g < gen; ++g) {
-    std::vector<runtime::SequenceChunk> chunks;
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* row = logits.data() + b * vocab;
-      next[b] = {
-          static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
-      chunks.push_back({ids[b], next[b], false});
+  for (int round = 0; round < rounds; ++round) {
+    double round_seconds = 0, round_bytes = 0;
+    for (int64_t g = gen * round / rounds; g < gen * (round + 1) / rounds;
+         ++g) {
+      std::vector<runtime::SequenceChunk> chunks;
+      for (int64_t b = 0; b < batch; ++b) {
+        const float* row = logits.data() + b * vocab;
+        next[b] = {
+            static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+        chunks.push_back({ids[b], next[b], false});
+      }
+      kernels::ProductWork work;
+      const auto start = std::chrono::steady_clock::now();
+      absl::Status status = engine.Step(chunks, &logits, &work);
+      step_seconds.push_back(SecondsSince(start));
+      if (!status.ok()) return Fail("bench", status);
+      step_bytes.push_back(work.weight_bytes);
+      round_seconds += step_seconds.back();
+      round_bytes += static_cast<double>(work.weight_bytes);
     }
-    kernels::ProductWork work;
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status status = engine.Step(chunks, &logits, &work);
-    step_seconds.push_back(SecondsSince(start));
-    if (!status.ok()) return Fail("bench", status);
-    step_bytes.push_back(work.weight_bytes);
+    probes.push_back(kernels::MeasureReadBandwidth(engine.pool()));
+    round_ratios.push_back(round_bytes / round_seconds /
+                           std::max(probes[round], probes[round + 1]));
   }
   release(ids);
 
+  const double bandwidth = Median(probes);
   const double prefill_s = Median(prefill_seconds);
   const double step_s = Median(step_seconds);
   double mean_step_bytes = 0;
@@ -173,8 +197,10 @@ int RunBench() {
       {"weight_bytes_per_token", mean_step_bytes / batch},
       {"decode_weight_bytes_per_s", decode_bytes_per_s},
       {"bandwidth_bytes_per_s", bandwidth},
+      {"bandwidth_probes_bytes_per_s", probes},
       {"decode_ceiling_tokens_per_s", bandwidth / (mean_step_bytes / batch)},
-      {"decode_ceiling_ratio", decode_bytes_per_s / bandwidth},
+      {"decode_round_ceiling_ratios", round_ratios},
+      {"decode_ceiling_ratio", Median(round_ratios)},
   };
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -174,8 +174,10 @@ struct Int4Loader {
   float RowScale(int64_t) const { return 1.f; }
 };
 
-// How far ahead of the loads the weight rows are prefetched.
-constexpr int64_t kPrefetchLines = 8;
+// How many cache lines ahead of the loads the weight rows of a tile against
+// a few activation rows are prefetched (kLongRowPrefetchLines for one
+// activation row; see DirectRows).
+constexpr int kPrefetchLines = 8;
 
 // int4 weights against few activation rows: widening nibbles to float
 // costs more vector work per byte than memory delivers, so the activations
@@ -297,7 +299,7 @@ inline __m256 Int4ChunkScale(const float* row_scales, int64_t c) {
 
 // y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
 // `ldx` chunks per activation row.
-template <int G, int R, int N, bool kPrefetch = true>
+template <int G, int R, int N, int kAhead = kPrefetchLines>
 void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
               float* y, int64_t ldy) {
   __m256 acc[R][N];
@@ -312,11 +314,11 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
   }
   const int64_t full = w.row_bytes / 32;
   for (int64_t c = 0; c < full; ++c) {
-    if (kPrefetch && c % 2 == 0) {
+    if (kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 32 * c +
-                                                   64 * kPrefetchLines),
-                     _MM_HINT_T0);
+        _mm_prefetch(
+            reinterpret_cast<const char*>(rows[i] + 32 * c + 64 * kAhead),
+            _MM_HINT_T0);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -356,8 +358,14 @@ void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
                int64_t ldx, float* y, int64_t ldy) {
   int64_t r = rb;
   if (N == 1) {
-    // One row after another: a single sequential stream (see StreamRows).
-    for (; r < re; ++r) Int4Tile<G, 1, 1, false>(w, r, x, ldx, y + r, ldy);
+    // One row after another, a single sequential stream (see StreamRows),
+    // unless the activations are too long to stay in L1 (see DirectRows).
+    if (ldx * static_cast<int64_t>(sizeof(Int8Chunk)) >
+        kStreamActivationBytes) {
+      for (; r + 4 <= re; r += 4)
+        Int4Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, ldx, y + r, ldy);
+    }
+    for (; r < re; ++r) Int4Tile<G, 1, 1, 0>(w, r, x, ldx, y + r, ldy);
     return;
   }
   for (; r + 4 <= re; r += 4) Int4Tile<G, 4, N>(w, r, x, ldx, y + r, ldy);
@@ -455,7 +463,7 @@ inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
 
 // y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N.
 // Weight groups of G columns span G / 32 activation blocks.
-template <int G, int R, int N, bool kPrefetch = true>
+template <int G, int R, int N, int kAhead = kPrefetchLines>
 void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
               float* y, int64_t ldy) {
   constexpr int kBlocksPerGroup = G / 32;
@@ -470,11 +478,11 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     scales[i] = w.scales + (r0 + i) * w.groups;
   }
   for (int64_t b = 0; b < x.blocks; ++b) {
-    if (kPrefetch && b % 2 == 0) {
+    if (kAhead > 0 && b % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 32 * b +
-                                                   64 * kPrefetchLines),
-                     _MM_HINT_T0);
+        _mm_prefetch(
+            reinterpret_cast<const char*>(rows[i] + 32 * b + 64 * kAhead),
+            _MM_HINT_T0);
       }
     }
     __m256 xs[N];
@@ -500,8 +508,14 @@ void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
                const Int16Activations& x, float* y, int64_t ldy) {
   int64_t r = rb;
   if (N == 1) {
-    // One row after another: a single sequential stream (see StreamRows).
-    for (; r < re; ++r) Int8Tile<G, 1, 1, false>(w, r, x, y + r, ldy);
+    // One row after another, a single sequential stream (see StreamRows),
+    // unless the activations are too long to stay in L1 (see DirectRows).
+    if (x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)) >
+        kStreamActivationBytes) {
+      for (; r + 4 <= re; r += 4)
+        Int8Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, y + r, ldy);
+    }
+    for (; r < re; ++r) Int8Tile<G, 1, 1, 0>(w, r, x, y + r, ldy);
     return;
   }
   for (; r + 4 <= re; r += 4) Int8Tile<G, 4, N>(w, r, x, y + r, ldy);
@@ -535,8 +549,8 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
 }
 
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
-// prefetched when kPrefetch (the memory-bound direct path).
-template <int R, int N, bool kPrefetch = true, typename L>
+// prefetched kAhead lines ahead (the memory-bound direct path) or not (0).
+template <int R, int N, int kAhead, typename L>
 inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
                  int64_t cols, float* y, int64_t ldy) {
   __m256 acc[R][N];
@@ -547,10 +561,10 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
   for (; k + 8 <= cols; k += 8) {
     // Each row is its own stream and rows are short, so the hardware
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
-    if (kPrefetch && k % L::kPerLine == 0) {
+    if (kAhead > 0 && k % L::kPerLine == 0) {
       for (int i = 0; i < R; ++i) {
         _mm_prefetch(static_cast<const char*>(
-                         w.Address(r0 + i, k + kPrefetchLines * L::kPerLine)),
+                         w.Address(r0 + i, k + kAhead * L::kPerLine)),
                      _MM_HINT_T0);
       }
     }
@@ -613,39 +627,51 @@ void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
 }
 
 // Rows [r0, r0 + rows) (rows <= 4) against n <= 3 activation rows.
-template <int N, bool kPrefetch, typename L>
+template <int N, int kAhead, typename L>
 inline void SmallTile(const L& w, int64_t r0, int64_t rows, const float* x,
                       int64_t cols, float* y, int64_t ldy) {
   if (rows == 4) {
-    Tile<4, N, kPrefetch>(w, r0, x, cols, cols, y, ldy);
+    Tile<4, N, kAhead>(w, r0, x, cols, cols, y, ldy);
   } else {
     for (int64_t i = 0; i < rows; ++i)
-      Tile<1, N, kPrefetch>(w, r0 + i, x, cols, cols, y + i, ldy);
+      Tile<1, N, kAhead>(w, r0 + i, x, cols, cols, y + i, ldy);
   }
 }
 
-template <bool kPrefetch, typename L>
+template <int kAhead, typename L>
 void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
               int64_t cols, float* y, int64_t ldy) {
   int64_t j = 0;
   for (; j + 3 <= n; j += 3)
-    SmallTile<3, kPrefetch>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+    SmallTile<3, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
   if (n - j == 2)
-    SmallTile<2, kPrefetch>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+    SmallTile<2, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
   if (n - j == 1)
-    SmallTile<1, kPrefetch>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+    SmallTile<1, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
 }
 
-// n <= 3: weights widened in registers straight from memory.
+// n <= 3: weights widened in registers straight from memory. One
+// activation row against rows longer than kStreamActivationBytes would
+// fetch it from L2 for every weight row, twice the weights' bytes (half the
+// speed at 14336 columns): tiles of four rows fetch it once per four, and
+// prefetch far ahead for their four streams.
 template <typename L>
 void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
                 int64_t re, float* y, int64_t ldy) {
-  if (n == 1) {
+  if (n == 1 && cols * 4 <= kStreamActivationBytes) {
     StreamRows(w, rb, re, x, cols, y);
     return;
   }
+  if (n == 1) {
+    int64_t r = rb;
+    for (; r + 4 <= re; r += 4)
+      Tile<4, 1, kLongRowPrefetchLines>(w, r, x, cols, cols, y + r, ldy);
+    if (r < re) StreamRows(w, r, re, x, cols, y);
+    return;
+  }
   for (int64_t r = rb; r < re; r += 4)
-    TileAnyN<true>(w, r, std::min<int64_t>(4, re - r), x, n, cols, y + r, ldy);
+    TileAnyN<kPrefetchLines>(w, r, std::min<int64_t>(4, re - r), x, n, cols,
+                             y + r, ldy);
 }
 
 // Activation rows per block, sized so a block stays in L2 while every
@@ -670,7 +696,7 @@ void PanelRows(const L& w, bool widen, const float* x, int64_t n, int64_t cols,
       const int64_t rows = std::min<int64_t>(4, re - r);
       float* yb = y + xb * ldy + r;
       if (!widen) {
-        TileAnyN<false>(w, r, rows, x + xb * cols, nb, cols, yb, ldy);
+        TileAnyN<0>(w, r, rows, x + xb * cols, nb, cols, yb, ldy);
         continue;
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -686,7 +712,7 @@ void PanelRows(const L& w, bool widen, const float* x, int64_t n, int64_t cols,
       F32Loader p;
       p.p = panel.data();
       p.ld = ldp;
-      TileAnyN<false>(p, 0, rows, x + xb * cols, nb, cols, yb, ldy);
+      TileAnyN<0>(p, 0, rows, x + xb * cols, nb, cols, yb, ldy);
     }
   }
 }

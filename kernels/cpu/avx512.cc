@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/internal.h"
@@ -21,36 +22,69 @@
 namespace ringmoe::kernels::internal {
 namespace {
 
+// Rows [rb, re) one after another when a row's activations fit in L1
+// beside the streaming weights (a single sequential stream per thread),
+// in tiles of four rows otherwise, which read the activations once per four
+// rows and prefetch their four weight streams far ahead (see DirectRows in
+// avx2.cc). `tile` computes rows r0..r0 + R - 1.
+template <typename TileFn>
+void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
+                    const TileFn& tile) {
+  int64_t r = rb;
+  if (activation_bytes > kStreamActivationBytes) {
+    for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  }
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
+}
+
+// Prefetches line `ahead` lines past `p` in each of R rows `stride` apart
+// (nothing for a single row, which the hardware prefetchers follow).
+template <int R>
+inline void PrefetchRows(const void* p, int64_t stride, int64_t ahead) {
+  if (R == 1) return;
+  for (int i = 0; i < R; ++i) {
+    _mm_prefetch(static_cast<const char*>(p) + i * stride +
+                     64 * kLongRowPrefetchLines + ahead,
+                 _MM_HINT_T0);
+  }
+}
+
 // int8 against int16 activations (QuantizeActivationsInt16Avx2): one block
 // of 32 weights is one vpmovsxbw and one vpmaddwd into 16 exact int32
 // lanes, then one convert and one FMA with the product of the two block
-// scales (the same float product as the AVX2 path's).
-template <int G>
-void Int8Rows(const int8_t* w, int64_t row_bytes, const float* scales,
+// scales (the same float product as the AVX2 path's). Two accumulators per
+// row keep FMA latency off the critical path.
+template <int G, int R>
+void Int8Tile(const int8_t* w, int64_t row_bytes, const float* scales,
               int64_t groups, const int16_t* q, const float* q_scale,
-              int64_t blocks, int64_t rb, int64_t re, float* y) {
+              int64_t blocks, int64_t r0, float* y) {
   constexpr int kBlocksPerGroup = G / 32;
-  for (int64_t r = rb; r < re; ++r) {
-    const int8_t* row = w + r * row_bytes;
-    const float* ws = scales + r * groups;
-    const auto block = [&](int64_t b, __m512 acc) {
-      const __m512i dot = _mm512_madd_epi16(
-          _mm512_cvtepi8_epi16(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(row + 32 * b))),
-          _mm512_loadu_si512(q + 32 * b));
-      return _mm512_fmadd_ps(
-          _mm512_cvtepi32_ps(dot),
-          _mm512_set1_ps(ws[b / kBlocksPerGroup] * q_scale[b]), acc);
-    };
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2) {
-      acc0 = block(b, acc0);
-      acc1 = block(b + 1, acc1);
+  const int8_t* row = w + r0 * row_bytes;
+  const float* ws = scales + r0 * groups;
+  const auto block = [&](int i, int64_t b, __m512 acc) {
+    const __m512i dot = _mm512_madd_epi16(
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(row + i * row_bytes + 32 * b))),
+        _mm512_loadu_si512(q + 32 * b));
+    return _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(dot),
+        _mm512_set1_ps(ws[i * groups + b / kBlocksPerGroup] * q_scale[b]), acc);
+  };
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    PrefetchRows<R>(row + 32 * b, row_bytes, 0);
+    for (int i = 0; i < R; ++i) {
+      acc[i][0] = block(i, b, acc[i][0]);
+      acc[i][1] = block(i, b + 1, acc[i][1]);
     }
-    if (b < blocks) acc0 = block(b, acc0);
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
+  if (b < blocks) {
+    for (int i = 0; i < R; ++i) acc[i][0] = block(i, b, acc[i][0]);
+  }
+  for (int i = 0; i < R; ++i)
+    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
 // Two consecutive Int8Chunks with each field joined, so that 64 bytes of
@@ -81,10 +115,9 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
-template <int G>
-void Int4Rows(const uint8_t* w, int64_t row_bytes, const float* scales,
-              int64_t groups, const Int8ChunkPair* x, int64_t rb, int64_t re,
-              float* y) {
+template <int G, int R>
+void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
+              int64_t groups, const Int8ChunkPair* x, int64_t r0, float* y) {
   constexpr int kGroupsPerPair = 128 / G;
   const int64_t full = row_bytes / 64;
   const __mmask64 tail_bytes =
@@ -97,49 +130,58 @@ void Int4Rows(const uint8_t* w, int64_t row_bytes, const float* scales,
           ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  for (int64_t r = rb; r < re; ++r) {
-    const uint8_t* row = w + r * row_bytes;
-    const float* ws = scales + r * groups;
-    // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
-    const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales,
-                          __m512 acc) {
-      const Int8ChunkPair& xp = x[p];
-      const __m512i lo = _mm512_and_si512(wv, nibble);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
-      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
-                                        _mm512_load_si512(xp.even));
-      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
-      dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
-      const __m512 s = _mm512_permutexvar_ps(scale_lane, pair_scales);
-      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                             _mm512_mul_ps(s, _mm512_load_ps(xp.scale)), acc);
-    };
-    // Masked loads of every pair's scales ran at three quarters of the
-    // speed of these plain ones; only the row's last, partial pair needs
-    // one.
-    const auto full_pair = [&](int64_t p, __m512 acc) {
-      const float* s = ws + kGroupsPerPair * p;
-      const __m128 pair_scales =
-          G == 32 ? _mm_loadu_ps(s)
-                  : _mm_castsi128_ps(
-                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
-      return pair(p, _mm512_loadu_si512(row + 64 * p),
-                  _mm512_castps128_ps512(pair_scales), acc);
-    };
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p + 2 <= full; p += 2) {
-      acc0 = full_pair(p, acc0);
-      acc1 = full_pair(p + 1, acc1);
+  const uint8_t* row = w + r0 * row_bytes;
+  const float* ws = scales + r0 * groups;
+  // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
+  const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales, __m512 acc) {
+    const Int8ChunkPair& xp = x[p];
+    const __m512i lo = _mm512_and_si512(wv, nibble);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
+    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+                                      _mm512_load_si512(xp.even));
+    dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
+    dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
+    const __m512 s = _mm512_permutexvar_ps(scale_lane, pair_scales);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                           _mm512_mul_ps(s, _mm512_load_ps(xp.scale)), acc);
+  };
+  // Masked loads of every pair's scales ran at three quarters of the speed
+  // of these plain ones; only the row's last, partial pair needs one.
+  const auto full_pair = [&](int i, int64_t p, __m512 acc) {
+    const float* s = ws + i * groups + kGroupsPerPair * p;
+    const __m128 pair_scales =
+        G == 32 ? _mm_loadu_ps(s)
+                : _mm_castsi128_ps(
+                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
+    return pair(p, _mm512_loadu_si512(row + i * row_bytes + 64 * p),
+                _mm512_castps128_ps512(pair_scales), acc);
+  };
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 2 <= full; p += 2) {
+    PrefetchRows<R>(row + 64 * p, row_bytes, 0);
+    PrefetchRows<R>(row + 64 * p, row_bytes, 64);
+    for (int i = 0; i < R; ++i) {
+      acc[i][0] = full_pair(i, p, acc[i][0]);
+      acc[i][1] = full_pair(i, p + 1, acc[i][1]);
     }
-    if (p < full) acc0 = full_pair(p, acc0);
-    if (row_bytes % 64 != 0) {
-      acc1 = pair(
-          full, _mm512_maskz_loadu_epi8(tail_bytes, row + 64 * full),
-          _mm512_maskz_loadu_ps(tail_groups, ws + kGroupsPerPair * full), acc1);
-    }
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
+  if (p < full) {
+    for (int i = 0; i < R; ++i) acc[i][0] = full_pair(i, p, acc[i][0]);
+  }
+  if (row_bytes % 64 != 0) {
+    for (int i = 0; i < R; ++i) {
+      acc[i][1] = pair(
+          full,
+          _mm512_maskz_loadu_epi8(tail_bytes, row + i * row_bytes + 64 * full),
+          _mm512_maskz_loadu_ps(tail_groups,
+                                ws + i * groups + kGroupsPerPair * full),
+          acc[i][1]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
 }  // namespace
@@ -159,13 +201,17 @@ void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
       QuantizeActivationsInt16Avx2(x, 1, cols, q.data(), q_scale.data());
       const auto* data = static_cast<const int8_t*>(w.data);
       const int64_t row_bytes = groups * w.group_size;
-      if (w.group_size == 64) {
-        Int8Rows<64>(data, row_bytes, w.scales, groups, q.data(),
-                     q_scale.data(), blocks, row_begin, row_end, y);
-      } else {
-        Int8Rows<32>(data, row_bytes, w.scales, groups, q.data(),
-                     q_scale.data(), blocks, row_begin, row_end, y);
-      }
+      ForEachRowTile(
+          blocks * 32 * 2, row_begin, row_end, [&](int64_t r, auto rows) {
+            constexpr int R = decltype(rows)::value;
+            if (w.group_size == 64) {
+              Int8Tile<64, R>(data, row_bytes, w.scales, groups, q.data(),
+                              q_scale.data(), blocks, r, y);
+            } else {
+              Int8Tile<32, R>(data, row_bytes, w.scales, groups, q.data(),
+                              q_scale.data(), blocks, r, y);
+            }
+          });
       break;
     }
     case WeightType::kInt4: {
@@ -178,13 +224,17 @@ void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
       QuantizeActivationsInt8Avx2(x, 1, cols, chunks, xq.data());
       PairChunks(xq.data(), chunks, pairs.data());
       const auto* data = static_cast<const uint8_t*>(w.data);
-      if (w.group_size == 64) {
-        Int4Rows<64>(data, row_bytes, w.scales, groups, pairs.data(), row_begin,
-                     row_end, y);
-      } else {
-        Int4Rows<32>(data, row_bytes, w.scales, groups, pairs.data(), row_begin,
-                     row_end, y);
-      }
+      ForEachRowTile(pairs.size() * sizeof(Int8ChunkPair), row_begin, row_end,
+                     [&](int64_t r, auto rows) {
+                       constexpr int R = decltype(rows)::value;
+                       if (w.group_size == 64) {
+                         Int4Tile<64, R>(data, row_bytes, w.scales, groups,
+                                         pairs.data(), r, y);
+                       } else {
+                         Int4Tile<32, R>(data, row_bytes, w.scales, groups,
+                                         pairs.data(), r, y);
+                       }
+                     });
       break;
     }
     default:

@@ -24,6 +24,16 @@ void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
 void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
                      int64_t row_end, float* y);
 
+// One activation row against the rows of a weight matrix: when the row
+// (as the kernel reads it: float32, int16 or int8 chunks) is at most
+// kStreamActivationBytes, about half an L1 data cache, it stays in L1 while
+// the weight rows stream past one after another. Longer, it would be read
+// again from L2 for every weight row, so the kernels take rows four at a
+// time and prefetch their four streams kLongRowPrefetchLines cache lines
+// ahead.
+constexpr int64_t kStreamActivationBytes = 16 << 10;
+constexpr int kLongRowPrefetchLines = 64;
+
 // One 64-column chunk of an activation row quantized to int8 for int4
 // weights, laid out to match 32 bytes of them: byte i holds columns 2i (low
 // nibble) and 2i + 1 (high), so `even[i]` is column 2i and `odd[i]` column

@@ -6,6 +6,7 @@
 //   bazel run -c opt //kernels/cpu:kernels_benchmark -- \
 //     --benchmark_format=json --benchmark_repetitions=3 \
 //     --benchmark_report_aggregates_only=true
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -26,15 +27,18 @@ ThreadPool& Pool() {
   return *pool;
 }
 
-// Enough copies of one quantized matrix that cycling through them reads
-// from memory rather than from the last-level cache.
+// Copies of one quantized matrix, `total_bytes` of them at least: cycling
+// through enough of them reads from memory rather than from the last-level
+// cache. Every copy's bytes differ from the others' (a host merging equal
+// pages would otherwise serve them from one cached page).
 struct WeightCopies {
   std::vector<std::unique_ptr<uint8_t[]>> data;
   std::vector<std::unique_ptr<float[]>> scales;
   std::vector<Matrix> matrices;
 };
 
-WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols) {
+WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
+                        int64_t total_bytes) {
   constexpr int32_t kGroup = 32;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.f, 0.05f);
@@ -44,8 +48,8 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols) {
   const int64_t data_bytes = QuantizedDataBytes(type, rows, cols, kGroup);
   const int64_t num_scales = QuantizedScaleCount(type, rows, cols, kGroup);
   const int64_t copies = std::max<int64_t>(
-      2, (int64_t{768} << 20) /
-             MatrixBytes({nullptr, type, rows, cols, nullptr, kGroup}));
+      1,
+      total_bytes / MatrixBytes({nullptr, type, rows, cols, nullptr, kGroup}));
   WeightCopies out;
   for (int64_t c = 0; c < copies; ++c) {
     out.data.emplace_back(new uint8_t[data_bytes]);
@@ -55,6 +59,10 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols) {
           src, type, kGroup, out.data[0].get(), out.scales[0].get()));
     } else {
       std::memcpy(out.data[c].get(), out.data[0].get(), data_bytes);
+      // The low byte of a weight (a mantissa byte for the float types, a
+      // whole weight for int8 and int4), one per page.
+      for (int64_t b = 0; b < data_bytes; b += 4096)
+        out.data[c][b] ^= static_cast<uint8_t>(c);
       std::memcpy(out.scales[c].get(), out.scales[0].get(),
                   num_scales * sizeof(float));
       Matrix m = out.matrices[0];
@@ -66,20 +74,30 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols) {
   return out;
 }
 
+// The read bandwidth just before or after a case (the larger of the two):
+// this machine's memory speed changes over minutes, so each case is
+// compared with its own ceiling as well as with BM_ReadBandwidth's.
+double NearbyReadBandwidth() {
+  return MeasureReadBandwidth(&Pool(), int64_t{256} << 20, 3);
+}
+
 // Args: weight type, rows (out), cols (in), activation rows.
-void BM_MatMul(benchmark::State& state) {
+void MatMul(benchmark::State& state, int64_t total_bytes) {
   const auto type = static_cast<WeightType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2),
                 n = state.range(3);
-  const WeightCopies w = MakeCopies(type, rows, cols);
+  const WeightCopies w = MakeCopies(type, rows, cols, total_bytes);
   std::vector<float> x(n * cols, 0.5f), y(n * rows);
   size_t next = 0;
+  const double bandwidth_before = NearbyReadBandwidth();
   for (auto _ : state) {
     const MatMulJob job{x.data(), n, w.matrices[next], y.data()};
     MatMulBatch({&job, 1}, &Pool());
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % w.matrices.size();
   }
+  state.counters["read_bytes_per_second"] =
+      std::max(bandwidth_before, NearbyReadBandwidth());
   const double iterations = static_cast<double>(state.iterations());
   state.counters["weight_bytes_per_second"] = benchmark::Counter(
       MatrixBytes(w.matrices[0]) * iterations, benchmark::Counter::kIsRate);
@@ -87,6 +105,8 @@ void BM_MatMul(benchmark::State& state) {
       2.0 * n * rows * cols * iterations, benchmark::Counter::kIsRate);
   state.SetLabel(WeightTypeName(type));
 }
+
+void BM_MatMul(benchmark::State& state) { MatMul(state, int64_t{768} << 20); }
 
 // Every weight type at each shape with `ns` activation rows.
 void AddMatMulArgs(benchmark::internal::Benchmark* b,
@@ -115,6 +135,27 @@ void BM_MatMulAvx2(benchmark::State& state) {
 BENCHMARK(BM_MatMulAvx2)->Apply([](auto* b) {
                           AddMatMulArgs(b, {1});
                         }) -> UseRealTime() -> MinTime(0.3);
+
+// One matrix small enough that each thread's rows stay in its L2 cache:
+// the kernels' speed without memory's limit, which has to exceed the read
+// bandwidth for BM_MatMul to reach it.
+void BM_MatMulInCache(benchmark::State& state) { MatMul(state, 0); }
+BENCHMARK(BM_MatMulInCache)
+    ->Apply([](auto* b) {
+      for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type)
+        b->Args({type, 512, 1024, 1});
+    }) -> UseRealTime() -> MinTime(0.3);
+
+void BM_MatMulInCacheAvx2(benchmark::State& state) {
+  SetForceAvx2(true);
+  BM_MatMulInCache(state);
+  SetForceAvx2(false);
+}
+BENCHMARK(BM_MatMulInCacheAvx2)
+    ->Apply([](auto* b) {
+      for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type)
+        b->Args({type, 512, 1024, 1});
+    }) -> UseRealTime() -> MinTime(0.3);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   double rate = 0;
