@@ -32,7 +32,7 @@ void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
 // time and prefetch their four streams kLongRowPrefetchLines cache lines
 // ahead.
 constexpr int64_t kStreamActivationBytes = 16 << 10;
-constexpr int kLongRowPrefetchLines = 64;
+constexpr int kLongRowPrefetchLines = 32;
 
 // One 64-column chunk of an activation row quantized to int8 for int4
 // weights, laid out to match 32 bytes of them: byte i holds columns 2i (low
