@@ -298,10 +298,13 @@ inline __m256 Int4ChunkScale(const float* row_scales, int64_t c) {
 }
 
 // y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
-// `ldx` chunks per activation row.
+// `ldx` chunks per activation row. One row against one activation row is a
+// piece of a single sequential stream (see StreamRows); other tiles
+// prefetch kAhead lines ahead in each of their rows.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
 void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
               float* y, int64_t ldy) {
+  constexpr bool kStream = R == 1 && N == 1;
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -314,7 +317,8 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
   }
   const int64_t full = w.row_bytes / 32;
   for (int64_t c = 0; c < full; ++c) {
-    if (kAhead > 0 && c % 2 == 0) {
+    if (kStream && c % 2 == 0) PrefetchStream(rows[0] + 32 * c);
+    if (!kStream && kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
         _mm_prefetch(
             reinterpret_cast<const char*>(rows[i] + 32 * c + 64 * kAhead),
@@ -365,7 +369,7 @@ void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
       for (; r + 4 <= re; r += 4)
         Int4Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, ldx, y + r, ldy);
     }
-    for (; r < re; ++r) Int4Tile<G, 1, 1, 0>(w, r, x, ldx, y + r, ldy);
+    for (; r < re; ++r) Int4Tile<G, 1, 1>(w, r, x, ldx, y + r, ldy);
     return;
   }
   for (; r + 4 <= re; r += 4) Int4Tile<G, 4, N>(w, r, x, ldx, y + r, ldy);
@@ -462,10 +466,12 @@ inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
 }
 
 // y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N.
-// Weight groups of G columns span G / 32 activation blocks.
+// Weight groups of G columns span G / 32 activation blocks. Prefetches as
+// Int4Tile does.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
 void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
               float* y, int64_t ldy) {
+  constexpr bool kStream = R == 1 && N == 1;
   constexpr int kBlocksPerGroup = G / 32;
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
@@ -478,7 +484,8 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     scales[i] = w.scales + (r0 + i) * w.groups;
   }
   for (int64_t b = 0; b < x.blocks; ++b) {
-    if (kAhead > 0 && b % 2 == 0) {
+    if (kStream && b % 2 == 0) PrefetchStream(rows[0] + 32 * b);
+    if (!kStream && kAhead > 0 && b % 2 == 0) {
       for (int i = 0; i < R; ++i) {
         _mm_prefetch(
             reinterpret_cast<const char*>(rows[i] + 32 * b + 64 * kAhead),
@@ -515,7 +522,7 @@ void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
       for (; r + 4 <= re; r += 4)
         Int8Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, y + r, ldy);
     }
-    for (; r < re; ++r) Int8Tile<G, 1, 1, 0>(w, r, x, y + r, ldy);
+    for (; r < re; ++r) Int8Tile<G, 1, 1>(w, r, x, y + r, ldy);
     return;
   }
   for (; r + 4 <= re; r += 4) Int8Tile<G, 4, N>(w, r, x, y + r, ldy);
@@ -595,10 +602,10 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
 
 // Rows [rb, re) of w against one activation row, one row after another.
 // Consecutive rows are adjacent in memory, so this reads the matrix as a
-// single sequential stream, which the hardware prefetchers follow at full
-// bandwidth; interleaving the rows of a tile (8 streams a row apart, with
-// software prefetch) ran about 15% slower end to end. Four accumulators
-// keep the FMA latency off the critical path.
+// single sequential stream, prefetched kStreamPrefetchBytes ahead;
+// interleaving the rows of a tile (8 streams a row apart) ran about 15%
+// slower end to end. Four accumulators keep the FMA latency off the
+// critical path.
 template <typename L>
 void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                 int64_t cols, float* y) {
@@ -607,6 +614,8 @@ void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                      _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t k = 0;
     for (; k + 32 <= cols; k += 32) {
+      for (int64_t line = 0; line < 32; line += L::kPerLine)
+        PrefetchStream(w.Address(r, k + line));
       for (int j = 0; j < 4; ++j) {
         acc[j] = _mm256_fmadd_ps(w.Load(r, k + 8 * j),
                                  _mm256_loadu_ps(x + k + 8 * j), acc[j]);
@@ -888,6 +897,8 @@ float SumAvx2(const float* data, int64_t n) {
                    _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    PrefetchStream(data + i);
+    PrefetchStream(data + i + 16);
     for (int j = 0; j < 4; ++j)
       acc[j] = _mm256_add_ps(acc[j], _mm256_loadu_ps(data + i + 8 * j));
   }

@@ -37,11 +37,15 @@ void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Prefetches line `ahead` lines past `p` in each of R rows `stride` apart
-// (nothing for a single row, which the hardware prefetchers follow).
+// Prefetches the line `ahead` bytes past `p` plus kLongRowPrefetchLines in
+// each of R rows `stride` apart, or for a single row the one
+// kStreamPrefetchBytes ahead of its stream.
 template <int R>
 inline void PrefetchRows(const void* p, int64_t stride, int64_t ahead) {
-  if (R == 1) return;
+  if (R == 1) {
+    PrefetchStream(static_cast<const char*>(p) + ahead);
+    return;
+  }
   for (int i = 0; i < R; ++i) {
     _mm_prefetch(static_cast<const char*>(p) + i * stride +
                      64 * kLongRowPrefetchLines + ahead,

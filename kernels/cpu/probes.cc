@@ -41,7 +41,8 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   };
   ParallelFor(pool, threads, [&](int64_t t) {
     slice_of(t, [](float* p, int64_t first, int64_t m) {
-      for (int64_t i = 0; i < m; ++i) p[i] = static_cast<float>((first + i) % 1000003);
+      for (int64_t i = 0; i < m; ++i)
+        p[i] = static_cast<float>((first + i) % 1000003);
     });
   });
   std::vector<double> rates;
