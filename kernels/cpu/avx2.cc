@@ -892,13 +892,15 @@ void AxpyAvx2(float alpha, const float* x, int64_t n, float* y) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-float SumAvx2(const float* data, int64_t n) {
+float SumAvx2(const float* data, int64_t n, int64_t prefetch_bytes) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    PrefetchStream(data + i);
-    PrefetchStream(data + i + 16);
+    if (prefetch_bytes > 0) {
+      PrefetchStream(data + i, prefetch_bytes);
+      PrefetchStream(data + i + 16, prefetch_bytes);
+    }
     for (int j = 0; j < 4; ++j)
       acc[j] = _mm256_add_ps(acc[j], _mm256_loadu_ps(data + i + 8 * j));
   }

@@ -41,8 +41,9 @@ constexpr int kLongRowPrefetchLines = 32;
 // 14336x4096 bf16 in both of this VM's memory states (4 KiB and 8 KiB
 // were best; 8 KiB ahead in the faster state).
 constexpr int64_t kStreamPrefetchBytes = 8 << 10;
-inline void PrefetchStream(const void* p) {
-  __builtin_prefetch(static_cast<const char*>(p) + kStreamPrefetchBytes, 0, 0);
+inline void PrefetchStream(const void* p,
+                           int64_t ahead = kStreamPrefetchBytes) {
+  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
 }
 
 // One 64-column chunk of an activation row quantized to int8 for int4
@@ -83,8 +84,10 @@ void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
 // out = silu(gate) * up (out may alias either input).
 void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out);
 
-// Sum of n floats read with 256-bit loads (the bandwidth probe's loop).
-float SumAvx2(const float* data, int64_t n);
+// Sum of n floats read with 256-bit loads (the bandwidth probe's loop),
+// each line prefetched `prefetch_bytes` ahead with the non-temporal hint
+// (0: none, the hardware prefetchers alone).
+float SumAvx2(const float* data, int64_t n, int64_t prefetch_bytes);
 // `iterations` rounds of 12 independent 8-wide FMA chains: 192 FLOPs each.
 float FmaLoopAvx2(int64_t iterations);
 

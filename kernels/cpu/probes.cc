@@ -45,23 +45,32 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
         p[i] = static_cast<float>((first + i) % 1000003);
     });
   });
-  std::vector<double> rates;
+  // The ceiling is the faster of two read loops, alternated so that both
+  // see the same memory: one left to the hardware prefetchers and one that
+  // also prefetches 4 KiB ahead (the best distance for a bare read loop on
+  // this VM; the kernels' own loops do more per line and go further).
+  constexpr int64_t kPrefetchBytes[] = {0, 4 << 10};
+  std::vector<double> rates[2];
   for (int rep = 0; rep < repetitions; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    ParallelFor(pool, threads, [&](int64_t t) {
-      slice_of(t, [](const float* p, int64_t, int64_t m) {
-        float s = 0.f;
-        if (UseAvx2()) {
-          s = internal::SumAvx2(p, m);
-        } else {
-          for (int64_t i = 0; i < m; ++i) s += p[i];
-        }
-        sink.store(s, std::memory_order_relaxed);
+    for (int loop = 0; loop < 2; ++loop) {
+      const int64_t ahead = kPrefetchBytes[loop];
+      const auto start = std::chrono::steady_clock::now();
+      ParallelFor(pool, threads, [&](int64_t t) {
+        slice_of(t, [ahead](const float* p, int64_t, int64_t m) {
+          float s = 0.f;
+          if (UseAvx2()) {
+            s = internal::SumAvx2(p, m, ahead);
+          } else {
+            for (int64_t i = 0; i < m; ++i) s += p[i];
+          }
+          sink.store(s, std::memory_order_relaxed);
+        });
       });
-    });
-    rates.push_back(static_cast<double>(n * sizeof(float)) / Seconds(start));
+      rates[loop].push_back(static_cast<double>(n * sizeof(float)) /
+                            Seconds(start));
+    }
   }
-  return Median(rates);
+  return std::max(Median(rates[0]), Median(rates[1]));
 }
 
 double MeasurePeakFlops(ThreadPool* pool, int repetitions) {

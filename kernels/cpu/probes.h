@@ -10,8 +10,9 @@
 
 namespace ringmoe::kernels {
 
-// Median over `repetitions` of the bytes per second at which the threads
-// together read a `bytes`-sized buffer (much larger than the caches).
+// Bytes per second at which the threads together read a `bytes`-sized
+// buffer (much larger than the caches): the median over `repetitions` of
+// the faster of two read loops (with and without software prefetch).
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes = int64_t{1} << 30,
                             int repetitions = 7);
 
