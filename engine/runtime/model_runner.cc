@@ -15,6 +15,10 @@ namespace {
 // Keys per slice when one query's attention is split across threads: long
 // enough that merging the slices costs little.
 constexpr int64_t kMinPositionsPerSlice = 256;
+// Consecutive query tokens of a sequence attended together in prefill
+// (kernels::AttendQueryBlock): enough to read each key once for many
+// queries, few enough that a prompt gives every thread several runs.
+constexpr int64_t kQueryBlock = 16;
 
 }  // namespace
 
@@ -203,10 +207,12 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
                 cache->Value(seq_of[i], l, position_of[i]));
   }
   // Every token's keys are in the cache before any token attends, so a
-  // chunk's tokens see each other causally. Work items are (token, slice of
-  // its positions): a token's positions are split across threads only when
-  // there are too few tokens to keep the threads busy (decode), and the
-  // slices are merged by their log-sum-exps.
+  // chunk's tokens see each other causally. With at least as many tokens as
+  // threads (prefill, batched decode), work items are runs of up to
+  // kQueryBlock consecutive tokens of one sequence, attended together so
+  // that each key is read once per run. With fewer (decode), a token's
+  // positions are split across threads and the slices merged by their
+  // log-sum-exps.
   std::vector<KvCache::LayerView> views;
   std::vector<int32_t> view_of(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -218,7 +224,9 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
   }
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
   struct Item {
-    int64_t token, first, end, part;
+    // Tokens [token, token + count) over positions [first, end) (a run:
+    // part < 0 and first, end unused) or a slice of one token's positions.
+    int64_t token, count, first, end, part;
   };
   std::vector<Item> items;
   std::vector<int64_t> first_item(n + 1);
@@ -228,29 +236,46 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
     const int64_t first = spec_.sliding_window > 0
                               ? std::max<int64_t>(0, end - spec_.sliding_window)
                               : 0;
-    const int64_t slices =
-        n >= threads ? 1
-                     : std::clamp<int64_t>(
-                           (end - first) / kMinPositionsPerSlice, 1, threads);
-    first_item[i] = static_cast<int64_t>(items.size());
-    for (int64_t s = 0; s < slices; ++s) {
-      items.push_back({i, first + (end - first) * s / slices,
-                       first + (end - first) * (s + 1) / slices,
-                       slices == 1 ? -1 : parts++});
-    }
     if (work != nullptr) {
       work->flops += 4.0 * spec_.num_heads * head_dim * (end - first);
+    }
+    first_item[i] = static_cast<int64_t>(items.size());
+    if (n >= threads) {
+      Item* run = items.empty() ? nullptr : &items.back();
+      if (run != nullptr && run->count < kQueryBlock &&
+          seq_of[run->token] == seq_of[i] &&
+          position_of[run->token] + run->count == position_of[i]) {
+        ++run->count;
+      } else {
+        items.push_back({i, 1, 0, 0, -1});
+      }
+      continue;
+    }
+    const int64_t slices =
+        std::clamp<int64_t>((end - first) / kMinPositionsPerSlice, 1, threads);
+    for (int64_t s = 0; s < slices; ++s) {
+      items.push_back({i, 1, first + (end - first) * s / slices,
+                       first + (end - first) * (s + 1) / slices,
+                       slices == 1 ? -1 : parts++});
     }
   }
   first_item[n] = static_cast<int64_t>(items.size());
   std::vector<float> attended(n * qw);
   std::vector<float> part_out(parts * qw), part_lse(parts * spec_.num_heads);
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-  ParallelFor(pool_, static_cast<int64_t>(items.size()), [&](int64_t t) {
-    const Item& it = items[t];
+  const int64_t num_items = static_cast<int64_t>(items.size());
+  // Later runs of a sequence attend to more positions: claimed first, they
+  // leave the cheap ones to even out the end of the loop.
+  ParallelFor(pool_, num_items, [&](int64_t t) {
+    const Item& it = items[num_items - 1 - t];
     const float* qi = q.data() + it.token * qw;
     const kernels::KvBlocks blocks = views[view_of[it.token]].blocks();
-    if (it.part < 0) {
+    if (n >= threads) {
+      kernels::AttendQueryBlock(qi, it.count, spec_.num_heads,
+                                spec_.num_kv_heads, head_dim, blocks,
+                                position_of[it.token], spec_.sliding_window,
+                                scale, attended.data() + it.token * qw);
+    } else if (it.part < 0) {
       kernels::AttendOneQuery(qi, spec_.num_heads, spec_.num_kv_heads, head_dim,
                               blocks, it.first, it.end, scale,
                               attended.data() + it.token * qw);
@@ -261,7 +286,8 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
           part_lse.data() + it.part * spec_.num_heads);
     }
   });
-  for (int64_t i = 0; i < n; ++i) {
+  // Merges the slices of split tokens (decode only).
+  for (int64_t i = 0; i < n && n < threads; ++i) {
     const Item& it = items[first_item[i]];
     if (it.part < 0) continue;
     kernels::MergeAttention(first_item[i + 1] - first_item[i], spec_.num_heads,

@@ -969,6 +969,159 @@ void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
   }
 }
 
+namespace {
+
+// Keys per step of AttendBlockAvx2's online softmax.
+constexpr int64_t kKeyBlock = 32;
+
+// The running state of H query heads (of one token, sharing a kv head) in
+// AttendBlockAvx2: output accumulators [H][ldo], maxima and softmax
+// denominators, updated with keys [lo, hi) of a block (flash attention's
+// online softmax). Each key and value row is loaded once for all H heads.
+template <int H>
+void AttendKeyBlock(const float* q, int64_t q_stride, int64_t head_dim,
+                    const float* const* keys, const float* const* values,
+                    int64_t lo, int64_t hi, float scale, float* scores,
+                    float* acc, int64_t ldo, float* row_max, float* row_sum) {
+  const int64_t full = head_dim / 8 * 8;
+  const __m256i tail = TailMask(head_dim - full);
+  for (int64_t j = lo; j < hi; ++j) {
+    __m256 dot[H];
+    for (int h = 0; h < H; ++h) dot[h] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const bool last = d == full;
+      const __m256 kv = last ? _mm256_maskload_ps(keys[j] + d, tail)
+                             : _mm256_loadu_ps(keys[j] + d);
+      for (int h = 0; h < H; ++h) {
+        const float* qh = q + h * q_stride + d;
+        dot[h] = _mm256_fmadd_ps(
+            last ? _mm256_maskload_ps(qh, tail) : _mm256_loadu_ps(qh), kv,
+            dot[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h)
+      scores[h * kKeyBlock + j] = HSum(dot[h]) * scale;
+  }
+  float correction[H];
+  for (int h = 0; h < H; ++h) {
+    float* s = scores + h * kKeyBlock;
+    float block_max = -INFINITY;
+    for (int64_t j = lo; j < hi; ++j) block_max = std::max(block_max, s[j]);
+    const float new_max = std::max(row_max[h], block_max);
+    // exp(-inf) = 0 clears the empty initial state.
+    correction[h] = std::exp(row_max[h] - new_max);
+    row_max[h] = new_max;
+    const __m256 max_v = _mm256_set1_ps(new_max);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = lo; j < hi; j += 8) {
+      const __m256i mask = TailMask(std::min<int64_t>(8, hi - j));
+      const __m256 e = _mm256_and_ps(
+          Exp(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), max_v)),
+          _mm256_castsi256_ps(mask));
+      _mm256_maskstore_ps(s + j, mask, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    row_sum[h] = row_sum[h] * correction[h] + HSum(sum);
+  }
+  for (int64_t d = 0; d < head_dim; d += 8) {
+    const bool last = d == full;
+    __m256 a[H];
+    for (int h = 0; h < H; ++h) {
+      a[h] = _mm256_mul_ps(_mm256_loadu_ps(acc + h * ldo + d),
+                           _mm256_set1_ps(correction[h]));
+    }
+    for (int64_t j = lo; j < hi; ++j) {
+      const __m256 vv = last ? _mm256_maskload_ps(values[j] + d, tail)
+                             : _mm256_loadu_ps(values[j] + d);
+      for (int h = 0; h < H; ++h) {
+        a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(scores + h * kKeyBlock + j),
+                               vv, a[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(acc + h * ldo + d, a[h]);
+  }
+}
+
+}  // namespace
+
+void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
+                     int64_t num_kv_heads, int64_t head_dim,
+                     const float* const* k_blocks, const float* const* v_blocks,
+                     int64_t block_size, int64_t first_query, int64_t window,
+                     float scale, float* out) {
+  const int64_t group = num_heads / num_kv_heads;
+  const int64_t row_width = num_kv_heads * head_dim;
+  const int64_t q_width = num_heads * head_dim;
+  const int64_t ldo = (head_dim + 7) / 8 * 8;
+  // One row per (query token, head of the group): running output, maximum
+  // and softmax denominator, and the scores of the current block of keys.
+  const int64_t rows = count * group;
+  thread_local std::vector<float> acc, row_max, row_sum, scores;
+  acc.resize(rows * ldo);
+  row_max.resize(rows);
+  row_sum.resize(rows);
+  scores.resize(rows * kKeyBlock);
+  const auto first_key = [&](int64_t i) {
+    return window > 0 ? std::max<int64_t>(0, first_query + i + 1 - window) : 0;
+  };
+  const float* keys[kKeyBlock];
+  const float* values[kKeyBlock];
+  for (int64_t g = 0; g < num_kv_heads; ++g) {
+    std::fill(acc.begin(), acc.end(), 0.f);
+    std::fill(row_max.begin(), row_max.end(), -INFINITY);
+    std::fill(row_sum.begin(), row_sum.end(), 0.f);
+    const int64_t end = first_query + count;
+    for (int64_t k0 = first_key(0); k0 < end; k0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, end - k0);
+      for (int64_t j = 0; j < nk; ++j) {
+        const int64_t p = k0 + j;
+        const int64_t offset = (p % block_size) * row_width + g * head_dim;
+        keys[j] = k_blocks[p / block_size] + offset;
+        values[j] = v_blocks[p / block_size] + offset;
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        // Query i sees keys [first_key(i), first_query + i]: the part of
+        // this block inside that range.
+        const int64_t lo = std::max<int64_t>(0, first_key(i) - k0);
+        const int64_t hi = std::min<int64_t>(nk, first_query + i + 1 - k0);
+        if (lo >= hi) continue;
+        for (int64_t h = 0; h < group; h += 4) {
+          const int64_t r = i * group + h;
+          const float* qr = q + i * q_width + (g * group + h) * head_dim;
+          float* sr = scores.data() + r * kKeyBlock;
+          float* ar = acc.data() + r * ldo;
+          switch (std::min<int64_t>(4, group - h)) {
+            case 1:
+              AttendKeyBlock<1>(qr, head_dim, head_dim, keys, values, lo, hi,
+                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              break;
+            case 2:
+              AttendKeyBlock<2>(qr, head_dim, head_dim, keys, values, lo, hi,
+                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              break;
+            case 3:
+              AttendKeyBlock<3>(qr, head_dim, head_dim, keys, values, lo, hi,
+                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              break;
+            default:
+              AttendKeyBlock<4>(qr, head_dim, head_dim, keys, values, lo, hi,
+                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              break;
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t h = 0; h < group; ++h) {
+        const int64_t r = i * group + h;
+        const float inv = 1.f / row_sum[r];
+        float* o = out + i * q_width + (g * group + h) * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] = acc[r * ldo + d] * inv;
+      }
+    }
+  }
+}
+
 void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.f);
   const __m256 sign = _mm256_set1_ps(-0.f);

@@ -81,6 +81,12 @@ void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
                        const float* const* v_blocks, int64_t block_size,
                        int64_t first_position, int64_t end_position,
                        float scale, float* out, float* log_sum_exp);
+// AttendQueryBlock (ops.h) over a KvBlocks given as its three fields.
+void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
+                     int64_t num_kv_heads, int64_t head_dim,
+                     const float* const* k_blocks, const float* const* v_blocks,
+                     int64_t block_size, int64_t first_query, int64_t window,
+                     float scale, float* out);
 // out = silu(gate) * up (out may alias either input).
 void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out);
 

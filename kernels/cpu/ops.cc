@@ -399,6 +399,24 @@ void AttendOneQuery(const float* q, int64_t num_heads, int64_t num_kv_heads,
                         log_sum_exp.data());
 }
 
+void AttendQueryBlock(const float* q, int64_t count, int64_t num_heads,
+                      int64_t num_kv_heads, int64_t head_dim,
+                      const KvBlocks& kv, int64_t first_query, int64_t window,
+                      float scale, float* out) {
+  if (UseAvx2()) {
+    return internal::AttendBlockAvx2(
+        q, count, num_heads, num_kv_heads, head_dim, kv.k_blocks, kv.v_blocks,
+        kv.block_size, first_query, window, scale, out);
+  }
+  const int64_t width = num_heads * head_dim;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t end = first_query + i + 1;
+    AttendOneQuery(q + i * width, num_heads, num_kv_heads, head_dim, kv,
+                   window > 0 ? std::max<int64_t>(0, end - window) : 0, end,
+                   scale, out + i * width);
+  }
+}
+
 void MergeAttention(int64_t num_parts, int64_t num_heads, int64_t head_dim,
                     const float* outs, const float* log_sum_exps, float* out) {
   for (int64_t h = 0; h < num_heads; ++h) {

@@ -119,6 +119,18 @@ void AttendOneQueryPartial(const float* q, int64_t num_heads,
                            int64_t end_position, float scale, float* out,
                            float* log_sum_exp);
 
+// Causal attention of `count` consecutive query tokens of one sequence
+// (prefill): token i, at position first_query + i, attends positions
+// [first_query + i + 1 - window, first_query + i] clipped at 0 (window 0:
+// from position 0). q and out are [count, num_heads * head_dim]. Keys are
+// taken in blocks and each block is used by every query of the call
+// (online softmax), so a key or value row is read once per call rather
+// than once per query.
+void AttendQueryBlock(const float* q, int64_t count, int64_t num_heads,
+                      int64_t num_kv_heads, int64_t head_dim,
+                      const KvBlocks& kv, int64_t first_query, int64_t window,
+                      float scale, float* out);
+
 // Combines `num_parts` partial results ([num_parts, num_heads, head_dim]
 // outputs and [num_parts, num_heads] log-sum-exps) into out.
 void MergeAttention(int64_t num_parts, int64_t num_heads, int64_t head_dim,

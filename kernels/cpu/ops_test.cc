@@ -544,6 +544,84 @@ TEST_P(PathTest, AttentionOverBlocksMatchesReference) {
   }
 }
 
+// Double-precision causal attention of one query head over positions
+// [first, end) of paged keys and values: [head_dim] into `want`.
+void ReferenceAttention(const float* q, int64_t head_dim, const KvBlocks& kv,
+                        int64_t width, int64_t kv_offset, int64_t first,
+                        int64_t end, double* want) {
+  std::vector<double> s(end - first);
+  double mx = -1e300, z = 0;
+  const auto row = [&](const float* const* blocks, int64_t p) {
+    return blocks[p / kv.block_size] + (p % kv.block_size) * width + kv_offset;
+  };
+  for (int64_t p = first; p < end; ++p) {
+    double dot = 0;
+    for (int64_t d = 0; d < head_dim; ++d)
+      dot += double(q[d]) * row(kv.k_blocks, p)[d];
+    s[p - first] = dot / std::sqrt(double(head_dim));
+    mx = std::max(mx, s[p - first]);
+  }
+  for (auto& v : s) z += (v = std::exp(v - mx));
+  for (int64_t d = 0; d < head_dim; ++d) want[d] = 0;
+  for (int64_t p = first; p < end; ++p) {
+    for (int64_t d = 0; d < head_dim; ++d)
+      want[d] += s[p - first] / z * row(kv.v_blocks, p)[d];
+  }
+}
+
+TEST_P(PathTest, QueryBlockMatchesReference) {
+  std::mt19937 rng(29);
+  // Head groups of 3, 8 and 1; head sizes below, across and at whole
+  // vectors; query blocks at the start of a sequence and after a prefix,
+  // longer and shorter than a block of keys, with and without a window.
+  const int64_t layouts[][3] = {{6, 2, 21}, {8, 1, 40}, {3, 3, 7}, {4, 2, 64}};
+  const int64_t cases[][3] = {{0, 1, 0},  {0, 5, 0},    {0, 37, 0},
+                              {13, 1, 0}, {13, 16, 0},  {70, 33, 0},
+                              {0, 40, 9}, {50, 17, 33}, {5, 3, 100}};
+  const int64_t block = 7;
+  for (const auto& layout : layouts) {
+    for (const auto& c : cases) {
+      const int64_t heads = layout[0], kv_heads = layout[1],
+                    head_dim = layout[2];
+      const int64_t first_query = c[0], count = c[1], window = c[2];
+      const int64_t positions = first_query + count;
+      const int64_t width = kv_heads * head_dim;
+      const int64_t num_blocks = (positions + block - 1) / block;
+      std::vector<std::vector<float>> kb, vb;
+      std::vector<const float*> kp, vp;
+      for (int64_t b = 0; b < num_blocks; ++b) {
+        kb.push_back(RandomVector(rng, block * width));
+        vb.push_back(RandomVector(rng, block * width));
+      }
+      for (int64_t b = num_blocks - 1; b >= 0; --b) {
+        kp.push_back(kb[b].data());
+        vp.push_back(vb[b].data());
+      }
+      const KvBlocks kv{kp.data(), vp.data(), block};
+      const auto q = RandomVector(rng, count * heads * head_dim);
+      std::vector<float> out(q.size(), NAN);
+      AttendQueryBlock(q.data(), count, heads, kv_heads, head_dim, kv,
+                       first_query, window, 1.f / std::sqrt(float(head_dim)),
+                       out.data());
+      std::vector<double> want(q.size());
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t end = first_query + i + 1;
+        const int64_t first =
+            window > 0 ? std::max<int64_t>(0, end - window) : 0;
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t at = (i * heads + h) * head_dim;
+          ReferenceAttention(q.data() + at, head_dim, kv, width,
+                             h / (heads / kv_heads) * head_dim, first, end,
+                             want.data() + at);
+        }
+      }
+      EXPECT_LE(RelativeError(out, want), 1e-6)
+          << heads << "/" << kv_heads << "x" << head_dim << " queries "
+          << first_query << "+" << count << " window " << window;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BothPaths, PathTest, ::testing::Bool(),
                          [](const auto& info) {
                            return std::string(info.param ? "scalar"
