@@ -1122,6 +1122,66 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
   }
 }
 
+void ScaleMulAvx2(const float* x, float scale, const float* w, int64_t n,
+                  float* y) {
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    _mm256_maskstore_ps(
+        y + i, mask,
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, mask), s),
+                      _mm256_maskload_ps(w + i, mask)));
+  }
+}
+
+void SoftmaxAvx2(float* x, int64_t n) {
+  __m256 max = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    // Lanes past the end read as -inf, which changes no maximum.
+    const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
+                                      _mm256_maskload_ps(x + i, TailMask(m)),
+                                      _mm256_castsi256_ps(TailMask(m)));
+    max = _mm256_max_ps(max, v);
+  }
+  const __m256 mv = _mm256_set1_ps(HMax(max));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256 e =
+        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), mv)),
+                      _mm256_castsi256_ps(mask));
+    _mm256_maskstore_ps(x + i, mask, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.f / HSum(sum));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    _mm256_maskstore_ps(x + i, mask,
+                        _mm256_mul_ps(_mm256_maskload_ps(x + i, mask), inv));
+  }
+}
+
+void RotaryHalfAvx2(float* x, int64_t num_heads, int64_t head_dim,
+                    const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < num_heads; ++h) {
+    float* lo = x + h * head_dim;
+    float* hi = lo + half;
+    for (int64_t j = 0; j < half; j += 8) {
+      const __m256i mask = TailMask(std::min<int64_t>(8, half - j));
+      const __m256 a = _mm256_maskload_ps(lo + j, mask);
+      const __m256 b = _mm256_maskload_ps(hi + j, mask);
+      const __m256 c = _mm256_maskload_ps(cos + j, mask);
+      const __m256 s = _mm256_maskload_ps(sin + j, mask);
+      _mm256_maskstore_ps(lo + j, mask,
+                          _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+      _mm256_maskstore_ps(hi + j, mask,
+                          _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
+    }
+  }
+}
+
 void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.f);
   const __m256 sign = _mm256_set1_ps(-0.f);

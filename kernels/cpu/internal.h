@@ -87,6 +87,14 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
                      const float* const* k_blocks, const float* const* v_blocks,
                      int64_t block_size, int64_t first_query, int64_t window,
                      float scale, float* out);
+// y = x * scale * w elementwise (RmsNorm's second pass; y may alias x).
+void ScaleMulAvx2(const float* x, float scale, const float* w, int64_t n,
+                  float* y);
+// Softmax (ops.h) with the vector exponential.
+void SoftmaxAvx2(float* x, int64_t n);
+// ApplyRotaryHalf (ops.h).
+void RotaryHalfAvx2(float* x, int64_t num_heads, int64_t head_dim,
+                    const float* cos, const float* sin);
 // out = silu(gate) * up (out may alias either input).
 void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out);
 

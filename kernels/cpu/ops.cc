@@ -296,12 +296,19 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
     const float sum = Dot(xi, xi, dim);
     const float scale = 1.f / std::sqrt(sum / static_cast<float>(dim) + eps);
     float* yi = y + i * dim;
+    if (UseAvx2()) {
+      internal::ScaleMulAvx2(xi, scale, weight, dim, yi);
+      continue;
+    }
     for (int64_t d = 0; d < dim; ++d) yi[d] = xi[d] * scale * weight[d];
   }
 }
 
 void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
                      const float* cos, const float* sin) {
+  if (UseAvx2()) {
+    return internal::RotaryHalfAvx2(x, num_heads, head_dim, cos, sin);
+  }
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     float* v = x + h * head_dim;
@@ -315,6 +322,7 @@ void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
 
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
+  if (UseAvx2()) return internal::SoftmaxAvx2(x, n);
   const float max = *std::max_element(x, x + n);
   float sum = 0.f;
   for (int64_t i = 0; i < n; ++i) {

@@ -391,33 +391,37 @@ TEST_P(PathTest, RmsNormAndBias) {
 
 TEST_P(PathTest, RotaryHalfPairsJWithJPlusHalf) {
   std::mt19937 rng(9);
-  const int64_t heads = 3, head_dim = 10;
-  auto x = RandomVector(rng, heads * head_dim);
-  std::vector<float> cos(head_dim / 2), sin(head_dim / 2);
-  std::vector<double> angle(head_dim / 2);
-  for (int j = 0; j < head_dim / 2; ++j) {
-    angle[j] = 17 * std::pow(10000.0, -2.0 * j / head_dim);
-    cos[j] = std::cos(angle[j]);
-    sin[j] = std::sin(angle[j]);
-  }
-  auto y = x;
-  ApplyRotaryHalf(y.data(), heads, head_dim, cos.data(), sin.data());
-  std::vector<double> want(x.size());
-  for (int h = 0; h < heads; ++h) {
+  // Halves shorter than, across and at whole vectors.
+  for (int64_t head_dim : {10, 36, 128}) {
+    const int64_t heads = 3;
+    auto x = RandomVector(rng, heads * head_dim);
+    std::vector<float> cos(head_dim / 2), sin(head_dim / 2);
+    std::vector<double> angle(head_dim / 2);
     for (int j = 0; j < head_dim / 2; ++j) {
-      const double a = x[h * head_dim + j],
-                   b = x[h * head_dim + j + head_dim / 2];
-      want[h * head_dim + j] = a * std::cos(angle[j]) - b * std::sin(angle[j]);
-      want[h * head_dim + j + head_dim / 2] =
-          b * std::cos(angle[j]) + a * std::sin(angle[j]);
+      angle[j] = 17 * std::pow(10000.0, -2.0 * j / head_dim);
+      cos[j] = std::cos(angle[j]);
+      sin[j] = std::sin(angle[j]);
     }
+    auto y = x;
+    ApplyRotaryHalf(y.data(), heads, head_dim, cos.data(), sin.data());
+    std::vector<double> want(x.size());
+    for (int h = 0; h < heads; ++h) {
+      for (int j = 0; j < head_dim / 2; ++j) {
+        const double a = x[h * head_dim + j],
+                     b = x[h * head_dim + j + head_dim / 2];
+        want[h * head_dim + j] =
+            a * std::cos(angle[j]) - b * std::sin(angle[j]);
+        want[h * head_dim + j + head_dim / 2] =
+            b * std::cos(angle[j]) + a * std::sin(angle[j]);
+      }
+    }
+    EXPECT_LE(RelativeError(y, want), 1e-6) << "head_dim " << head_dim;
   }
-  EXPECT_LE(RelativeError(y, want), 1e-6);
 }
 
 TEST_P(PathTest, SoftmaxSiluMulTopK) {
   std::mt19937 rng(13);
-  for (int64_t n : {1, 5, 37}) {
+  for (int64_t n : {1, 5, 37, 128}) {
     auto x = RandomVector(rng, n, 4.f);
     auto s = x;
     Softmax(s.data(), n);
