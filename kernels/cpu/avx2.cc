@@ -365,7 +365,7 @@ void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
     // One row after another, a single sequential stream (see StreamRows),
     // unless the activations are too long to stay in L1 (see DirectRows).
     if (ldx * static_cast<int64_t>(sizeof(Int8Chunk)) >
-        kStreamActivationBytes) {
+        StreamActivationBytes()) {
       for (; r + 4 <= re; r += 4)
         Int4Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, ldx, y + r, ldy);
     }
@@ -518,7 +518,7 @@ void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
     // One row after another, a single sequential stream (see StreamRows),
     // unless the activations are too long to stay in L1 (see DirectRows).
     if (x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)) >
-        kStreamActivationBytes) {
+        StreamActivationBytes()) {
       for (; r + 4 <= re; r += 4)
         Int8Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, y + r, ldy);
     }
@@ -660,14 +660,14 @@ void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
 }
 
 // n <= 3: weights widened in registers straight from memory. One
-// activation row against rows longer than kStreamActivationBytes would
+// activation row against rows longer than StreamActivationBytes() would
 // fetch it from L2 for every weight row, twice the weights' bytes (half the
 // speed at 14336 columns): tiles of four rows fetch it once per four, and
 // prefetch far ahead for their four streams.
 template <typename L>
 void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
                 int64_t re, float* y, int64_t ldy) {
-  if (n == 1 && cols * 4 <= kStreamActivationBytes) {
+  if (n == 1 && cols * 4 <= StreamActivationBytes()) {
     StreamRows(w, rb, re, x, cols, y);
     return;
   }

@@ -31,7 +31,7 @@ template <typename TileFn>
 void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
                     const TileFn& tile) {
   int64_t r = rb;
-  if (activation_bytes > kStreamActivationBytes) {
+  if (activation_bytes > StreamActivationBytes()) {
     for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
   }
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -58,5 +60,13 @@ bool UseAvx512() {
 void SetForceScalar(bool force) { ForceScalar() = force; }
 
 void SetForceAvx2(bool force) { ForceAvx2() = force; }
+
+int64_t L1DataCacheBytes() {
+  static const int64_t bytes = [] {
+    const long reported = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return reported > 0 ? static_cast<int64_t>(reported) : int64_t{32} << 10;
+  }();
+  return bytes;
+}
 
 }  // namespace ringmoe::kernels

@@ -2,6 +2,8 @@
 #ifndef RINGMOE_KERNELS_CPU_CPU_FEATURES_H_
 #define RINGMOE_KERNELS_CPU_CPU_FEATURES_H_
 
+#include <cstdint>
+
 namespace ringmoe::kernels {
 
 // True when the CPU supports AVX2, FMA and F16C and the scalar path is not
@@ -13,6 +15,10 @@ bool UseAvx2();
 // RINGMOE_FORCE_AVX2=1 in the environment). Selects the one-activation-row
 // products of avx512.cc.
 bool UseAvx512();
+
+// The L1 data cache of one core in bytes, as the C library reports it
+// (32 KiB where it reports nothing).
+int64_t L1DataCacheBytes();
 
 // Forces (or stops forcing) the scalar path, so tests cover both paths on
 // one machine. Not thread-safe with respect to running kernels.

@@ -214,12 +214,13 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   const WeightType type = std::get<0>(GetParam());
   // Ragged everywhere: rows not multiples of 4 or 8, columns not multiples
   // of 8 or the int4 group, activation counts on both sides of the tiles,
-  // one activation row longer than fits beside streaming weights in L1
-  // (float32 past 4096 columns, int16 and int8 chunks past 8192).
+  // one activation row longer than fits beside streaming weights in an L1
+  // of up to 64 KiB (float32 past 11k columns, int16 and int8 chunks past
+  // 22k).
   const int64_t shapes[][3] = {
-      {1, 1, 1},     {1, 7, 33},    {2, 13, 45},  {3, 65, 31},   {4, 9, 70},
-      {5, 129, 200}, {7, 37, 95},   {17, 96, 64}, {1, 203, 331}, {64, 45, 103},
-      {100, 21, 77}, {1, 11, 4133}, {1, 7, 8253}};
+      {1, 1, 1},     {1, 7, 33},     {2, 13, 45},  {3, 65, 31},   {4, 9, 70},
+      {5, 129, 200}, {7, 37, 95},    {17, 96, 64}, {1, 203, 331}, {64, 45, 103},
+      {100, 21, 77}, {1, 11, 12301}, {1, 6, 24611}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], rows = s[1], cols = s[2];
     for (int32_t group : {32, 64}) {
@@ -293,7 +294,7 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
   // odd numbers of int4 chunks and int8 rows ending in a block of padding,
   // and rows long enough to be taken four at a time.
   for (int64_t cols : {1, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 191,
-                       257, 700, 8253, 8289}) {
+                       257, 700, 8253, 24611, 24643}) {
     for (int32_t group : {32, 64}) {
       if (group == 64 && type == WeightType::kBF16) continue;
       // Several rows, so that one output cancelled to near zero does not
