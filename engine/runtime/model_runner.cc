@@ -14,7 +14,7 @@ namespace {
 
 // Keys per slice when one query's attention is split across threads: long
 // enough that merging the slices costs little.
-constexpr int64_t kMinPositionsPerSlice = 256;
+constexpr int64_t kMinPositionsPerSlice = 64;
 // Consecutive query tokens of a sequence attended together in prefill
 // (kernels::AttendQueryBlock): enough to read each key once for many
 // queries, few enough that a prompt gives every thread several runs.
