@@ -122,11 +122,19 @@ class RobustnessTest(unittest.TestCase):
 
     def test_cancellation_frees_blocks_and_deadline_exceeded(self):
         with harness.Server(TINY) as server, Client(server.target) as c:
-            stream = c.generate(input_ids=[1, 2, 3], max_tokens=500, ignore_eos=True,
-                                temperature=0)
-            first = next(stream)
-            self.assertFalse(first.finish_reason)
-            self.assertGreater(server.metric("ringmoe_kv_cache_used_blocks"), 0)
+            # The tiny model can finish 500 tokens before /metrics answers:
+            # retry until the metric is read while the stream still runs (a
+            # stream that finished first must have ended by its length).
+            for _ in range(10):
+                stream = c.generate(input_ids=[1, 2, 3], max_tokens=500,
+                                    ignore_eos=True, temperature=0)
+                first = next(stream)
+                self.assertFalse(first.finish_reason)
+                if server.metric("ringmoe_kv_cache_used_blocks") > 0:
+                    break
+                self.assertEqual(list(stream)[-1].finish_reason, 2)  # LENGTH
+            else:
+                self.fail("no stream was still running when /metrics answered")
             stream.cancel()
             self.assertEqual(server.wait_metric("ringmoe_kv_cache_used_blocks", 0), 0)
             self.assertEqual(server.wait_metric("ringmoe_running_sequences", 0), 0)
