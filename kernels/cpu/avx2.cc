@@ -5,9 +5,10 @@
 // in register tiles of R weight rows × N activation rows. Up to three
 // activation rows, weights are widened in registers as they are read
 // (decode: bound by memory bandwidth; with one activation row, one weight
-// row after another, so the matrix is read as one sequential stream), except
-// int8 and int4, whose products run on quantized activations (see Int8Rows
-// and Int8Chunk). With more rows, a panel of four weight rows is widened to
+// row after another, so the matrix is read as one sequential stream, or four
+// at a time when the activations outgrow L1: see DirectRows), except int8
+// and int4, whose products run on quantized activations (see Int8Rows and
+// Int8Chunk). With more rows, a panel of four weight rows is widened to
 // float32 once into a small buffer and reused for every activation row
 // (prefill: bound by FMA throughput).
 #include <immintrin.h>
@@ -979,10 +980,10 @@ constexpr int64_t kKeyBlock = 32;
 // denominators, updated with keys [lo, hi) of a block (flash attention's
 // online softmax). Each key and value row is loaded once for all H heads.
 template <int H>
-void AttendKeyBlock(const float* q, int64_t q_stride, int64_t head_dim,
-                    const float* const* keys, const float* const* values,
-                    int64_t lo, int64_t hi, float scale, float* scores,
-                    float* acc, int64_t ldo, float* row_max, float* row_sum) {
+void AttendKeyBlock(const float* q, int64_t head_dim, const float* const* keys,
+                    const float* const* values, int64_t lo, int64_t hi,
+                    float scale, float* scores, float* acc, int64_t ldo,
+                    float* row_max, float* row_sum) {
   const int64_t full = head_dim / 8 * 8;
   const __m256i tail = TailMask(head_dim - full);
   for (int64_t j = lo; j < hi; ++j) {
@@ -993,7 +994,7 @@ void AttendKeyBlock(const float* q, int64_t q_stride, int64_t head_dim,
       const __m256 kv = last ? _mm256_maskload_ps(keys[j] + d, tail)
                              : _mm256_loadu_ps(keys[j] + d);
       for (int h = 0; h < H; ++h) {
-        const float* qh = q + h * q_stride + d;
+        const float* qh = q + h * head_dim + d;
         dot[h] = _mm256_fmadd_ps(
             last ? _mm256_maskload_ps(qh, tail) : _mm256_loadu_ps(qh), kv,
             dot[h]);
@@ -1092,20 +1093,20 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
           float* ar = acc.data() + r * ldo;
           switch (std::min<int64_t>(4, group - h)) {
             case 1:
-              AttendKeyBlock<1>(qr, head_dim, head_dim, keys, values, lo, hi,
-                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              AttendKeyBlock<1>(qr, head_dim, keys, values, lo, hi, scale, sr,
+                                ar, ldo, &row_max[r], &row_sum[r]);
               break;
             case 2:
-              AttendKeyBlock<2>(qr, head_dim, head_dim, keys, values, lo, hi,
-                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              AttendKeyBlock<2>(qr, head_dim, keys, values, lo, hi, scale, sr,
+                                ar, ldo, &row_max[r], &row_sum[r]);
               break;
             case 3:
-              AttendKeyBlock<3>(qr, head_dim, head_dim, keys, values, lo, hi,
-                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              AttendKeyBlock<3>(qr, head_dim, keys, values, lo, hi, scale, sr,
+                                ar, ldo, &row_max[r], &row_sum[r]);
               break;
             default:
-              AttendKeyBlock<4>(qr, head_dim, head_dim, keys, values, lo, hi,
-                                scale, sr, ar, ldo, &row_max[r], &row_sum[r]);
+              AttendKeyBlock<4>(qr, head_dim, keys, values, lo, hi, scale, sr,
+                                ar, ldo, &row_max[r], &row_sum[r]);
               break;
           }
         }

@@ -7,9 +7,9 @@
 // halve that, on activations quantized exactly as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
-// (docs/PERFORMANCE.md). Rows are read one after another, one sequential
-// stream per thread (see StreamRows in avx2.cc), with two accumulators to
-// keep FMA latency off the critical path.
+// (docs/PERFORMANCE.md). Rows are read as in avx2.cc: one after another,
+// one prefetched sequential stream per thread, unless the activations
+// outgrow L1 (see StreamActivationBytes in internal.h).
 #include <immintrin.h>
 
 #include <algorithm>
