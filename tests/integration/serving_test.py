@@ -121,7 +121,10 @@ class RobustnessTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_cancellation_frees_blocks_and_deadline_exceeded(self):
-        with harness.Server(TINY) as server, Client(server.target) as c:
+        # One running sequence at a time, so that queued requests wait for
+        # the streams ahead of them however fast the build is.
+        with harness.Server(TINY, "--max_running_sequences=1") as server, \
+                Client(server.target) as c:
             # The tiny model can finish 500 tokens before /metrics answers:
             # retry until the metric is read while the stream still runs (a
             # stream that finished first must have ended by its length).
@@ -139,12 +142,14 @@ class RobustnessTest(unittest.TestCase):
             self.assertEqual(server.wait_metric("ringmoe_kv_cache_used_blocks", 0), 0)
             self.assertEqual(server.wait_metric("ringmoe_running_sequences", 0), 0)
 
-            # Eight long streams keep the engine busy well past the deadline.
+            # Eight long streams, run one after another, keep the request
+            # queued well past its deadline (4000 decode steps: about 0.2 s
+            # in an optimised build, seconds in the default one).
             busy = [c.generate(input_ids=[1, 2, 3], max_tokens=500, ignore_eos=True)
                     for _ in range(8)]
             with self.assertRaises(grpc.RpcError) as e:
                 c.generate_text(input_ids=[4, 5, 6], max_tokens=500, ignore_eos=True,
-                                timeout=0.3)
+                                timeout=0.05)
             self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
             for s in busy:
                 s.cancel()
