@@ -44,17 +44,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Deterministic token ids that avoid the usual special tokens (0..2).
-std::vector<int32_t> Tokens(int64_t count, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids(count);
-  uint32_t state = seed * 2654435761u + 1;
-  for (int32_t& id : ids) {
-    state = state * 1664525u + 1013904223u;
-    id = 3 + static_cast<int32_t>(state % static_cast<uint32_t>(vocab - 3));
-  }
-  return ids;
-}
-
 }  // namespace
 
 int RunBench() {
@@ -88,7 +77,7 @@ int RunBench() {
 
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < batch; ++b)
-    prompts.push_back(Tokens(prompt, vocab, b));
+    prompts.push_back(SyntheticTokens(prompt, vocab, static_cast<uint32_t>(b)));
   std::vector<float> logits;
   runtime::SequenceId next_id = 0;
   // One prefill of the whole batch; returns the sequence ids it used.

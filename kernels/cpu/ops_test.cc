@@ -468,85 +468,30 @@ TEST_P(PathTest, SoftmaxSiluMulTopK) {
   EXPECT_EQ(idx[1], 2);
 }
 
-TEST_P(PathTest, AttentionOverBlocksMatchesReference) {
-  std::mt19937 rng(17);
-  // Groups of 3, 8 (two sets of four on the AVX2 path) and 1 query heads
-  // per kv head; head sizes below, across and at whole vectors.
-  const int64_t layouts[][3] = {{6, 2, 21}, {8, 1, 40}, {3, 3, 7}};
-  const int64_t block = 5;
-  const int64_t cases[][2] = {{0, 1},  {0, 4},   {0, 5},  {0, 23},
-                              {7, 23}, {22, 23}, {3, 301}};
-  for (const auto& layout : layouts) {
-    for (const auto& c : cases) {
-      const int64_t heads = layout[0], kv_heads = layout[1],
-                    head_dim = layout[2];
-      const int64_t first = c[0], positions = c[1];
-      const int64_t width = kv_heads * head_dim;
-      const int64_t num_blocks = (positions + block - 1) / block;
-      std::vector<std::vector<float>> kb, vb;
-      std::vector<const float*> kp, vp;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        kb.push_back(RandomVector(rng, block * width));
-        vb.push_back(RandomVector(rng, block * width));
-      }
-      // Blocks in a shuffled order, as a block table would give them.
-      std::vector<int> perm(num_blocks);
-      for (int i = 0; i < num_blocks; ++i) perm[i] = num_blocks - 1 - i;
-      for (int i : perm) {
-        kp.push_back(kb[i].data());
-        vp.push_back(vb[i].data());
-      }
-      auto q = RandomVector(rng, heads * head_dim);
-      std::vector<float> out(heads * head_dim, NAN);
-      const float scale = 1.f / std::sqrt(float(head_dim));
-      AttendOneQuery(q.data(), heads, kv_heads, head_dim,
-                     {kp.data(), vp.data(), block}, first, positions, scale,
-                     out.data());
-      std::vector<double> want(out.size(), 0);
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t g = h / (heads / kv_heads);
-        std::vector<double> s(positions, -1e300);
-        double mx = -1e300, z = 0;
-        for (int64_t p = first; p < positions; ++p) {
-          const float* k = kp[p / block] + (p % block) * width + g * head_dim;
-          double dot = 0;
-          for (int d = 0; d < head_dim; ++d)
-            dot += double(q[h * head_dim + d]) * k[d];
-          s[p] = dot / std::sqrt(double(head_dim));
-          mx = std::max(mx, s[p]);
-        }
-        for (auto& v : s) z += (v = std::exp(v - mx));
-        for (int64_t p = first; p < positions; ++p) {
-          const float* v = vp[p / block] + (p % block) * width + g * head_dim;
-          for (int d = 0; d < head_dim; ++d)
-            want[h * head_dim + d] += s[p] / z * v[d];
-        }
-      }
-      EXPECT_LE(RelativeError(out, want), 1e-6) << first << ".." << positions;
+// Random keys and values of `positions` positions in blocks of `block`
+// rows of `width` floats, listed in reverse order as a block table could
+// give them.
+struct PagedKv {
+  std::vector<std::vector<float>> k, v;
+  std::vector<const float*> k_table, v_table;
+  int64_t block = 0;
+  KvBlocks blocks() const { return {k_table.data(), v_table.data(), block}; }
+};
 
-      // The same query split over three slices of positions and merged.
-      const int64_t count = positions - first;
-      const int64_t cuts[] = {first, first + count / 3, first + 2 * count / 3,
-                              positions};
-      std::vector<float> outs, lses;
-      int64_t parts = 0;
-      for (int i = 0; i < 3; ++i) {
-        if (cuts[i] == cuts[i + 1]) continue;
-        std::vector<float> part(heads * head_dim, NAN), lse(heads, NAN);
-        AttendOneQueryPartial(q.data(), heads, kv_heads, head_dim,
-                              {kp.data(), vp.data(), block}, cuts[i],
-                              cuts[i + 1], scale, part.data(), lse.data());
-        outs.insert(outs.end(), part.begin(), part.end());
-        lses.insert(lses.end(), lse.begin(), lse.end());
-        ++parts;
-      }
-      std::vector<float> merged(heads * head_dim, NAN);
-      MergeAttention(parts, heads, head_dim, outs.data(), lses.data(),
-                     merged.data());
-      EXPECT_LE(RelativeError(merged, want), 1e-6)
-          << "split " << first << ".." << positions;
-    }
+PagedKv RandomPagedKv(std::mt19937& rng, int64_t positions, int64_t block,
+                      int64_t width) {
+  PagedKv kv;
+  kv.block = block;
+  const int64_t num_blocks = (positions + block - 1) / block;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    kv.k.push_back(RandomVector(rng, block * width));
+    kv.v.push_back(RandomVector(rng, block * width));
   }
+  for (int64_t b = num_blocks - 1; b >= 0; --b) {
+    kv.k_table.push_back(kv.k[b].data());
+    kv.v_table.push_back(kv.v[b].data());
+  }
+  return kv;
 }
 
 // Double-precision causal attention of one query head over positions
@@ -574,6 +519,59 @@ void ReferenceAttention(const float* q, int64_t head_dim, const KvBlocks& kv,
   }
 }
 
+TEST_P(PathTest, AttentionOverBlocksMatchesReference) {
+  std::mt19937 rng(17);
+  // Groups of 3, 8 (two sets of four on the AVX2 path) and 1 query heads
+  // per kv head; head sizes below, across and at whole vectors.
+  const int64_t layouts[][3] = {{6, 2, 21}, {8, 1, 40}, {3, 3, 7}};
+  const int64_t block = 5;
+  const int64_t cases[][2] = {{0, 1},  {0, 4},   {0, 5},  {0, 23},
+                              {7, 23}, {22, 23}, {3, 301}};
+  for (const auto& layout : layouts) {
+    for (const auto& c : cases) {
+      const int64_t heads = layout[0], kv_heads = layout[1],
+                    head_dim = layout[2];
+      const int64_t first = c[0], positions = c[1];
+      const int64_t width = kv_heads * head_dim;
+      const PagedKv kv = RandomPagedKv(rng, positions, block, width);
+      auto q = RandomVector(rng, heads * head_dim);
+      std::vector<float> out(heads * head_dim, NAN);
+      const float scale = 1.f / std::sqrt(float(head_dim));
+      AttendOneQuery(q.data(), heads, kv_heads, head_dim, kv.blocks(), first,
+                     positions, scale, out.data());
+      std::vector<double> want(out.size());
+      for (int64_t h = 0; h < heads; ++h) {
+        ReferenceAttention(q.data() + h * head_dim, head_dim, kv.blocks(),
+                           width, h / (heads / kv_heads) * head_dim, first,
+                           positions, want.data() + h * head_dim);
+      }
+      EXPECT_LE(RelativeError(out, want), 1e-6) << first << ".." << positions;
+
+      // The same query split over three slices of positions and merged.
+      const int64_t count = positions - first;
+      const int64_t cuts[] = {first, first + count / 3, first + 2 * count / 3,
+                              positions};
+      std::vector<float> outs, lses;
+      int64_t parts = 0;
+      for (int i = 0; i < 3; ++i) {
+        if (cuts[i] == cuts[i + 1]) continue;
+        std::vector<float> part(heads * head_dim, NAN), lse(heads, NAN);
+        AttendOneQueryPartial(q.data(), heads, kv_heads, head_dim, kv.blocks(),
+                              cuts[i], cuts[i + 1], scale, part.data(),
+                              lse.data());
+        outs.insert(outs.end(), part.begin(), part.end());
+        lses.insert(lses.end(), lse.begin(), lse.end());
+        ++parts;
+      }
+      std::vector<float> merged(heads * head_dim, NAN);
+      MergeAttention(parts, heads, head_dim, outs.data(), lses.data(),
+                     merged.data());
+      EXPECT_LE(RelativeError(merged, want), 1e-6)
+          << "split " << first << ".." << positions;
+    }
+  }
+}
+
 TEST_P(PathTest, QueryBlockMatchesReference) {
   std::mt19937 rng(29);
   // Head groups of 3, 8 and 1; head sizes below, across and at whole
@@ -589,20 +587,10 @@ TEST_P(PathTest, QueryBlockMatchesReference) {
       const int64_t heads = layout[0], kv_heads = layout[1],
                     head_dim = layout[2];
       const int64_t first_query = c[0], count = c[1], window = c[2];
-      const int64_t positions = first_query + count;
       const int64_t width = kv_heads * head_dim;
-      const int64_t num_blocks = (positions + block - 1) / block;
-      std::vector<std::vector<float>> kb, vb;
-      std::vector<const float*> kp, vp;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        kb.push_back(RandomVector(rng, block * width));
-        vb.push_back(RandomVector(rng, block * width));
-      }
-      for (int64_t b = num_blocks - 1; b >= 0; --b) {
-        kp.push_back(kb[b].data());
-        vp.push_back(vb[b].data());
-      }
-      const KvBlocks kv{kp.data(), vp.data(), block};
+      const PagedKv paged =
+          RandomPagedKv(rng, first_query + count, block, width);
+      const KvBlocks kv = paged.blocks();
       const auto q = RandomVector(rng, count * heads * head_dim);
       std::vector<float> out(q.size(), NAN);
       AttendQueryBlock(q.data(), count, heads, kv_heads, head_dim, kv,
