@@ -363,14 +363,12 @@ void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
                int64_t ldx, float* y, int64_t ldy) {
   int64_t r = rb;
   if (N == 1) {
-    // One row after another, a single sequential stream (see StreamRows),
-    // unless the activations are too long to stay in L1 (see DirectRows).
-    if (ldx * static_cast<int64_t>(sizeof(Int8Chunk)) >
-        StreamActivationBytes()) {
-      for (; r + 4 <= re; r += 4)
-        Int4Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, ldx, y + r, ldy);
-    }
-    for (; r < re; ++r) Int4Tile<G, 1, 1>(w, r, x, ldx, y + r, ldy);
+    ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
+                   [&](int64_t r0, auto rows) {
+                     constexpr int R = decltype(rows)::value;
+                     Int4Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, ldx,
+                                                              y + r0, ldy);
+                   });
     return;
   }
   for (; r + 4 <= re; r += 4) Int4Tile<G, 4, N>(w, r, x, ldx, y + r, ldy);
@@ -516,14 +514,12 @@ void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
                const Int16Activations& x, float* y, int64_t ldy) {
   int64_t r = rb;
   if (N == 1) {
-    // One row after another, a single sequential stream (see StreamRows),
-    // unless the activations are too long to stay in L1 (see DirectRows).
-    if (x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)) >
-        StreamActivationBytes()) {
-      for (; r + 4 <= re; r += 4)
-        Int8Tile<G, 4, 1, kLongRowPrefetchLines>(w, r, x, y + r, ldy);
-    }
-    for (; r < re; ++r) Int8Tile<G, 1, 1>(w, r, x, y + r, ldy);
+    ForEachRowTile(x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)), rb,
+                   re, [&](int64_t r0, auto rows) {
+                     constexpr int R = decltype(rows)::value;
+                     Int8Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, y + r0,
+                                                              ldy);
+                   });
     return;
   }
   for (; r + 4 <= re; r += 4) Int8Tile<G, 4, N>(w, r, x, y + r, ldy);
@@ -668,15 +664,14 @@ void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
 template <typename L>
 void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
                 int64_t re, float* y, int64_t ldy) {
-  if (n == 1 && cols * 4 <= StreamActivationBytes()) {
-    StreamRows(w, rb, re, x, cols, y);
-    return;
-  }
   if (n == 1) {
-    int64_t r = rb;
-    for (; r + 4 <= re; r += 4)
-      Tile<4, 1, kLongRowPrefetchLines>(w, r, x, cols, cols, y + r, ldy);
-    if (r < re) StreamRows(w, r, re, x, cols, y);
+    ForEachRowTile(cols * 4, rb, re, [&](int64_t r0, auto rows) {
+      if constexpr (decltype(rows)::value == 1) {
+        StreamRows(w, r0, r0 + 1, x, cols, y);
+      } else {
+        Tile<4, 1, kLongRowPrefetchLines>(w, r0, x, cols, cols, y + r0, ldy);
+      }
+    });
     return;
   }
   for (int64_t r = rb; r < re; r += 4)

@@ -14,28 +14,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/internal.h"
 
 namespace ringmoe::kernels::internal {
 namespace {
-
-// Rows [rb, re) one after another when a row's activations fit in L1
-// beside the streaming weights (a single sequential stream per thread),
-// in tiles of four rows otherwise, which read the activations once per four
-// rows and prefetch their four weight streams far ahead (see DirectRows in
-// avx2.cc). `tile` computes rows r0..r0 + R - 1.
-template <typename TileFn>
-void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
-                    const TileFn& tile) {
-  int64_t r = rb;
-  if (activation_bytes > StreamActivationBytes()) {
-    for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
-  }
-  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
-}
 
 // Prefetches the line `ahead` bytes past `p` plus kLongRowPrefetchLines in
 // each of R rows `stride` apart, or for a single row the one

@@ -5,6 +5,7 @@
 #define RINGMOE_KERNELS_CPU_INTERNAL_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matrix.h"
@@ -34,6 +35,20 @@ void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
 // rows four at a time and prefetch their four streams kLongRowPrefetchLines
 // cache lines ahead.
 inline int64_t StreamActivationBytes() { return L1DataCacheBytes() * 2 / 3; }
+
+// Rows [rb, re) against one activation row of `activation_bytes`: one after
+// another while it fits StreamActivationBytes(), in fours beyond (the last
+// rows one at a time). `tile(r0, std::integral_constant<int, R>())`
+// computes rows r0..r0 + R - 1.
+template <typename TileFn>
+void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
+                    const TileFn& tile) {
+  int64_t r = rb;
+  if (activation_bytes > StreamActivationBytes()) {
+    for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  }
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
+}
 constexpr int kLongRowPrefetchLines = 32;
 
 // The single-stream kernels (and the bandwidth probe) prefetch the line
