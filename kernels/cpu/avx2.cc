@@ -732,6 +732,33 @@ void Rows(const L& w, bool is_f32, const float* x, int64_t n, int64_t cols,
   }
 }
 
+// scores[h * ld + j] = scale · (query head h · keys[j]) for the H query
+// heads at q (head_dim apart) and keys j in [lo, hi): each key row is
+// loaded once for all H heads.
+template <int H>
+inline void HeadScores(const float* q, int64_t head_dim,
+                       const float* const* keys, int64_t lo, int64_t hi,
+                       float scale, float* scores, int64_t ld) {
+  const int64_t full = head_dim / 8 * 8;
+  const __m256i tail = TailMask(head_dim - full);
+  for (int64_t j = lo; j < hi; ++j) {
+    __m256 dot[H];
+    for (int h = 0; h < H; ++h) dot[h] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const bool last = d == full;
+      const __m256 kv = last ? _mm256_maskload_ps(keys[j] + d, tail)
+                             : _mm256_loadu_ps(keys[j] + d);
+      for (int h = 0; h < H; ++h) {
+        const float* qh = q + h * head_dim + d;
+        dot[h] = _mm256_fmadd_ps(
+            last ? _mm256_maskload_ps(qh, tail) : _mm256_loadu_ps(qh), kv,
+            dot[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h) scores[h * ld + j] = HSum(dot[h]) * scale;
+  }
+}
+
 // Decode attention: the `H` (<= 4) query heads starting at `q` that share
 // one kv head, over `count` positions whose key and value rows (this kv
 // head's part) are `keys[i]` and `values[i]`. Each key and value row is read
@@ -743,22 +770,7 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
                  float* scores, int64_t ld, float* out, float* log_sum_exp) {
   const int64_t full = head_dim / 8 * 8;
   const __m256i tail = TailMask(head_dim - full);
-  for (int64_t i = 0; i < count; ++i) {
-    __m256 acc[H];
-    for (int h = 0; h < H; ++h) acc[h] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < head_dim; d += 8) {
-      const bool last = d == full;
-      const __m256 kv = last ? _mm256_maskload_ps(keys[i] + d, tail)
-                             : _mm256_loadu_ps(keys[i] + d);
-      for (int h = 0; h < H; ++h) {
-        const float* qh = q + h * head_dim + d;
-        acc[h] = _mm256_fmadd_ps(
-            last ? _mm256_maskload_ps(qh, tail) : _mm256_loadu_ps(qh), kv,
-            acc[h]);
-      }
-    }
-    for (int h = 0; h < H; ++h) scores[h * ld + i] = HSum(acc[h]) * scale;
-  }
+  HeadScores<H>(q, head_dim, keys, 0, count, scale, scores, ld);
   // Softmax per head; the padding to a whole vector is -inf, whose
   // exponential is 0.
   for (int h = 0; h < H; ++h) {
@@ -981,23 +993,7 @@ void AttendKeyBlock(const float* q, int64_t head_dim, const float* const* keys,
                     float* row_max, float* row_sum) {
   const int64_t full = head_dim / 8 * 8;
   const __m256i tail = TailMask(head_dim - full);
-  for (int64_t j = lo; j < hi; ++j) {
-    __m256 dot[H];
-    for (int h = 0; h < H; ++h) dot[h] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < head_dim; d += 8) {
-      const bool last = d == full;
-      const __m256 kv = last ? _mm256_maskload_ps(keys[j] + d, tail)
-                             : _mm256_loadu_ps(keys[j] + d);
-      for (int h = 0; h < H; ++h) {
-        const float* qh = q + h * head_dim + d;
-        dot[h] = _mm256_fmadd_ps(
-            last ? _mm256_maskload_ps(qh, tail) : _mm256_loadu_ps(qh), kv,
-            dot[h]);
-      }
-    }
-    for (int h = 0; h < H; ++h)
-      scores[h * kKeyBlock + j] = HSum(dot[h]) * scale;
-  }
+  HeadScores<H>(q, head_dim, keys, lo, hi, scale, scores, kKeyBlock);
   float correction[H];
   for (int h = 0; h < H; ++h) {
     float* s = scores + h * kKeyBlock;
