@@ -14,6 +14,8 @@ packages=(
   # Tests and clients: Python grpcio, a real Prometheus, Node for @grpc/grpc-js.
   python3 python3-numpy python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl nlohmann-json3-dev
+  # tests/isa: every kernel path on emulated CPUs (qemu-x86_64 -cpu MODEL).
+  qemu-user
   # tests/deploy: shell lint of the container's entrypoint and health check
   # (promtool comes with prometheus above).
   shellcheck

@@ -19,6 +19,7 @@
 #include "clients/cli/commands.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/probes.h"
 #include "nlohmann/json.hpp"
 #include "server/engine_flags.h"
@@ -37,6 +38,23 @@ namespace {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The share of the weight bytes of `work`'s products that each kernel path
+// read, by path name.
+nlohmann::json PathShares(const kernels::ProductWork& work) {
+  int64_t total = 0;
+  for (int64_t bytes : work.weight_bytes_by_path) total += bytes;
+  nlohmann::json shares = nlohmann::json::object();
+  for (auto path : {kernels::KernelPath::kScalar, kernels::KernelPath::kAvx2,
+                    kernels::KernelPath::kAvx512}) {
+    const int64_t bytes = work.weight_bytes_by_path[static_cast<int>(path)];
+    if (bytes > 0) {
+      shares[kernels::KernelPathName(path)] =
+          static_cast<double>(bytes) / static_cast<double>(total);
+    }
+  }
+  return shares;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -125,6 +143,7 @@ int RunBench() {
   std::vector<int64_t> step_bytes;
   std::vector<double> probes = {kernels::MeasureReadBandwidth(engine.pool())};
   std::vector<double> round_ratios;
+  kernels::ProductWork decode_work;
   std::vector<std::vector<int32_t>> next(batch);
   for (int round = 0; round < rounds; ++round) {
     double round_seconds = 0, round_bytes = 0;
@@ -143,6 +162,9 @@ int RunBench() {
       step_seconds.push_back(SecondsSince(start));
       if (!status.ok()) return Fail("bench", status);
       step_bytes.push_back(work.weight_bytes);
+      decode_work.weight_bytes += work.weight_bytes;
+      for (int p = 0; p < 3; ++p)
+        decode_work.weight_bytes_by_path[p] += work.weight_bytes_by_path[p];
       round_seconds += step_seconds.back();
       round_bytes += static_cast<double>(work.weight_bytes);
     }
@@ -165,12 +187,21 @@ int RunBench() {
       options->weight_conversion.mlp_type
           ? kernels::WeightTypeName(*options->weight_conversion.mlp_type)
           : "auto";
+  std::vector<std::string> features;
+  for (const kernels::CpuFeature& f : kernels::CpuFeatures()) {
+    if (f.present) features.push_back(f.name);
+  }
   nlohmann::json out = {
       {"model", options->model_dir},
       {"weight_dtype", conversion},
       {"quantize_attention", options->weight_conversion.attention},
       {"threads", engine.pool()->num_threads()},
-      {"avx2", kernels::UseAvx2()},
+      {"cpu", kernels::CpuBrand()},
+      {"cpu_features", features},
+      {"kernel_paths",
+       {{"prefill_products", PathShares(prefill_work)},
+        {"decode_products", PathShares(decode_work)},
+        {"attention", kernels::KernelPathName(kernels::VectorPath())}}},
       {"batch", batch},
       {"prompt_tokens", prompt},
       {"gen_tokens", gen},

@@ -1,12 +1,58 @@
+// ringmoe devices: the CPU (its instruction sets and the path each kernel
+// takes on it) and the CUDA devices.
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "clients/cli/commands.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_info.h"
 
 namespace ringmoe::cli {
+namespace {
+
+// "f32 avx2, bf16 avx2, ..., int4 avx512": the product path per weight type
+// for n activation rows.
+std::string ProductPaths(int64_t n) {
+  using kernels::WeightType;
+  std::string out;
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
+                       WeightType::kInt8, WeightType::kInt4}) {
+    if (!out.empty()) out += ", ";
+    out += std::string(kernels::WeightTypeName(t)) + " " +
+           kernels::KernelPathName(kernels::ProductPath(t, n));
+  }
+  return out;
+}
+
+void PrintCpu() {
+  std::printf("cpu: %s, %u hardware threads\n", kernels::CpuBrand().c_str(),
+              std::thread::hardware_concurrency());
+  std::string present, absent;
+  for (const kernels::CpuFeature& f : kernels::CpuFeatures()) {
+    std::string& list = f.present ? present : absent;
+    list += list.empty() ? f.name : std::string(" ") + f.name;
+  }
+  std::printf("  instruction sets: %s\n", present.c_str());
+  std::printf("  absent: %s\n", absent.empty() ? "none" : absent.c_str());
+  std::printf("  kernel paths:\n");
+  std::printf("    products, 1 activation row: %s\n", ProductPaths(1).c_str());
+  std::printf("    products, 2+ activation rows: %s\n",
+              ProductPaths(2).c_str());
+  std::printf(
+      "    attention (decode, prefill), norms, softmax, rotary, silu: %s\n",
+      kernels::KernelPathName(kernels::VectorPath()));
+  if (const char* forced = kernels::ForcedPathName()) {
+    std::printf("  forced onto the %s path by RINGMOE_FORCE_%s=1\n", forced,
+                std::string(forced) == "scalar" ? "SCALAR" : "AVX2");
+  }
+}
+
+}  // namespace
 
 int RunDevices() {
+  PrintCpu();
   std::string why;
   auto devices = cuda::ListDevices(&why);
   if (devices.empty()) {

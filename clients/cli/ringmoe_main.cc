@@ -34,7 +34,7 @@ constexpr char kUsage[] =
     "test (JSON)\n"
     "  health    --server HOST:PORT [--service NAME] [--timeout_s S]\n"
     "            grpc.health.v1 check; exit 0 only when SERVING\n"
-    "  devices   list the CUDA devices\n"
+    "  devices   the CPU (instruction sets, kernel paths) and CUDA devices\n"
     "Run `ringmoe --helpfull` for every flag.";
 
 }  // namespace

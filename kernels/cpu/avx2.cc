@@ -1,5 +1,6 @@
 // AVX2/FMA/F16C kernels. This translation unit alone is compiled with
 // -mavx2 -mfma -mf16c; ops.cc calls into it only when UseAvx2() holds.
+// Everything it defines lives in namespace avx2 (see isa.h).
 //
 // Products are computed as dot products of weight rows with activation rows
 // in register tiles of R weight rows × N activation rows. Up to three
@@ -12,16 +13,16 @@
 // float32 once into a small buffer and reused for every activation row
 // (prefill: bound by FMA throughput).
 #include <immintrin.h>
+#include <math.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <vector>
 
-#include "kernels/cpu/internal.h"
-#include "kernels/cpu/numeric.h"
+#include "kernels/cpu/isa.h"
 
-namespace ringmoe::kernels::internal {
+namespace ringmoe::kernels::avx2 {
+
+#include "kernels/cpu/isa_unit-inl.h"
+
 namespace {
 
 inline float HSum(__m256 v) {
@@ -107,7 +108,12 @@ struct Bf16Loader : ScalarTail<Bf16Loader> {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * ld + k));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  float Scalar(int64_t r, int64_t k) const { return Bf16ToF32(p[r * ld + k]); }
+  float Scalar(int64_t r, int64_t k) const {
+    const uint32_t bits = static_cast<uint32_t>(p[r * ld + k]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
   float RowScale(int64_t) const { return 1.f; }
 };
 
@@ -120,7 +126,7 @@ struct F16Loader : ScalarTail<F16Loader> {
     return _mm256_cvtph_ps(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * ld + k)));
   }
-  float Scalar(int64_t r, int64_t k) const { return F16ToF32(p[r * ld + k]); }
+  float Scalar(int64_t r, int64_t k) const { return _cvtsh_ss(p[r * ld + k]); }
   float RowScale(int64_t) const { return 1.f; }
 };
 
@@ -185,15 +191,15 @@ constexpr int kPrefetchLines = 8;
 // are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
 // round to nearest even) and 64 weights at a time are multiplied as bytes
 // (vpmaddubsw, vpmaddwd), with one float multiply-add per 64, on
-// activations laid out as Int8Chunk (internal.h).
+// activations laid out as Int8Chunk (isa.h).
 
 // Loads one block of 32 activations (`count` <= 32 real ones, the rest
 // zero) into v[4] and returns their largest magnitude.
 float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
   alignas(32) float buf[32];
   if (count < 32) {
-    std::fill(buf, buf + 32, 0.f);
-    std::copy(x, x + count, buf);
+    std::memset(buf, 0, sizeof(buf));
+    std::memcpy(buf, x, count * sizeof(float));
     x = buf;
   }
   __m256 amax = _mm256_setzero_ps();
@@ -229,14 +235,13 @@ void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
                   _mm256_castsi256_si128(grouped));
   _mm_store_si128(reinterpret_cast<__m128i*>(chunk->odd + 16 * half),
                   _mm256_extracti128_si256(grouped, 1));
-  std::fill(chunk->scale + 4 * half, chunk->scale + 4 * half + 4,
-            max_abs / 127.f);
+  for (int i = 0; i < 4; ++i) chunk->scale[4 * half + i] = max_abs / 127.f;
 }
 
 }  // namespace
 
-void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols,
-                                 int64_t chunks, Int8Chunk* out) {
+void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
+                             int64_t chunks, Int8Chunk* out) {
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t j = 0; j < n; ++j) {
@@ -244,8 +249,8 @@ void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols,
       Int8Chunk* chunk = out + j * chunks + c;
       for (int half = 0; half < 2; ++half) {
         const int64_t begin = c * 64 + half * 32;
-        QuantizeBlock(x + j * cols + std::min(begin, cols),
-                      std::clamp<int64_t>(cols - begin, 0, 32), half, chunk);
+        QuantizeBlock(x + j * cols + Min(begin, cols),
+                      Clamp<int64_t>(cols - begin, 0, 32), half, chunk);
       }
       const __m256i sums = _mm256_madd_epi16(
           _mm256_add_epi16(
@@ -380,18 +385,17 @@ template <int G>
 void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
                     int64_t rb, int64_t re, float* y, int64_t ldy) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
-  thread_local std::vector<Int8Chunk> xq;
-  xq.resize(n * chunks);
-  QuantizeActivationsInt8Avx2(x, n, cols, chunks, xq.data());
+  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
+  QuantizeActivationsInt8(x, n, cols, chunks, xq);
   switch (n) {
     case 1:
-      Int4RowsN<G, 1>(w, rb, re, xq.data(), chunks, y, ldy);
+      Int4RowsN<G, 1>(w, rb, re, xq, chunks, y, ldy);
       break;
     case 2:
-      Int4RowsN<G, 2>(w, rb, re, xq.data(), chunks, y, ldy);
+      Int4RowsN<G, 2>(w, rb, re, xq, chunks, y, ldy);
       break;
     default:
-      Int4RowsN<G, 3>(w, rb, re, xq.data(), chunks, y, ldy);
+      Int4RowsN<G, 3>(w, rb, re, xq, chunks, y, ldy);
       break;
   }
 }
@@ -437,14 +441,14 @@ float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
 
 }  // namespace
 
-void QuantizeActivationsInt16Avx2(const float* x, int64_t n, int64_t cols,
-                                  int16_t* q, float* scale) {
+void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
+                              int16_t* q, float* scale) {
   const int64_t blocks = (cols + 31) / 32;
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t b = 0; b < blocks; ++b) {
-      scale[j * blocks + b] = QuantizeBlock16(
-          x + j * cols + 32 * b, std::min<int64_t>(cols - 32 * b, 32),
-          q + (j * blocks + b) * 32);
+      scale[j * blocks + b] = QuantizeBlock16(x + j * cols + 32 * b,
+                                              Min<int64_t>(cols - 32 * b, 32),
+                                              q + (j * blocks + b) * 32);
     }
   }
 }
@@ -533,12 +537,11 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
   // Only blocks holding real columns: with groups of 64 a row may end in a
   // block of padding, whose zero weights need not be read.
   const int64_t blocks = (cols + 31) / 32;
-  thread_local std::vector<int16_t> q;
-  thread_local std::vector<float> scale;
-  q.resize(n * blocks * 32);
-  scale.resize(n * blocks);
-  QuantizeActivationsInt16Avx2(x, n, cols, q.data(), scale.data());
-  const Int16Activations xq{q.data(), scale.data(), blocks};
+  int16_t* q =
+      Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
+  float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
+  QuantizeActivationsInt16(x, n, cols, q, scale);
+  const Int16Activations xq{q, scale, blocks};
   switch (n) {
     case 1:
       Int8RowsN<G, 1>(w, rb, re, xq, y, ldy);
@@ -675,15 +678,15 @@ void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
     return;
   }
   for (int64_t r = rb; r < re; r += 4)
-    TileAnyN<kPrefetchLines>(w, r, std::min<int64_t>(4, re - r), x, n, cols,
-                             y + r, ldy);
+    TileAnyN<kPrefetchLines>(w, r, Min<int64_t>(4, re - r), x, n, cols, y + r,
+                             ldy);
 }
 
 // Activation rows per block, sized so a block stays in L2 while every
 // weight panel of the row range passes over it.
 int64_t ActivationBlock(int64_t cols) {
   const int64_t rows = (256 << 10) / (cols * 4);
-  return std::clamp<int64_t>(rows / 3 * 3, 3, 96);
+  return Clamp<int64_t>(rows / 3 * 3, 3, 96);
 }
 
 // n > 3: each panel of four weight rows is widened once per activation
@@ -692,20 +695,20 @@ template <typename L>
 void PanelRows(const L& w, bool widen, const float* x, int64_t n, int64_t cols,
                int64_t rb, int64_t re, float* y, int64_t ldy) {
   const int64_t ldp = (cols + 7) / 8 * 8;
-  thread_local std::vector<float> panel;
-  if (widen) panel.assign(4 * ldp, 0.f);
+  float* panel =
+      widen ? Scratch<float>(ScratchSlot::kWeightPanel, 4 * ldp) : nullptr;
   const int64_t block = ActivationBlock(cols);
   for (int64_t xb = 0; xb < n; xb += block) {
-    const int64_t nb = std::min(block, n - xb);
+    const int64_t nb = Min(block, n - xb);
     for (int64_t r = rb; r < re; r += 4) {
-      const int64_t rows = std::min<int64_t>(4, re - r);
+      const int64_t rows = Min<int64_t>(4, re - r);
       float* yb = y + xb * ldy + r;
       if (!widen) {
         TileAnyN<0>(w, r, rows, x + xb * cols, nb, cols, yb, ldy);
         continue;
       }
       for (int64_t i = 0; i < rows; ++i) {
-        float* dst = panel.data() + i * ldp;
+        float* dst = panel + i * ldp;
         const __m256 s = _mm256_set1_ps(w.RowScale(r + i));
         int64_t k = 0;
         for (; k + 8 <= cols; k += 8)
@@ -715,7 +718,7 @@ void PanelRows(const L& w, bool widen, const float* x, int64_t n, int64_t cols,
                            _mm256_mul_ps(w.LoadTail(r + i, k, cols - k), s));
       }
       F32Loader p;
-      p.p = panel.data();
+      p.p = panel;
       p.ld = ldp;
       TileAnyN<0>(p, 0, rows, x + xb * cols, nb, cols, yb, ldy);
     }
@@ -775,7 +778,7 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
   // exponential is 0.
   for (int h = 0; h < H; ++h) {
     float* s = scores + h * ld;
-    std::fill(s + count, s + ld, -INFINITY);
+    for (int64_t i = count; i < ld; ++i) s[i] = -INFINITY;
     __m256 max = _mm256_set1_ps(-INFINITY);
     for (int64_t i = 0; i < ld; i += 8)
       max = _mm256_max_ps(max, _mm256_loadu_ps(s + i));
@@ -791,7 +794,7 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
     const __m256 inv = _mm256_set1_ps(1.f / total);
     for (int64_t i = 0; i < ld; i += 8)
       _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
-    log_sum_exp[h] = m + std::log(total);
+    log_sum_exp[h] = m + logf(total);
   }
   for (int64_t d = 0; d < head_dim; d += 8) {
     const __m256i mask = d == full ? tail : _mm256_set1_epi32(-1);
@@ -811,8 +814,8 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
 
 }  // namespace
 
-void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y) {
+void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
+                int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   switch (w.type) {
     case WeightType::kF32: {
@@ -873,7 +876,7 @@ void MatMulRowsAvx2(const float* x, int64_t n, const Matrix& w,
   }
 }
 
-float DotAvx2(const float* a, const float* b, int64_t n) {
+float Dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -883,14 +886,14 @@ float DotAvx2(const float* a, const float* b, int64_t n) {
                            _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i < n; i += 8) {
-    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256i mask = TailMask(Min<int64_t>(8, n - i));
     acc0 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, mask),
                            _mm256_maskload_ps(b + i, mask), acc0);
   }
   return HSum(_mm256_add_ps(acc0, acc1));
 }
 
-void AxpyAvx2(float alpha, const float* x, int64_t n, float* y) {
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
   const __m256 a = _mm256_set1_ps(alpha);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -900,7 +903,7 @@ void AxpyAvx2(float alpha, const float* x, int64_t n, float* y) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-float SumAvx2(const float* data, int64_t n, int64_t prefetch_bytes) {
+float Sum(const float* data, int64_t n, int64_t prefetch_bytes) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
@@ -919,7 +922,7 @@ float SumAvx2(const float* data, int64_t n, int64_t prefetch_bytes) {
          tail;
 }
 
-float FmaLoopAvx2(int64_t iterations) {
+float FmaLoop(int64_t iterations) {
   __m256 acc[12];
   for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
@@ -931,20 +934,20 @@ float FmaLoopAvx2(int64_t iterations) {
   return HSum(s);
 }
 
-void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, const float* const* k_blocks,
-                       const float* const* v_blocks, int64_t block_size,
-                       int64_t first_position, int64_t end_position,
-                       float scale, float* out, float* log_sum_exp) {
+void AttendPartial(const float* q, int64_t num_heads, int64_t num_kv_heads,
+                   int64_t head_dim, const float* const* k_blocks,
+                   const float* const* v_blocks, int64_t block_size,
+                   int64_t first_position, int64_t end_position, float scale,
+                   float* out, float* log_sum_exp) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t row_width = num_kv_heads * head_dim;
   const int64_t count = end_position - first_position;
   const int64_t ld = (count + 7) / 8 * 8;
-  thread_local std::vector<const float*> keys, values;
-  thread_local std::vector<float> scores;
-  keys.resize(count);
-  values.resize(count);
-  scores.resize(4 * ld);
+  const float** keys =
+      Scratch<const float*>(ScratchSlot::kAttentionKeys, count);
+  const float** values =
+      Scratch<const float*>(ScratchSlot::kAttentionValues, count);
+  float* scores = Scratch<float>(ScratchSlot::kAttentionScores, 4 * ld);
   for (int64_t g = 0; g < num_kv_heads; ++g) {
     for (int64_t i = 0; i < count; ++i) {
       const int64_t p = first_position + i;
@@ -955,22 +958,22 @@ void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
     for (int64_t h = g * group; h < (g + 1) * group; h += 4) {
       const float* qh = q + h * head_dim;
       float* oh = out + h * head_dim;
-      switch (std::min<int64_t>(4, (g + 1) * group - h)) {
+      switch (Min<int64_t>(4, (g + 1) * group - h)) {
         case 1:
-          AttendHeads<1>(qh, head_dim, keys.data(), values.data(), count, scale,
-                         scores.data(), ld, oh, log_sum_exp + h);
+          AttendHeads<1>(qh, head_dim, keys, values, count, scale, scores, ld,
+                         oh, log_sum_exp + h);
           break;
         case 2:
-          AttendHeads<2>(qh, head_dim, keys.data(), values.data(), count, scale,
-                         scores.data(), ld, oh, log_sum_exp + h);
+          AttendHeads<2>(qh, head_dim, keys, values, count, scale, scores, ld,
+                         oh, log_sum_exp + h);
           break;
         case 3:
-          AttendHeads<3>(qh, head_dim, keys.data(), values.data(), count, scale,
-                         scores.data(), ld, oh, log_sum_exp + h);
+          AttendHeads<3>(qh, head_dim, keys, values, count, scale, scores, ld,
+                         oh, log_sum_exp + h);
           break;
         default:
-          AttendHeads<4>(qh, head_dim, keys.data(), values.data(), count, scale,
-                         scores.data(), ld, oh, log_sum_exp + h);
+          AttendHeads<4>(qh, head_dim, keys, values, count, scale, scores, ld,
+                         oh, log_sum_exp + h);
           break;
       }
     }
@@ -979,11 +982,11 @@ void AttendPartialAvx2(const float* q, int64_t num_heads, int64_t num_kv_heads,
 
 namespace {
 
-// Keys per step of AttendBlockAvx2's online softmax.
+// Keys per step of AttendBlock's online softmax.
 constexpr int64_t kKeyBlock = 32;
 
 // The running state of H query heads (of one token, sharing a kv head) in
-// AttendBlockAvx2: output accumulators [H][ldo], maxima and softmax
+// AttendBlock: output accumulators [H][ldo], maxima and softmax
 // denominators, updated with keys [lo, hi) of a block (flash attention's
 // online softmax). Each key and value row is loaded once for all H heads.
 template <int H>
@@ -998,15 +1001,15 @@ void AttendKeyBlock(const float* q, int64_t head_dim, const float* const* keys,
   for (int h = 0; h < H; ++h) {
     float* s = scores + h * kKeyBlock;
     float block_max = -INFINITY;
-    for (int64_t j = lo; j < hi; ++j) block_max = std::max(block_max, s[j]);
-    const float new_max = std::max(row_max[h], block_max);
+    for (int64_t j = lo; j < hi; ++j) block_max = Max(block_max, s[j]);
+    const float new_max = Max(row_max[h], block_max);
     // exp(-inf) = 0 clears the empty initial state.
-    correction[h] = std::exp(row_max[h] - new_max);
+    correction[h] = expf(row_max[h] - new_max);
     row_max[h] = new_max;
     const __m256 max_v = _mm256_set1_ps(new_max);
     __m256 sum = _mm256_setzero_ps();
     for (int64_t j = lo; j < hi; j += 8) {
-      const __m256i mask = TailMask(std::min<int64_t>(8, hi - j));
+      const __m256i mask = TailMask(Min<int64_t>(8, hi - j));
       const __m256 e = _mm256_and_ps(
           Exp(_mm256_sub_ps(_mm256_maskload_ps(s + j, mask), max_v)),
           _mm256_castsi256_ps(mask));
@@ -1036,11 +1039,11 @@ void AttendKeyBlock(const float* q, int64_t head_dim, const float* const* keys,
 
 }  // namespace
 
-void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
-                     int64_t num_kv_heads, int64_t head_dim,
-                     const float* const* k_blocks, const float* const* v_blocks,
-                     int64_t block_size, int64_t first_query, int64_t window,
-                     float scale, float* out) {
+void AttendBlock(const float* q, int64_t count, int64_t num_heads,
+                 int64_t num_kv_heads, int64_t head_dim,
+                 const float* const* k_blocks, const float* const* v_blocks,
+                 int64_t block_size, int64_t first_query, int64_t window,
+                 float scale, float* out) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t row_width = num_kv_heads * head_dim;
   const int64_t q_width = num_heads * head_dim;
@@ -1048,23 +1051,25 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
   // One row per (query token, head of the group): running output, maximum
   // and softmax denominator, and the scores of the current block of keys.
   const int64_t rows = count * group;
-  thread_local std::vector<float> acc, row_max, row_sum, scores;
-  acc.resize(rows * ldo);
-  row_max.resize(rows);
-  row_sum.resize(rows);
-  scores.resize(rows * kKeyBlock);
+  float* acc = Scratch<float>(ScratchSlot::kAttentionOutput, rows * ldo);
+  float* row_max = Scratch<float>(ScratchSlot::kAttentionMax, rows);
+  float* row_sum = Scratch<float>(ScratchSlot::kAttentionSum, rows);
+  float* scores =
+      Scratch<float>(ScratchSlot::kAttentionScores, rows * kKeyBlock);
   const auto first_key = [&](int64_t i) {
-    return window > 0 ? std::max<int64_t>(0, first_query + i + 1 - window) : 0;
+    return window > 0 ? Max<int64_t>(0, first_query + i + 1 - window) : 0;
   };
   const float* keys[kKeyBlock];
   const float* values[kKeyBlock];
   for (int64_t g = 0; g < num_kv_heads; ++g) {
-    std::fill(acc.begin(), acc.end(), 0.f);
-    std::fill(row_max.begin(), row_max.end(), -INFINITY);
-    std::fill(row_sum.begin(), row_sum.end(), 0.f);
+    for (int64_t r = 0; r < rows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+    std::memset(acc, 0, rows * ldo * sizeof(float));
     const int64_t end = first_query + count;
     for (int64_t k0 = first_key(0); k0 < end; k0 += kKeyBlock) {
-      const int64_t nk = std::min(kKeyBlock, end - k0);
+      const int64_t nk = Min(kKeyBlock, end - k0);
       for (int64_t j = 0; j < nk; ++j) {
         const int64_t p = k0 + j;
         const int64_t offset = (p % block_size) * row_width + g * head_dim;
@@ -1074,15 +1079,15 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
       for (int64_t i = 0; i < count; ++i) {
         // Query i sees keys [first_key(i), first_query + i]: the part of
         // this block inside that range.
-        const int64_t lo = std::max<int64_t>(0, first_key(i) - k0);
-        const int64_t hi = std::min<int64_t>(nk, first_query + i + 1 - k0);
+        const int64_t lo = Max<int64_t>(0, first_key(i) - k0);
+        const int64_t hi = Min<int64_t>(nk, first_query + i + 1 - k0);
         if (lo >= hi) continue;
         for (int64_t h = 0; h < group; h += 4) {
           const int64_t r = i * group + h;
           const float* qr = q + i * q_width + (g * group + h) * head_dim;
-          float* sr = scores.data() + r * kKeyBlock;
-          float* ar = acc.data() + r * ldo;
-          switch (std::min<int64_t>(4, group - h)) {
+          float* sr = scores + r * kKeyBlock;
+          float* ar = acc + r * ldo;
+          switch (Min<int64_t>(4, group - h)) {
             case 1:
               AttendKeyBlock<1>(qr, head_dim, keys, values, lo, hi, scale, sr,
                                 ar, ldo, &row_max[r], &row_sum[r]);
@@ -1114,11 +1119,11 @@ void AttendBlockAvx2(const float* q, int64_t count, int64_t num_heads,
   }
 }
 
-void ScaleMulAvx2(const float* x, float scale, const float* w, int64_t n,
-                  float* y) {
+void ScaleMul(const float* x, float scale, const float* w, int64_t n,
+              float* y) {
   const __m256 s = _mm256_set1_ps(scale);
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256i mask = TailMask(Min<int64_t>(8, n - i));
     _mm256_maskstore_ps(
         y + i, mask,
         _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, mask), s),
@@ -1126,10 +1131,10 @@ void ScaleMulAvx2(const float* x, float scale, const float* w, int64_t n,
   }
 }
 
-void SoftmaxAvx2(float* x, int64_t n) {
+void Softmax(float* x, int64_t n) {
   __m256 max = _mm256_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 8) {
-    const int64_t m = std::min<int64_t>(8, n - i);
+    const int64_t m = Min<int64_t>(8, n - i);
     // Lanes past the end read as -inf, which changes no maximum.
     const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
                                       _mm256_maskload_ps(x + i, TailMask(m)),
@@ -1139,7 +1144,7 @@ void SoftmaxAvx2(float* x, int64_t n) {
   const __m256 mv = _mm256_set1_ps(HMax(max));
   __m256 sum = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256i mask = TailMask(Min<int64_t>(8, n - i));
     const __m256 e =
         _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), mv)),
                       _mm256_castsi256_ps(mask));
@@ -1148,20 +1153,20 @@ void SoftmaxAvx2(float* x, int64_t n) {
   }
   const __m256 inv = _mm256_set1_ps(1.f / HSum(sum));
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256i mask = TailMask(Min<int64_t>(8, n - i));
     _mm256_maskstore_ps(x + i, mask,
                         _mm256_mul_ps(_mm256_maskload_ps(x + i, mask), inv));
   }
 }
 
-void RotaryHalfAvx2(float* x, int64_t num_heads, int64_t head_dim,
-                    const float* cos, const float* sin) {
+void RotaryHalf(float* x, int64_t num_heads, int64_t head_dim, const float* cos,
+                const float* sin) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     float* lo = x + h * head_dim;
     float* hi = lo + half;
     for (int64_t j = 0; j < half; j += 8) {
-      const __m256i mask = TailMask(std::min<int64_t>(8, half - j));
+      const __m256i mask = TailMask(Min<int64_t>(8, half - j));
       const __m256 a = _mm256_maskload_ps(lo + j, mask);
       const __m256 b = _mm256_maskload_ps(hi + j, mask);
       const __m256 c = _mm256_maskload_ps(cos + j, mask);
@@ -1174,11 +1179,11 @@ void RotaryHalfAvx2(float* x, int64_t num_heads, int64_t head_dim,
   }
 }
 
-void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out) {
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.f);
   const __m256 sign = _mm256_set1_ps(-0.f);
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i mask = TailMask(std::min<int64_t>(8, n - i));
+    const __m256i mask = TailMask(Min<int64_t>(8, n - i));
     const __m256 g = _mm256_maskload_ps(gate + i, mask);
     // sigmoid(g) from e = exp(-|g|) <= 1, which cannot overflow: 1 / (1 + e)
     // for g >= 0, e / (1 + e) below.
@@ -1191,4 +1196,4 @@ void SiluMulAvx2(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
-}  // namespace ringmoe::kernels::internal
+}  // namespace ringmoe::kernels::avx2

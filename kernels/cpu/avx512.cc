@@ -9,16 +9,20 @@
 // faster than the AVX2 path, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md). Rows are read as in avx2.cc: one after another,
 // one prefetched sequential stream per thread, unless the activations
-// outgrow L1 (see StreamActivationBytes in internal.h).
+// outgrow L1 (see StreamActivationBytes in isa_unit-inl.h). Everything it
+// defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <vector>
+#include <cstring>
 
-#include "kernels/cpu/internal.h"
+#include "kernels/cpu/isa.h"
 
-namespace ringmoe::kernels::internal {
+namespace ringmoe::kernels::avx512 {
+
+#include "kernels/cpu/isa_unit-inl.h"
+
+using avx2::Int8Chunk;
+
 namespace {
 
 // Prefetches the line `ahead` bytes past `p` plus kLongRowPrefetchLines in
@@ -37,7 +41,7 @@ inline void PrefetchRows(const void* p, int64_t stride, int64_t ahead) {
   }
 }
 
-// int8 against int16 activations (QuantizeActivationsInt16Avx2): one block
+// int8 against int16 activations (avx2::QuantizeActivationsInt16): one block
 // of 32 weights is one vpmovsxbw and one vpmaddwd into 16 exact int32
 // lanes, then one convert and one FMA with the product of the two block
 // scales (the same float product as the AVX2 path's). Two accumulators per
@@ -91,10 +95,10 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
   for (int64_t p = 0; p < (count + 1) / 2; ++p) {
     for (int h = 0; h < 2; ++h) {
       const Int8Chunk& c = 2 * p + h < count ? chunks[2 * p + h] : zero;
-      std::copy_n(c.even, 32, out[p].even + 32 * h);
-      std::copy_n(c.odd, 32, out[p].odd + 32 * h);
-      std::copy_n(c.offset, 8, out[p].offset + 8 * h);
-      std::copy_n(c.scale, 8, out[p].scale + 8 * h);
+      std::memcpy(out[p].even + 32 * h, c.even, sizeof(c.even));
+      std::memcpy(out[p].odd + 32 * h, c.odd, sizeof(c.odd));
+      std::memcpy(out[p].offset + 8 * h, c.offset, sizeof(c.offset));
+      std::memcpy(out[p].scale + 8 * h, c.scale, sizeof(c.scale));
     }
   }
 }
@@ -174,61 +178,59 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
 
 }  // namespace
 
-void MatMulRowAvx512(const float* x, const Matrix& w, int64_t row_begin,
-                     int64_t row_end, float* y) {
+void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
+               int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   const int64_t groups =
       w.group_size > 0 ? (cols + w.group_size - 1) / w.group_size : 0;
   switch (w.type) {
     case WeightType::kInt8: {
       const int64_t blocks = (cols + 31) / 32;
-      thread_local std::vector<int16_t> q;
-      thread_local std::vector<float> q_scale;
-      q.resize(blocks * 32);
-      q_scale.resize(blocks);
-      QuantizeActivationsInt16Avx2(x, 1, cols, q.data(), q_scale.data());
+      int16_t* q =
+          Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
+      float* q_scale = Scratch<float>(ScratchSlot::kActivationScales, blocks);
+      avx2::QuantizeActivationsInt16(x, 1, cols, q, q_scale);
       const auto* data = static_cast<const int8_t*>(w.data);
       const int64_t row_bytes = groups * w.group_size;
-      ForEachRowTile(
-          blocks * 32 * 2, row_begin, row_end, [&](int64_t r, auto rows) {
-            constexpr int R = decltype(rows)::value;
-            if (w.group_size == 64) {
-              Int8Tile<64, R>(data, row_bytes, w.scales, groups, q.data(),
-                              q_scale.data(), blocks, r, y);
-            } else {
-              Int8Tile<32, R>(data, row_bytes, w.scales, groups, q.data(),
-                              q_scale.data(), blocks, r, y);
-            }
-          });
+      ForEachRowTile(blocks * 32 * 2, row_begin, row_end,
+                     [&](int64_t r, auto rows) {
+                       constexpr int R = decltype(rows)::value;
+                       if (w.group_size == 64) {
+                         Int8Tile<64, R>(data, row_bytes, w.scales, groups, q,
+                                         q_scale, blocks, r, y);
+                       } else {
+                         Int8Tile<32, R>(data, row_bytes, w.scales, groups, q,
+                                         q_scale, blocks, r, y);
+                       }
+                     });
       break;
     }
     case WeightType::kInt4: {
       const int64_t row_bytes = groups * w.group_size / 2;
       const int64_t chunks = (row_bytes + 31) / 32;
-      thread_local std::vector<Int8Chunk> xq;
-      thread_local std::vector<Int8ChunkPair> pairs;
-      xq.resize(chunks);
-      pairs.resize((chunks + 1) / 2);
-      QuantizeActivationsInt8Avx2(x, 1, cols, chunks, xq.data());
-      PairChunks(xq.data(), chunks, pairs.data());
+      const int64_t num_pairs = (chunks + 1) / 2;
+      Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
+      Int8ChunkPair* pairs =
+          Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
+      avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
+      PairChunks(xq, chunks, pairs);
       const auto* data = static_cast<const uint8_t*>(w.data);
-      ForEachRowTile(pairs.size() * sizeof(Int8ChunkPair), row_begin, row_end,
-                     [&](int64_t r, auto rows) {
-                       constexpr int R = decltype(rows)::value;
-                       if (w.group_size == 64) {
-                         Int4Tile<64, R>(data, row_bytes, w.scales, groups,
-                                         pairs.data(), r, y);
-                       } else {
-                         Int4Tile<32, R>(data, row_bytes, w.scales, groups,
-                                         pairs.data(), r, y);
-                       }
-                     });
+      ForEachRowTile(
+          num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), row_begin,
+          row_end, [&](int64_t r, auto rows) {
+            constexpr int R = decltype(rows)::value;
+            if (w.group_size == 64) {
+              Int4Tile<64, R>(data, row_bytes, w.scales, groups, pairs, r, y);
+            } else {
+              Int4Tile<32, R>(data, row_bytes, w.scales, groups, pairs, r, y);
+            }
+          });
       break;
     }
     default:
-      MatMulRowsAvx2(x, 1, w, row_begin, row_end, y);
+      avx2::MatMulRows(x, 1, w, row_begin, row_end, y);
       break;
   }
 }
 
-}  // namespace ringmoe::kernels::internal
+}  // namespace ringmoe::kernels::avx512

@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace ringmoe::kernels {
 namespace {
 
@@ -45,16 +49,65 @@ bool& ForceAvx2() {
   return force;
 }
 
-}  // namespace
-
-bool UseAvx2() {
-  static const bool has_avx2 = CpuHasAvx2();
-  return has_avx2 && !ForceScalar();
+bool HasAvx2() {
+  static const bool has = CpuHasAvx2();
+  return has;
 }
 
-bool UseAvx512() {
-  static const bool has_avx512 = CpuHasAvx512();
-  return has_avx512 && UseAvx2() && !ForceAvx2();
+bool HasAvx512() {
+  static const bool has = CpuHasAvx512();
+  return has;
+}
+
+}  // namespace
+
+bool UseAvx2() { return HasAvx2() && !ForceScalar(); }
+
+bool UseAvx512() { return HasAvx512() && UseAvx2() && !ForceAvx2(); }
+
+std::vector<CpuFeature> CpuFeatures() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // __builtin_cpu_supports takes literal names only, hence the repetition.
+  return {
+      {"sse4_2", __builtin_cpu_supports("sse4.2") != 0},
+      {"avx", __builtin_cpu_supports("avx") != 0},
+      {"avx2", __builtin_cpu_supports("avx2") != 0},
+      {"fma", __builtin_cpu_supports("fma") != 0},
+      {"f16c", __builtin_cpu_supports("f16c") != 0},
+      {"avx512f", __builtin_cpu_supports("avx512f") != 0},
+      {"avx512bw", __builtin_cpu_supports("avx512bw") != 0},
+      {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
+      {"avx512_vnni", __builtin_cpu_supports("avx512vnni") != 0},
+  };
+#else
+  return {};
+#endif
+}
+
+std::string CpuBrand() {
+#if defined(__x86_64__)
+  unsigned int regs[12];
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    for (unsigned int leaf = 0; leaf < 3; ++leaf) {
+      __get_cpuid(0x80000002u + leaf, &regs[4 * leaf], &regs[4 * leaf + 1],
+                  &regs[4 * leaf + 2], &regs[4 * leaf + 3]);
+    }
+    char brand[sizeof(regs) + 1] = {};
+    std::memcpy(brand, regs, sizeof(regs));
+    std::string name(brand);
+    const size_t begin = name.find_first_not_of(' ');
+    const size_t end = name.find_last_not_of(' ');
+    if (begin != std::string::npos) return name.substr(begin, end - begin + 1);
+  }
+#endif
+  return "unknown";
+}
+
+const char* ForcedPathName() {
+  if (ForceScalar() && HasAvx2()) return "scalar";
+  if (ForceAvx2() && HasAvx512() && UseAvx2()) return "avx2";
+  return nullptr;
 }
 
 void SetForceScalar(bool force) { ForceScalar() = force; }

@@ -3,6 +3,8 @@
 #define RINGMOE_KERNELS_CPU_CPU_FEATURES_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ringmoe::kernels {
 
@@ -19,6 +21,23 @@ bool UseAvx512();
 // The L1 data cache of one core in bytes, as the C library reports it
 // (32 KiB where it reports nothing).
 int64_t L1DataCacheBytes();
+
+// One instruction-set extension the kernels look for, and whether this CPU
+// and its operating system support it.
+struct CpuFeature {
+  const char* name;  // as /proc/cpuinfo spells it: "avx2", "avx512vnni", ...
+  bool present;
+};
+// SSE4.2, AVX, AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI, in that order.
+std::vector<CpuFeature> CpuFeatures();
+
+// The processor's name from CPUID ("unknown" where it gives none).
+std::string CpuBrand();
+
+// The path the kernels are forced onto: "scalar" (SetForceScalar or
+// RINGMOE_FORCE_SCALAR=1), "avx2" (SetForceAvx2 or RINGMOE_FORCE_AVX2=1,
+// where AVX-512 would be used), or null when none is.
+const char* ForcedPathName();
 
 // Forces (or stops forcing) the scalar path, so tests cover both paths on
 // one machine. Not thread-safe with respect to running kernels.

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/internal.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/numeric.h"
 
 namespace ringmoe::kernels {
@@ -41,33 +41,8 @@ float WeightAt(const Matrix& w, int64_t r, int64_t c) {
   return 0.f;
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  if (UseAvx2()) return internal::DotAvx2(a, b, n);
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-void Axpy(float alpha, const float* x, int64_t n, float* y) {
-  if (UseAvx2()) return internal::AxpyAvx2(alpha, x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
-                int64_t row_end, float* y) {
-  if (n == 1 && UseAvx512()) {
-    internal::MatMulRowAvx512(x, w, row_begin, row_end, y);
-  } else if (UseAvx2()) {
-    internal::MatMulRowsAvx2(x, n, w, row_begin, row_end, y);
-  } else {
-    internal::MatMulRowsScalar(x, n, w, row_begin, row_end, y);
-  }
-}
-
-}  // namespace
-
-namespace internal {
-
+// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, one
+// weight row at a time, widened to float.
 void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
                       int64_t row_begin, int64_t row_end, float* y) {
   std::vector<float> row(w.cols);
@@ -82,7 +57,55 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
   }
 }
 
-}  // namespace internal
+float Dot(const float* a, const float* b, int64_t n) {
+  if (UseAvx2()) return avx2::Dot(a, b, n);
+  float acc = 0.f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
+  if (UseAvx2()) return avx2::Axpy(alpha, x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
+                int64_t row_end, float* y) {
+  switch (ProductPath(w.type, n)) {
+    case KernelPath::kAvx512:
+      return avx512::MatMulRow(x, w, row_begin, row_end, y);
+    case KernelPath::kAvx2:
+      return avx2::MatMulRows(x, n, w, row_begin, row_end, y);
+    case KernelPath::kScalar:
+      return MatMulRowsScalar(x, n, w, row_begin, row_end, y);
+  }
+}
+
+}  // namespace
+
+const char* KernelPathName(KernelPath path) {
+  switch (path) {
+    case KernelPath::kScalar:
+      return "scalar";
+    case KernelPath::kAvx2:
+      return "avx2";
+    case KernelPath::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+KernelPath ProductPath(WeightType type, int64_t n) {
+  if (n == 1 && (type == WeightType::kInt8 || type == WeightType::kInt4) &&
+      UseAvx512()) {
+    return KernelPath::kAvx512;
+  }
+  return VectorPath();
+}
+
+KernelPath VectorPath() {
+  return UseAvx2() ? KernelPath::kAvx2 : KernelPath::kScalar;
+}
 
 const char* WeightTypeName(WeightType type) {
   switch (type) {
@@ -279,6 +302,8 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
 void ProductWork::Add(absl::Span<const MatMulJob> jobs) {
   for (const MatMulJob& j : jobs) {
     weight_bytes += MatrixBytes(j.w);
+    weight_bytes_by_path[static_cast<int>(ProductPath(j.w.type, j.n))] +=
+        MatrixBytes(j.w);
     flops += 2.0 * j.n * j.w.rows * j.w.cols;
   }
 }
@@ -297,7 +322,7 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
     const float scale = 1.f / std::sqrt(sum / static_cast<float>(dim) + eps);
     float* yi = y + i * dim;
     if (UseAvx2()) {
-      internal::ScaleMulAvx2(xi, scale, weight, dim, yi);
+      avx2::ScaleMul(xi, scale, weight, dim, yi);
       continue;
     }
     for (int64_t d = 0; d < dim; ++d) yi[d] = xi[d] * scale * weight[d];
@@ -307,7 +332,7 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
 void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
                      const float* cos, const float* sin) {
   if (UseAvx2()) {
-    return internal::RotaryHalfAvx2(x, num_heads, head_dim, cos, sin);
+    return avx2::RotaryHalf(x, num_heads, head_dim, cos, sin);
   }
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
@@ -322,7 +347,7 @@ void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
 
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  if (UseAvx2()) return internal::SoftmaxAvx2(x, n);
+  if (UseAvx2()) return avx2::Softmax(x, n);
   const float max = *std::max_element(x, x + n);
   float sum = 0.f;
   for (int64_t i = 0; i < n; ++i) {
@@ -334,7 +359,7 @@ void Softmax(float* x, int64_t n) {
 }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
-  if (UseAvx2()) return internal::SiluMulAvx2(gate, up, n, out);
+  if (UseAvx2()) return avx2::SiluMul(gate, up, n, out);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.f + std::exp(-g)) * up[i];
@@ -358,7 +383,7 @@ void AttendOneQueryPartial(const float* q, int64_t num_heads,
                            int64_t end_position, float scale, float* out,
                            float* log_sum_exp) {
   if (UseAvx2()) {
-    return internal::AttendPartialAvx2(
+    return avx2::AttendPartial(
         q, num_heads, num_kv_heads, head_dim, kv.k_blocks, kv.v_blocks,
         kv.block_size, first_position, end_position, scale, out, log_sum_exp);
   }
@@ -412,9 +437,9 @@ void AttendQueryBlock(const float* q, int64_t count, int64_t num_heads,
                       const KvBlocks& kv, int64_t first_query, int64_t window,
                       float scale, float* out) {
   if (UseAvx2()) {
-    return internal::AttendBlockAvx2(
-        q, count, num_heads, num_kv_heads, head_dim, kv.k_blocks, kv.v_blocks,
-        kv.block_size, first_query, window, scale, out);
+    return avx2::AttendBlock(q, count, num_heads, num_kv_heads, head_dim,
+                             kv.k_blocks, kv.v_blocks, kv.block_size,
+                             first_query, window, scale, out);
   }
   const int64_t width = num_heads * head_dim;
   for (int64_t i = 0; i < count; ++i) {

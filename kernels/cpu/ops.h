@@ -2,8 +2,9 @@
 // shapes and layouts are explicit, nothing here knows about layers or
 // architectures. Activations are float32; weights may be f32, bf16, f16,
 // int8 or int4 and are widened as they are read (accumulation is always
-// float32). Products dispatch at run time to AVX2/FMA/F16C code when the CPU
-// has it (see cpu_features.h) and to a portable scalar path otherwise.
+// float32). Kernels dispatch at run time to AVX-512, AVX2/FMA/F16C or a
+// portable scalar path, as the CPU allows (see cpu_features.h and the
+// *Path functions below).
 #ifndef RINGMOE_KERNELS_CPU_OPS_H_
 #define RINGMOE_KERNELS_CPU_OPS_H_
 
@@ -17,6 +18,19 @@ namespace ringmoe::kernels {
 
 // "f32", "bf16", "f16", "int8" or "int4".
 const char* WeightTypeName(WeightType type);
+
+// The instruction-set path a kernel takes.
+enum class KernelPath { kScalar, kAvx2, kAvx512 };
+// "scalar", "avx2" or "avx512".
+const char* KernelPathName(KernelPath path);
+// The path of a product of `n` activation rows against weights of `type` on
+// this CPU (with the paths cpu_features.h forces): AVX-512 for one row
+// against int8 or int4 weights where UseAvx512(), else AVX2 where
+// UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
+KernelPath ProductPath(WeightType type, int64_t n);
+// The path of every other kernel here (attention, norms, softmax, rotary
+// embedding, SiLU, dot and axpy): AVX2 where UseAvx2(), else scalar.
+KernelPath VectorPath();
 
 // Bytes of one row's data (padding included) and of the whole matrix
 // (data plus scales): what a product reads from memory.
@@ -58,10 +72,12 @@ struct MatMulJob {
 // threads instead of each being split thinly.
 void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool);
 
-// The work of products: weight bytes read and FLOPs (two per multiply-add).
+// The work of products: weight bytes read and FLOPs (two per multiply-add),
+// and the weight bytes each kernel path read (indexed by KernelPath).
 struct ProductWork {
   int64_t weight_bytes = 0;
   double flops = 0;
+  int64_t weight_bytes_by_path[3] = {0, 0, 0};
   void Add(absl::Span<const MatMulJob> jobs);
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -80,6 +81,29 @@ TEST(NumericTest, Bf16RoundsToNearestEven) {
     EXPECT_LE(std::abs(got - f), std::abs(Bf16ToF32(b + 1) - f));
     EXPECT_LE(std::abs(got - f), std::abs(Bf16ToF32(b - 1) - f));
   }
+}
+
+// The best path this CPU offers, as the products and the other kernels
+// take it. Under tests/isa's emulated CPUs it must be the one the CPU model
+// has: a model that failed to expose a feature would otherwise run one path
+// twice and pass.
+TEST(KernelPathTest, IsTheOneTheCpuOffers) {
+  const KernelPath best = ProductPath(WeightType::kInt8, 1);
+  EXPECT_EQ(VectorPath(),
+            best == KernelPath::kAvx512 ? KernelPath::kAvx2 : best);
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
+  }
+  for (WeightType t : {WeightType::kInt8, WeightType::kInt4}) {
+    EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
+    EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
+  }
+  const char* expected = std::getenv("RINGMOE_EXPECT_KERNEL_PATH");
+  if (expected == nullptr || *expected == '\0') {
+    GTEST_SKIP() << "best path here: " << KernelPathName(best)
+                 << " (RINGMOE_EXPECT_KERNEL_PATH is not set)";
+  }
+  EXPECT_STREQ(KernelPathName(best), expected);
 }
 
 // Both code paths on this machine: AVX2 (when the CPU has it) and scalar.

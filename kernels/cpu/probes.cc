@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/internal.h"
+#include "kernels/cpu/isa.h"
 
 namespace ringmoe::kernels {
 namespace {
@@ -59,7 +59,7 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
         slice_of(t, [ahead](const float* p, int64_t, int64_t m) {
           float s = 0.f;
           if (UseAvx2()) {
-            s = internal::SumAvx2(p, m, ahead);
+            s = avx2::Sum(p, m, ahead);
           } else {
             for (int64_t i = 0; i < m; ++i) s += p[i];
           }
@@ -82,7 +82,7 @@ double MeasurePeakFlops(ThreadPool* pool, int repetitions) {
     ParallelFor(pool, threads, [&](int64_t) {
       float s = 0.f;
       if (UseAvx2()) {
-        s = internal::FmaLoopAvx2(kIterations);
+        s = avx2::FmaLoop(kIterations);
       } else {
         float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
         for (int64_t i = 0; i < kIterations * 24; ++i) {

@@ -11,11 +11,12 @@ import harness
 MODEL = os.path.join(harness.TINY, "mixtral")
 
 
-def bench(*flags):
+def bench(*flags, env=None):
     return subprocess.run(
         [os.environ["RINGMOE_CLI"], "bench", "--model", MODEL, "--prompt_tokens=8",
          "--bench_repetitions=1", "--threads=2"] + list(flags),
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, **(env or {})))
 
 
 class BenchTest(unittest.TestCase):
@@ -34,6 +35,36 @@ class BenchTest(unittest.TestCase):
         self.assertEqual((len(probes), len(rounds)), (4, 3))
         self.assertEqual(r["bandwidth_bytes_per_s"], sorted(probes)[2])
         self.assertEqual(r["decode_ceiling_ratio"], sorted(rounds)[1])
+
+    def test_kernel_paths(self):
+        # The share of weight bytes each instruction-set path read, as the
+        # dispatch chose it: all scalar when forced, one int8 path per phase
+        # otherwise (AVX-512 for decode only where the CPU has it).
+        out = bench("--gen_tokens=2", "--bench_rounds=1", "--weight_dtype=int8",
+                    env={"RINGMOE_FORCE_SCALAR": "1"})
+        self.assertEqual(out.returncode, 0, out.stderr)
+        paths = json.loads(out.stdout)["kernel_paths"]
+        self.assertEqual(paths, {"prefill_products": {"scalar": 1.0},
+                                 "decode_products": {"scalar": 1.0},
+                                 "attention": "scalar"})
+        out = bench("--gen_tokens=2", "--bench_rounds=1", "--weight_dtype=int8")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        r = json.loads(out.stdout)
+        paths = r["kernel_paths"]
+        for phase in ("prefill_products", "decode_products"):
+            self.assertAlmostEqual(sum(paths[phase].values()), 1.0, msg=phase)
+        if "avx2" not in r["cpu_features"]:
+            self.assertEqual(paths["attention"], "scalar")
+        else:
+            self.assertEqual(paths["attention"], "avx2")
+            # Products of several rows run on AVX2; of one row (decode, and
+            # experts that one prompt token chose) against int8 weights on
+            # AVX-512 where the CPU has it.
+            self.assertGreater(paths["prefill_products"]["avx2"], 0.5)
+            if "avx512_vnni" in r["cpu_features"]:
+                self.assertGreater(paths["decode_products"]["avx512"], 0.1)
+            else:
+                self.assertEqual(paths["decode_products"], {"avx2": 1.0})
 
     def test_bad_rounds_are_refused(self):
         out = bench("--gen_tokens=2", "--bench_rounds=5")

@@ -1,0 +1,105 @@
+// The entry points of the instruction-set units that the dispatching code
+// (ops.cc, probes.cc) chooses between: avx2.cc (built for AVX2, FMA and
+// F16C) and avx512.cc (AVX-512 F/BW/VL/VNNI). Not part of the public API.
+//
+// An instruction-set unit defines every function, type and template of its
+// own inside its namespace (avx2::, avx512::) and instantiates nothing of
+// the standard library: whatever it emits under a name that another
+// translation unit also emits (an inline helper, std::vector<float>::resize)
+// is merged by the linker, which may keep this unit's copy, built for its
+// instruction set, for the whole program. Helpers the units share are
+// compiled into each namespace from isa_unit-inl.h; working memory comes
+// from ThreadScratch (scratch.h). //kernels/cpu:isa_symbols_test reads the
+// units' symbols and fails on any outside their namespace.
+#ifndef RINGMOE_KERNELS_CPU_ISA_H_
+#define RINGMOE_KERNELS_CPU_ISA_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matrix.h"
+#include "kernels/cpu/scratch.h"
+
+namespace ringmoe::kernels {
+
+namespace avx2 {
+
+// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ.
+void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
+                int64_t row_end, float* y);
+
+// One 64-column chunk of an activation row quantized to int8 for int4
+// weights, laid out to match 32 bytes of them: byte i holds columns 2i (low
+// nibble) and 2i + 1 (high), so `even[i]` is column 2i and `odd[i]` column
+// 2i + 1. The int32 lanes of the byte products cover bytes 4k..4k+3: lanes
+// 0-3 the first block of 32 columns, lanes 4-7 the second. `offset` is 8 ×
+// each lane's sum of activations (weights are stored as nibble = q + 8) and
+// `scale` each lane's block scale.
+struct alignas(32) Int8Chunk {
+  int8_t even[32];
+  int8_t odd[32];
+  int32_t offset[8];
+  float scale[8];
+};
+
+// Quantizes n rows of `cols` activations into `chunks` Int8Chunks per row
+// (blocks of 32, scale max|x| / 127, round to nearest even).
+void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
+                             int64_t chunks, Int8Chunk* out);
+// Quantizes n rows of `cols` activations to int16 in blocks of 32 (scale
+// max|x| / 32767, round to nearest even): q[n, blocks * 32] with the
+// padding of the last block zero, scale[n, blocks], blocks = ceil(cols / 32).
+void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
+                              int16_t* q, float* scale);
+
+// Σ a[i] * b[i].
+float Dot(const float* a, const float* b, int64_t n);
+// y[i] += alpha * x[i].
+void Axpy(float alpha, const float* x, int64_t n, float* y);
+
+// AttendOneQueryPartial (ops.h) over a KvBlocks given as its three fields.
+void AttendPartial(const float* q, int64_t num_heads, int64_t num_kv_heads,
+                   int64_t head_dim, const float* const* k_blocks,
+                   const float* const* v_blocks, int64_t block_size,
+                   int64_t first_position, int64_t end_position, float scale,
+                   float* out, float* log_sum_exp);
+// AttendQueryBlock (ops.h) over a KvBlocks given as its three fields.
+void AttendBlock(const float* q, int64_t count, int64_t num_heads,
+                 int64_t num_kv_heads, int64_t head_dim,
+                 const float* const* k_blocks, const float* const* v_blocks,
+                 int64_t block_size, int64_t first_query, int64_t window,
+                 float scale, float* out);
+// y = x * scale * w elementwise (RmsNorm's second pass; y may alias x).
+void ScaleMul(const float* x, float scale, const float* w, int64_t n, float* y);
+// Softmax (ops.h) with the vector exponential.
+void Softmax(float* x, int64_t n);
+// ApplyRotaryHalf (ops.h).
+void RotaryHalf(float* x, int64_t num_heads, int64_t head_dim, const float* cos,
+                const float* sin);
+// out = silu(gate) * up (out may alias either input).
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// Sum of n floats read with 256-bit loads (the bandwidth probe's loop),
+// each line prefetched `prefetch_bytes` ahead with the non-temporal hint
+// (0: none, the hardware prefetchers alone).
+float Sum(const float* data, int64_t n, int64_t prefetch_bytes);
+// `iterations` rounds of 12 independent 8-wide FMA chains: 192 FLOPs each.
+float FmaLoop(int64_t iterations);
+
+}  // namespace avx2
+
+namespace avx512 {
+
+// Rows [row_begin, row_end) of y[w.rows] = x[w.cols] · wᵀ for one
+// activation row against int8 or int4 weights, on the AVX2 path's quantized
+// activations, so their integer dot products are the same; only the order
+// of the float sums differs.
+void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
+               int64_t row_end, float* y);
+
+}  // namespace avx512
+
+}  // namespace ringmoe::kernels
+
+#endif  // RINGMOE_KERNELS_CPU_ISA_H_

@@ -1,0 +1,61 @@
+// Helpers shared by the instruction-set units, compiled into each one's
+// namespace: include this file inside `namespace ringmoe::kernels::<isa> {`
+// after kernels/cpu/isa.h (it includes nothing itself and has no include
+// guard, so each unit gets its own copy; see isa.h for why).
+
+template <typename T>
+constexpr T Min(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+constexpr T Max(T a, T b) {
+  return a < b ? b : a;
+}
+template <typename T>
+constexpr T Clamp(T v, T lo, T hi) {
+  return Min(Max(v, lo), hi);
+}
+
+// ThreadScratch (scratch.h) as `count` elements of T.
+template <typename T>
+T* Scratch(ScratchSlot slot, int64_t count) {
+  return static_cast<T*>(
+      ThreadScratch(slot, count * static_cast<int64_t>(sizeof(T))));
+}
+
+// One activation row against the rows of a weight matrix: when the row
+// (as the kernel reads it: float32, int16 or int8 chunks) is at most
+// StreamActivationBytes(), two thirds of the L1 data cache, it stays in L1
+// while the weight rows stream past one after another (with a 48 KiB L1,
+// streams beat tiles by 10-15% up to 28 KiB of activations). Longer, it
+// would be read again from L2 for every weight row, so the kernels take
+// rows four at a time and prefetch their four streams kLongRowPrefetchLines
+// cache lines ahead.
+inline int64_t StreamActivationBytes() { return L1DataCacheBytes() * 2 / 3; }
+
+// Rows [rb, re) against one activation row of `activation_bytes`: one after
+// another while it fits StreamActivationBytes(), in fours beyond (the last
+// rows one at a time). `tile(r0, std::integral_constant<int, R>())`
+// computes rows r0..r0 + R - 1.
+template <typename TileFn>
+void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
+                    const TileFn& tile) {
+  int64_t r = rb;
+  if (activation_bytes > StreamActivationBytes()) {
+    for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  }
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
+}
+constexpr int kLongRowPrefetchLines = 32;
+
+// The single-stream kernels (and the bandwidth probe) prefetch the line
+// this many bytes ahead of each one they load, with the non-temporal hint
+// (the weights are read once per step). The hardware prefetchers alone
+// kept too few lines in flight: 15-20% below this at 1024x2048 and
+// 14336x4096 bf16 in both of this VM's memory states (4 KiB and 8 KiB
+// were best; 8 KiB ahead in the faster state).
+constexpr int64_t kStreamPrefetchBytes = 8 << 10;
+inline void PrefetchStream(const void* p,
+                           int64_t ahead = kStreamPrefetchBytes) {
+  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
+}

@@ -1,0 +1,35 @@
+// Per-thread working memory for the instruction-set units, which hold no
+// standard-library containers (isa.h explains why).
+#ifndef RINGMOE_KERNELS_CPU_SCRATCH_H_
+#define RINGMOE_KERNELS_CPU_SCRATCH_H_
+
+#include <cstdint>
+
+namespace ringmoe::kernels {
+
+// What a scratch buffer holds. Every use has its own slot, so buffers that
+// one kernel needs at the same time never share one.
+enum class ScratchSlot : int {
+  kActivationsInt8,   // int4 products: activations as Int8Chunk
+  kChunkPairs,        // AVX-512 int4 products: Int8Chunk pairs
+  kActivationsInt16,  // int8 products: activations as int16
+  kActivationScales,  // int8 products: the int16 blocks' scales
+  kWeightPanel,       // prefill products: four weight rows widened to float
+  kAttentionKeys,     // decode attention: key row pointers
+  kAttentionValues,   // decode attention: value row pointers
+  kAttentionScores,   // attention scores
+  kAttentionOutput,   // prefill attention: running outputs
+  kAttentionMax,      // prefill attention: running maxima
+  kAttentionSum,      // prefill attention: running denominators
+  kCount,
+};
+
+// The calling thread's buffer for `slot`: at least `bytes` long, 64-byte
+// aligned, contents unspecified. It stays valid until the same thread asks
+// for the same slot again (a longer request moves it) and is freed when the
+// thread ends.
+void* ThreadScratch(ScratchSlot slot, int64_t bytes);
+
+}  // namespace ringmoe::kernels
+
+#endif  // RINGMOE_KERNELS_CPU_SCRATCH_H_
