@@ -49,6 +49,11 @@ bool& ForceAvx2() {
   return force;
 }
 
+int64_t CacheBytes(int name, int64_t fallback) {
+  const long reported = sysconf(name);
+  return reported > 0 ? static_cast<int64_t>(reported) : fallback;
+}
+
 bool HasAvx2() {
   static const bool has = CpuHasAvx2();
   return has;
@@ -115,10 +120,12 @@ void SetForceScalar(bool force) { ForceScalar() = force; }
 void SetForceAvx2(bool force) { ForceAvx2() = force; }
 
 int64_t L1DataCacheBytes() {
-  static const int64_t bytes = [] {
-    const long reported = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-    return reported > 0 ? static_cast<int64_t>(reported) : int64_t{32} << 10;
-  }();
+  static const int64_t bytes = CacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
+  return bytes;
+}
+
+int64_t L2CacheBytes() {
+  static const int64_t bytes = CacheBytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10);
   return bytes;
 }
 

@@ -18,9 +18,10 @@ bool UseAvx2();
 // products of avx512.cc.
 bool UseAvx512();
 
-// The L1 data cache of one core in bytes, as the C library reports it
-// (32 KiB where it reports nothing).
+// The L1 data cache and the L2 cache of one core in bytes, as the C
+// library reports them (32 KiB and 512 KiB where it reports nothing).
 int64_t L1DataCacheBytes();
+int64_t L2CacheBytes();
 
 // One instruction-set extension the kernels look for, and whether this CPU
 // and its operating system support it.

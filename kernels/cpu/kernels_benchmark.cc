@@ -122,7 +122,7 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
   }
 }
 BENCHMARK(BM_MatMul)->Apply([](auto* b) {
-                      AddMatMulArgs(b, {1, 4, 64});
+                      AddMatMulArgs(b, {1, 4, 64, 512});
                     }) -> UseRealTime() -> MinTime(0.3);
 
 // BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has

@@ -240,11 +240,15 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   // of 8 or the int4 group, activation counts on both sides of the tiles,
   // one activation row longer than fits beside streaming weights in an L1
   // of up to 64 KiB (float32 past 11k columns, int16 and int8 chunks past
-  // 22k).
-  const int64_t shapes[][3] = {
-      {1, 1, 1},     {1, 7, 33},     {2, 13, 45},  {3, 65, 31},   {4, 9, 70},
-      {5, 129, 200}, {7, 37, 95},    {17, 96, 64}, {1, 203, 331}, {64, 45, 103},
-      {100, 21, 77}, {1, 11, 12301}, {1, 6, 24611}};
+  // 22k); products of many rows over several blocks of columns, with last
+  // groups of activation rows of 1-8 and 9-16, and over more weight rows
+  // than one widened block holds.
+  const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},     {2, 13, 45},
+                               {3, 65, 31},   {4, 9, 70},     {5, 129, 200},
+                               {7, 37, 95},   {17, 96, 64},   {1, 203, 331},
+                               {64, 45, 103}, {100, 21, 77},  {1, 11, 12301},
+                               {1, 6, 24611}, {37, 50, 700},  {9, 31, 1030},
+                               {24, 19, 300}, {200, 13, 520}, {6, 1500, 90}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], rows = s[1], cols = s[2];
     for (int32_t group : {32, 64}) {

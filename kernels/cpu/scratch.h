@@ -14,7 +14,8 @@ enum class ScratchSlot : int {
   kChunkPairs,        // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,  // int8 products: activations as int16
   kActivationScales,  // int8 products: the int16 blocks' scales
-  kWeightPanel,       // prefill products: four weight rows widened to float
+  kWeightPanel,       // prefill products: weight rows widened to float
+  kActivationPanel,   // prefill products: activations packed in groups
   kAttentionKeys,     // decode attention: key row pointers
   kAttentionValues,   // decode attention: value row pointers
   kAttentionScores,   // attention scores
