@@ -153,34 +153,6 @@ struct Int8Loader {
   float RowScale(int64_t) const { return 1.f; }
 };
 
-// Rows are padded to whole groups, so a tail load stays inside the row and
-// the padding (nibble 8) widens to zero.
-struct Int4Loader {
-  static constexpr int64_t kPerLine = 128;
-  const uint8_t* p;
-  int64_t row_bytes;
-  const float* scales;
-  int64_t groups;   // per row
-  int group_shift;  // log2(group_size)
-  const void* Address(int64_t r, int64_t k) const {
-    return p + r * row_bytes + k / 2;
-  }
-  __m256 Load(int64_t r, int64_t k) const {
-    uint32_t bits;
-    std::memcpy(&bits, p + r * row_bytes + k / 2, sizeof(bits));
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i q = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(bits)), shifts),
-        _mm256_set1_epi32(0xf));
-    const __m256 s =
-        _mm256_broadcast_ss(scales + r * groups + (k >> group_shift));
-    return _mm256_mul_ps(
-        _mm256_sub_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(8.f)), s);
-  }
-  __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
-  float RowScale(int64_t) const { return 1.f; }
-};
-
 // How many cache lines ahead of the loads the weight rows of a tile against
 // a few activation rows are prefetched (kLongRowPrefetchLines for one
 // activation row; see DirectRows).
@@ -363,11 +335,14 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
   }
 }
 
-template <int G, int N>
-void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
-               int64_t ldx, float* y, int64_t ldy) {
-  int64_t r = rb;
-  if (N == 1) {
+// Rows [rb, re) against n activation rows: one row as Int4Tile's single
+// stream (or tiles of four, see ForEachRowTile); more in tiles of four
+// weight rows, each against the activation rows three at a time, so the
+// weights are read from memory once whatever n is.
+template <int G>
+void Int4RowRange(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
+                  int64_t n, int64_t ldx, float* y, int64_t ldy) {
+  if (n == 1) {
     ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
                    [&](int64_t r0, auto rows) {
                      constexpr int R = decltype(rows)::value;
@@ -376,28 +351,37 @@ void Int4RowsN(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
                    });
     return;
   }
-  for (; r + 4 <= re; r += 4) Int4Tile<G, 4, N>(w, r, x, ldx, y + r, ldy);
-  for (; r < re; ++r) Int4Tile<G, 1, N>(w, r, x, ldx, y + r, ldy);
+  const auto tile = [&](int64_t r, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    for (int64_t j = 0; j < n; j += 3) {
+      const Int8Chunk* xj = x + j * ldx;
+      float* yj = y + j * ldy + r;
+      switch (Min<int64_t>(3, n - j)) {
+        case 1:
+          Int4Tile<G, R, 1>(w, r, xj, ldx, yj, ldy);
+          break;
+        case 2:
+          Int4Tile<G, R, 2>(w, r, xj, ldx, yj, ldy);
+          break;
+        default:
+          Int4Tile<G, R, 3>(w, r, xj, ldx, yj, ldy);
+          break;
+      }
+    }
+  };
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// n <= 3 activation rows against int4 weights, through Int8Chunk.
+// Activation rows against int4 weights, through Int8Chunk.
 template <int G>
 void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
                     int64_t rb, int64_t re, float* y, int64_t ldy) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  switch (n) {
-    case 1:
-      Int4RowsN<G, 1>(w, rb, re, xq, chunks, y, ldy);
-      break;
-    case 2:
-      Int4RowsN<G, 2>(w, rb, re, xq, chunks, y, ldy);
-      break;
-    default:
-      Int4RowsN<G, 3>(w, rb, re, xq, chunks, y, ldy);
-      break;
-  }
+  Int4RowRange<G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 
 // int8 weights against few activation rows: widening every weight to float
@@ -513,11 +497,11 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
   }
 }
 
-template <int G, int N>
-void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
-               const Int16Activations& x, float* y, int64_t ldy) {
-  int64_t r = rb;
-  if (N == 1) {
+// As Int4RowRange, for int8 weights.
+template <int G>
+void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
+                  const Int16Activations& x, int64_t n, float* y, int64_t ldy) {
+  if (n == 1) {
     ForEachRowTile(x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)), rb,
                    re, [&](int64_t r0, auto rows) {
                      constexpr int R = decltype(rows)::value;
@@ -526,11 +510,31 @@ void Int8RowsN(const Int8Rows& w, int64_t rb, int64_t re,
                    });
     return;
   }
-  for (; r + 4 <= re; r += 4) Int8Tile<G, 4, N>(w, r, x, y + r, ldy);
-  for (; r < re; ++r) Int8Tile<G, 1, N>(w, r, x, y + r, ldy);
+  const auto tile = [&](int64_t r, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    for (int64_t j = 0; j < n; j += 3) {
+      const Int16Activations xj{x.q + j * x.blocks * 32, x.scale + j * x.blocks,
+                                x.blocks};
+      float* yj = y + j * ldy + r;
+      switch (Min<int64_t>(3, n - j)) {
+        case 1:
+          Int8Tile<G, R, 1>(w, r, xj, yj, ldy);
+          break;
+        case 2:
+          Int8Tile<G, R, 2>(w, r, xj, yj, ldy);
+          break;
+        default:
+          Int8Tile<G, R, 3>(w, r, xj, yj, ldy);
+          break;
+      }
+    }
+  };
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// n <= 3 activation rows against int8 weights, through QuantizeBlock16.
+// Activation rows against int8 weights, through QuantizeBlock16.
 template <int G>
 void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
                     int64_t rb, int64_t re, float* y, int64_t ldy) {
@@ -541,18 +545,7 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
       Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
   float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
   QuantizeActivationsInt16(x, n, cols, q, scale);
-  const Int16Activations xq{q, scale, blocks};
-  switch (n) {
-    case 1:
-      Int8RowsN<G, 1>(w, rb, re, xq, y, ldy);
-      break;
-    case 2:
-      Int8RowsN<G, 2>(w, rb, re, xq, y, ldy);
-      break;
-    default:
-      Int8RowsN<G, 3>(w, rb, re, xq, y, ldy);
-      break;
-  }
+  Int8RowRange<G>(w, rb, re, Int16Activations{q, scale, blocks}, n, y, ldy);
 }
 
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
@@ -877,16 +870,6 @@ void PackedRows(const L& w, bool is_f32, const float* x, int64_t n,
   }
 }
 
-template <typename L>
-void Rows(const L& w, bool is_f32, const float* x, int64_t n, int64_t cols,
-          int64_t rb, int64_t re, float* y, int64_t ldy) {
-  if (n <= 3) {
-    DirectRows(w, x, n, cols, rb, re, y, ldy);
-  } else {
-    PackedRows(w, is_f32, x, n, cols, rb, re, y, ldy);
-  }
-}
-
 // scores[h * ld + j] = scale · (query head h · keys[j]) for the H query
 // heads at q (head_dim apart) and keys j in [lo, hi): each key row is
 // loaded once for all H heads.
@@ -966,65 +949,72 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
 
 }  // namespace
 
-void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
-                int64_t row_end, float* y) {
+void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
+                      int64_t row_begin, int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   switch (w.type) {
-    case WeightType::kF32: {
-      F32Loader l;
-      l.p = static_cast<const float*>(w.data);
-      l.ld = cols;
-      Rows(l, true, x, n, cols, row_begin, row_end, y, w.rows);
-      break;
-    }
-    case WeightType::kBF16: {
-      Bf16Loader l;
-      l.p = static_cast<const uint16_t*>(w.data);
-      l.ld = cols;
-      Rows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
-      break;
-    }
-    case WeightType::kF16: {
-      F16Loader l;
-      l.p = static_cast<const uint16_t*>(w.data);
-      l.ld = cols;
-      Rows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
-      break;
-    }
+    case WeightType::kF32:
+      return DirectRows(F32Loader{{}, static_cast<const float*>(w.data), cols},
+                        x, n, cols, row_begin, row_end, y, w.rows);
+    case WeightType::kBF16:
+      return DirectRows(
+          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n,
+          cols, row_begin, row_end, y, w.rows);
+    case WeightType::kF16:
+      return DirectRows(
+          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n, cols,
+          row_begin, row_end, y, w.rows);
     case WeightType::kInt8: {
       const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-      const Int8Loader l{static_cast<const int8_t*>(w.data),
-                         groups * w.group_size, w.scales, groups,
-                         __builtin_ctz(static_cast<unsigned>(w.group_size))};
-      if (n > 3) {
-        PackedRows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
-        break;
-      }
-      const Int8Rows rows{l.p, l.row_bytes, l.scales, groups};
+      const Int8Rows rows{static_cast<const int8_t*>(w.data),
+                          groups * w.group_size, w.scales, groups};
       if (w.group_size == 64) {
-        Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
-      } else {
-        Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+        return Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y,
+                                  w.rows);
       }
-      break;
+      return Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y,
+                                w.rows);
     }
     case WeightType::kInt4: {
       const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-      const Int4Loader l{static_cast<const uint8_t*>(w.data),
-                         groups * w.group_size / 2, w.scales, groups,
-                         __builtin_ctz(static_cast<unsigned>(w.group_size))};
-      if (n > 3) {
-        PackedRows(l, false, x, n, cols, row_begin, row_end, y, w.rows);
-        break;
-      }
-      const Int4Rows rows{l.p, l.row_bytes, l.scales, groups};
+      const Int4Rows rows{static_cast<const uint8_t*>(w.data),
+                          groups * w.group_size / 2, w.scales, groups};
       if (w.group_size == 64) {
-        Int4DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
-      } else {
-        Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+        return Int4DirectRows<64>(rows, x, n, cols, row_begin, row_end, y,
+                                  w.rows);
       }
-      break;
+      return Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y,
+                                w.rows);
     }
+  }
+}
+
+void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
+                       int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::kF32:
+      return PackedRows(F32Loader{{}, static_cast<const float*>(w.data), cols},
+                        true, x, n, cols, row_begin, row_end, y, w.rows);
+    case WeightType::kBF16:
+      return PackedRows(
+          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, false, x,
+          n, cols, row_begin, row_end, y, w.rows);
+    case WeightType::kF16:
+      return PackedRows(
+          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, false, x,
+          n, cols, row_begin, row_end, y, w.rows);
+    case WeightType::kInt8: {
+      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+      return PackedRows(
+          Int8Loader{static_cast<const int8_t*>(w.data), groups * w.group_size,
+                     w.scales, groups,
+                     __builtin_ctz(static_cast<unsigned>(w.group_size))},
+          false, x, n, cols, row_begin, row_end, y, w.rows);
+    }
+    case WeightType::kInt4:
+      // Its integer products beat the blocked float ones at every count.
+      return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
   }
 }
 

@@ -25,9 +25,16 @@ namespace ringmoe::kernels {
 
 namespace avx2 {
 
-// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ.
-void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
-                int64_t row_end, float* y);
+// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
+// weight read once from memory and widened in registers (int8 and int4:
+// multiplied as integers against quantized activations, as ops.h's
+// MatMulTransposed describes): for few activation rows.
+void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
+                      int64_t row_begin, int64_t row_end, float* y);
+// The same blocked for the caches, on float32 activations: for many
+// activation rows of f32, bf16, f16 and int8 weights (int4 goes direct).
+void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
+                       int64_t row_begin, int64_t row_end, float* y);
 
 // One 64-column chunk of an activation row quantized to int8 for int4
 // weights, laid out to match 32 bytes of them: byte i holds columns 2i (low

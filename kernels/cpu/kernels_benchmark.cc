@@ -121,9 +121,10 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
     }
   }
 }
-BENCHMARK(BM_MatMul)->Apply([](auto* b) {
-                      AddMatMulArgs(b, {1, 4, 64, 512});
-                    }) -> UseRealTime() -> MinTime(0.3);
+BENCHMARK(BM_MatMul)
+    ->Apply([](auto* b) {
+      AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512});
+    }) -> UseRealTime() -> MinTime(0.3);
 
 // BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has
 // AVX-512, to compare the two in one run.

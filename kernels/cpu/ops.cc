@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -75,7 +76,10 @@ void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
     case KernelPath::kAvx512:
       return avx512::MatMulRow(x, w, row_begin, row_end, y);
     case KernelPath::kAvx2:
-      return avx2::MatMulRows(x, n, w, row_begin, row_end, y);
+      if (n <= DirectProductRows(w.type)) {
+        return avx2::MatMulRowsDirect(x, n, w, row_begin, row_end, y);
+      }
+      return avx2::MatMulRowsBlocked(x, n, w, row_begin, row_end, y);
     case KernelPath::kScalar:
       return MatMulRowsScalar(x, n, w, row_begin, row_end, y);
   }
@@ -93,6 +97,17 @@ const char* KernelPathName(KernelPath path) {
       return "avx512";
   }
   return "?";
+}
+
+int64_t DirectProductRows(WeightType type) {
+  switch (type) {
+    case WeightType::kInt4:
+      return std::numeric_limits<int64_t>::max();
+    case WeightType::kInt8:
+      return 64;
+    default:
+      return 32;
+  }
 }
 
 KernelPath ProductPath(WeightType type, int64_t n) {

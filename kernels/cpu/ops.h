@@ -50,8 +50,18 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, float* scales);
 
+// On the AVX2 path, products of at most this many activation rows read each
+// weight once from memory and widen it in registers (int8 and int4: multiply
+// it as an integer against quantized activations, see MatMulTransposed);
+// products of more rows are blocked for the caches and use float32
+// activations. The counts are where the two measured equal
+// (docs/PERFORMANCE.md): 32 rows for f32, bf16 and f16, 64 for int8; int4's
+// integer products were faster at every count.
+int64_t DirectProductRows(WeightType type);
+
 // y[n, w.rows] = x[n, w.cols] · wᵀ. On the AVX2 path, int8 and int4 products
-// with at most 3 activation rows (decode) first quantize the activations to
+// with at most DirectProductRows(type) activation rows first quantize the
+// activations to
 // L = 32767 (int8 weights) or L = 127 (int4 weights) levels, in blocks of 32
 // columns: scale = max|x| / L (float), q = round-to-nearest-even(
 // x · (L / max|x|)); the integer products are exact, so the result is

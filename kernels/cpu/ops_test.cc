@@ -186,7 +186,8 @@ std::vector<double> ReferenceProduct(const std::vector<T>& x, int64_t n,
   return want;
 }
 
-// The activations as the AVX2 int8 and int4 paths for at most 3 rows see
+// The activations as the AVX2 int8 and int4 paths for at most
+// DirectProductRows rows see
 // them (see MatMulTransposed): block scale times an integer in
 // [-levels, levels].
 std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
@@ -211,11 +212,11 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 }
 
 // The reference the product of x (n rows) with m must match: exact
-// activations, or for int8 and int4 on the AVX2 path with n <= 3 the
-// quantized ones.
+// activations, or for int8 and int4 on the AVX2 path with n <=
+// DirectProductRows the quantized ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
-  if (n <= 3 && UseAvx2()) {
+  if (n <= DirectProductRows(m.w.type) && UseAvx2()) {
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
                               m);
