@@ -74,8 +74,7 @@ inline __m256 Exp(__m256 x) {
 }
 
 // Weight loaders: Load widens 8 weights at (row, k) when k + 8 <= cols;
-// LoadTail the last `count` < 8 of a row, zero-filled. RowScale multiplies a
-// finished dot product (int8's per-row scale; 1 otherwise).
+// LoadTail the last `count` < 8 of a row, zero-filled.
 template <typename Derived>
 struct ScalarTail {
   __m256 LoadTail(int64_t row, int64_t k, int64_t count) const {
@@ -95,7 +94,6 @@ struct F32Loader : ScalarTail<F32Loader> {
     return _mm256_loadu_ps(p + r * ld + k);
   }
   float Scalar(int64_t r, int64_t k) const { return p[r * ld + k]; }
-  float RowScale(int64_t) const { return 1.f; }
 };
 
 struct Bf16Loader : ScalarTail<Bf16Loader> {
@@ -114,7 +112,6 @@ struct Bf16Loader : ScalarTail<Bf16Loader> {
     std::memcpy(&f, &bits, sizeof(f));
     return f;
   }
-  float RowScale(int64_t) const { return 1.f; }
 };
 
 struct F16Loader : ScalarTail<F16Loader> {
@@ -127,7 +124,6 @@ struct F16Loader : ScalarTail<F16Loader> {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * ld + k)));
   }
   float Scalar(int64_t r, int64_t k) const { return _cvtsh_ss(p[r * ld + k]); }
-  float RowScale(int64_t) const { return 1.f; }
 };
 
 // Rows are padded to whole groups, so a tail load stays inside the row and
@@ -150,7 +146,6 @@ struct Int8Loader {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
   }
   __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
-  float RowScale(int64_t) const { return 1.f; }
 };
 
 // How many cache lines ahead of the loads the weight rows of a tile against
@@ -588,8 +583,7 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
     }
   }
   for (int i = 0; i < R; ++i) {
-    const float s = w.RowScale(r0 + i);
-    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]) * s;
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
   }
 }
 
@@ -623,8 +617,7 @@ void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                                acc[1]);
     }
     y[r] = HSum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
-                              _mm256_add_ps(acc[2], acc[3]))) *
-           w.RowScale(r);
+                              _mm256_add_ps(acc[2], acc[3])));
   }
 }
 
