@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, weight_dtype, "auto",
           "--weight_group_size columns).");
 ABSL_FLAG(bool, quantize_attention, false,
           "Also convert the attention projections to --weight_dtype.");
+ABSL_FLAG(bool, quantize_lm_head, false,
+          "Also convert lm_head (and the embedding, where tied to it) to "
+          "--weight_dtype.");
 ABSL_FLAG(int, weight_group_size, 32,
           "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
@@ -84,6 +87,7 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
                      ": expected auto, bf16, f16, f32, int8 or int4"));
   }
   conversion.attention = absl::GetFlag(FLAGS_quantize_attention);
+  conversion.lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
   conversion.group_size = absl::GetFlag(FLAGS_weight_group_size);
   if (conversion.group_size != 32 && conversion.group_size != 64) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -195,6 +195,7 @@ int RunBench() {
       {"model", options->model_dir},
       {"weight_dtype", conversion},
       {"quantize_attention", options->weight_conversion.attention},
+      {"quantize_lm_head", options->weight_conversion.lm_head},
       {"threads", engine.pool()->num_threads()},
       {"cpu", kernels::CpuBrand()},
       {"cpu_features", features},

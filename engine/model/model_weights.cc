@@ -214,11 +214,14 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
     for (MlpWeights& expert : layer.experts) add_mlp(expert);
     if (layer.has_shared_expert) add_mlp(layer.shared_expert);
   }
+  const bool tied = weights->lm_head.data == weights->embed_tokens.data;
+  if (conversion.lm_head) units.push_back({&weights->lm_head});
   std::vector<std::unique_ptr<uint8_t[]>> buffers(units.size());
   ParallelFor(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
     buffers[i] = ConvertTogether(units[i], type, conversion.group_size);
   });
   for (auto& b : buffers) weights->converted.push_back(std::move(b));
+  if (conversion.lm_head && tied) weights->embed_tokens = weights->lm_head;
   return absl::OkStatus();
 }
 

@@ -61,6 +61,9 @@ struct WeightConversion {
   std::optional<kernels::WeightType> mlp_type;
   // Also convert the attention projections (q, k, v, o) to mlp_type.
   bool attention = false;
+  // Also convert lm_head (and the embedding, where tied to it) to mlp_type:
+  // it is read whole for every token, a large share of decode's bytes.
+  bool lm_head = false;
   int32_t group_size = 32;  // int8 and int4: columns per scale, 32 or 64
 };
 

@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <memory>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -41,14 +44,23 @@ std::string EditedModel(
   return dir;
 }
 
-absl::Status Bind(const std::string& dir) {
+// The weights of the checkpoint in `dir` (which must outlive them).
+absl::StatusOr<ModelWeights> BindDir(
+    const std::string& dir,
+    std::unique_ptr<checkpoint::Checkpoint>* checkpoint) {
   auto spec = LoadModelConfig(dir);
   if (!spec.ok()) return spec.status();
   auto ckpt = checkpoint::Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
+  *checkpoint = std::move(*ckpt);
   auto arch = FindArchitecture(spec->architecture);
   if (!arch.ok()) return arch.status();
-  return BindModelWeights(*spec, **arch, **ckpt).status();
+  return BindModelWeights(*spec, **arch, **checkpoint);
+}
+
+absl::Status Bind(const std::string& dir) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  return BindDir(dir, &checkpoint).status();
 }
 
 TEST(ModelWeightsTest, BindsEveryTinyModel) {
@@ -102,6 +114,54 @@ TEST(ModelWeightsTest, WrongDtypeIsNamed) {
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find(router), std::string::npos) << status;
   EXPECT_NE(status.message().find("I16"), std::string::npos) << status;
+}
+
+TEST(ModelWeightsTest, ConvertsLmHeadOnlyWhenAsked) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  for (bool lm_head : {false, true}) {
+    auto weights = BindDir("tests/testdata/moe-tiny/qwen2_moe", &checkpoint);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    const kernels::WeightType stored = weights->lm_head.type;
+    ASSERT_TRUE(ConvertWeights({kernels::WeightType::kInt8, false, lm_head, 32},
+                               nullptr, &*weights)
+                    .ok());
+    EXPECT_EQ(weights->lm_head.type,
+              lm_head ? kernels::WeightType::kInt8 : stored);
+    EXPECT_EQ(weights->lm_head.group_size, lm_head ? 32 : 0);
+    // Untied: the embedding keeps its checkpoint format.
+    EXPECT_EQ(weights->embed_tokens.type, stored);
+    EXPECT_EQ(weights->layers[0].q.type, stored);
+  }
+}
+
+TEST(ModelWeightsTest, TiedEmbeddingFollowsLmHead) {
+  auto dir = EditedModel("tied", [](auto& tensors) {
+    tensors.erase(
+        std::remove_if(tensors.begin(), tensors.end(),
+                       [](auto& t) { return t.name == "lm_head.weight"; }),
+        tensors.end());
+  });
+  std::string config;
+  {
+    std::ifstream in(dir + "/config.json");
+    config.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string untied = "\"tie_word_embeddings\": false";
+  ASSERT_NE(config.find(untied), std::string::npos);
+  config.replace(config.find(untied), untied.size(),
+                 "\"tie_word_embeddings\": true");
+  std::ofstream(dir + "/config.json", std::ios::trunc) << config;
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  auto weights = BindDir(dir, &checkpoint);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ASSERT_EQ(weights->lm_head.data, weights->embed_tokens.data);
+  ASSERT_TRUE(ConvertWeights({kernels::WeightType::kInt4, false, true, 64},
+                             nullptr, &*weights)
+                  .ok());
+  EXPECT_EQ(weights->lm_head.type, kernels::WeightType::kInt4);
+  EXPECT_EQ(weights->embed_tokens.data, weights->lm_head.data);
+  EXPECT_EQ(weights->embed_tokens.scales, weights->lm_head.scales);
+  EXPECT_EQ(weights->embed_tokens.group_size, 64);
 }
 
 }  // namespace

@@ -150,7 +150,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   if (work != nullptr) {
     work->Add({&lm_head, 1});
     work->weight_bytes +=
-        n * kernels::RowBytes(weights_.embed_tokens.type, hidden, 0);
+        n * kernels::RowBytes(weights_.embed_tokens.type, hidden,
+                              weights_.embed_tokens.group_size);
   }
   return absl::OkStatus();
 }

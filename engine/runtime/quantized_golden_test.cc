@@ -33,6 +33,7 @@ struct Conversion {
   std::optional<kernels::WeightType> type;
   bool attention;
   int32_t group;
+  bool lm_head = false;
 };
 
 struct Accuracy {
@@ -49,9 +50,9 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
   auto weights = model::BindModelWeights(*spec, **arch, **ckpt);
   EXPECT_TRUE(weights.ok()) << weights.status();
   ThreadPool pool(3);
-  EXPECT_TRUE(model::ConvertWeights(
-                  {conversion.type, conversion.attention, conversion.group},
-                  &pool, &*weights)
+  EXPECT_TRUE(model::ConvertWeights({conversion.type, conversion.attention,
+                                     conversion.lm_head, conversion.group},
+                                    &pool, &*weights)
                   .ok());
   ModelRunner runner(*spec, *weights, &pool);
   auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
@@ -110,9 +111,11 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
       {"int8-g32", kernels::WeightType::kInt8, false, 32},
       {"int8-g64", kernels::WeightType::kInt8, false, 64},
       {"int8-g32+attn", kernels::WeightType::kInt8, true, 32},
+      {"int8-g32+attn+head", kernels::WeightType::kInt8, true, 32, true},
       {"int4-g32", kernels::WeightType::kInt4, false, 32},
       {"int4-g64", kernels::WeightType::kInt4, false, 64},
       {"int4-g32+attn", kernels::WeightType::kInt4, true, 32},
+      {"int4-g32+attn+head", kernels::WeightType::kInt4, true, 32, true},
   };
   for (const Conversion& c : conversions) {
     const Accuracy a = Measure(dir, c);
