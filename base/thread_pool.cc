@@ -7,6 +7,9 @@ namespace {
 
 // How long an idle worker polls before it sleeps on the condition variable.
 constexpr auto kSpinTime = std::chrono::microseconds(300);
+// How long the calling thread polls for workers still running before it
+// starts yielding its core between polls.
+constexpr auto kFinishSpinTime = std::chrono::microseconds(30);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,8 +60,20 @@ void ThreadPool::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
   }
   wake_.notify_all();
   RunTasks();
-  // Workers may still be inside fn (or about to read fn_): wait for all.
-  while (busy_workers_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Workers may still be inside fn (or about to read fn_): wait for all,
+  // yielding the core after a short spin. A worker that is late has
+  // usually lost its core to another process; spinning on would hold the
+  // core it could otherwise run on, and sleeping costs a wake-up per loop.
+  const auto spin_until = std::chrono::steady_clock::now() + kFinishSpinTime;
+  int polls = 0;
+  while (busy_workers_.load(std::memory_order_acquire) != 0) {
+    if (polls < 64 || std::chrono::steady_clock::now() < spin_until) {
+      ++polls;
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::WorkerLoop() {

@@ -8,6 +8,11 @@
 // decode runs in rounds, each bracketed by bandwidth probes, and its ratio
 // to the ceiling is the median over rounds of each round's rate against the
 // faster of its two probes. Prints one JSON object.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +34,9 @@ ABSL_FLAG(int64_t, gen_tokens, 32, "bench: decode steps after the prompt.");
 ABSL_FLAG(int64_t, batch, 1, "bench: sequences run together.");
 ABSL_FLAG(int, bench_repetitions, 3,
           "bench: prefill repetitions (the median is reported).");
+ABSL_FLAG(int, competing_processes, 0,
+          "bench: processes that keep a core busy for the whole run, each "
+          "spinning on one, as a neighbour on a shared machine would.");
 ABSL_FLAG(int, bench_rounds, 4,
           "bench: decode rounds, each between two bandwidth probes.");
 
@@ -57,6 +65,35 @@ nlohmann::json PathShares(const kernels::ProductWork& work) {
   return shares;
 }
 
+// Child processes that spin until the bench ends (or dies: they ask the
+// kernel for SIGKILL when their parent goes).
+class CompetingProcesses {
+ public:
+  explicit CompetingProcesses(int count) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        volatile uint64_t spins = 0;
+        while (true) spins = spins + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  CompetingProcesses(const CompetingProcesses&) = delete;
+  CompetingProcesses& operator=(const CompetingProcesses&) = delete;
+  ~CompetingProcesses() {
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  int started() const { return static_cast<int>(pids_.size()); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
@@ -82,6 +119,18 @@ int RunBench() {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
                              "--bench_rounds (", rounds,
                              ") exceeds --gen_tokens (", gen, ")")));
+  }
+  const int competing = absl::GetFlag(FLAGS_competing_processes);
+  if (competing < 0) {
+    return Fail("bench", absl::InvalidArgumentError(
+                             "--competing_processes must not be negative"));
+  }
+  // Started before the engine, so that they run through every phase.
+  const CompetingProcesses competitors(competing);
+  if (competitors.started() != competing) {
+    return Fail("bench", absl::InternalError(absl::StrCat(
+                             "started ", competitors.started(), " of ",
+                             competing, " competing processes")));
   }
   if (options->kv_cache_tokens == 0) {
     options->kv_cache_tokens = batch * (prompt + gen + 16);
@@ -197,6 +246,7 @@ int RunBench() {
       {"quantize_attention", options->weight_conversion.attention},
       {"quantize_lm_head", options->weight_conversion.lm_head},
       {"threads", engine.pool()->num_threads()},
+      {"competing_processes", competing},
       {"cpu", kernels::CpuBrand()},
       {"cpu_features", features},
       {"kernel_paths",

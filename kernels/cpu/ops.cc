@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -308,9 +309,64 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
       r += take;
     }
   }
-  pool->ParallelFor(static_cast<int64_t>(slices.size()), [&](int64_t i) {
-    const Slice& s = slices[i];
-    MatMulRows(s.job->x, s.job->n, s.job->w, s.begin, s.end, s.job->y);
+  // A slice's rows are taken in quarters (multiples of 8 rows): by its
+  // first taker from the front, one sequential stream, and by a thread
+  // with no untaken slice left from the back of the slice with the most
+  // rows left. A thread that loses its core to another process mid-slice
+  // then delays the loop by at most a quarter of a slice, not the rest of
+  // it. Each slice's untaken rows are [low 32 bits, high 32 bits) of an
+  // atomic word, so a take is one compare-and-swap.
+  std::vector<std::atomic<uint64_t>> untaken(slices.size());
+  std::vector<int64_t> chunk(slices.size());
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const Slice& sl = slices[i];
+    untaken[i].store(static_cast<uint64_t>(sl.begin) |
+                     static_cast<uint64_t>(sl.end) << 32);
+    chunk[i] = std::max<int64_t>(8, ((sl.end - sl.begin) / 4 + 7) / 8 * 8);
+  }
+  // Takes up to chunk[i] rows of slice i from the front (or the back):
+  // false when none are left.
+  const auto take = [&](size_t i, bool front, int64_t* b, int64_t* e) {
+    uint64_t bounds = untaken[i].load();
+    while (true) {
+      const int64_t lo = static_cast<int64_t>(bounds & 0xffffffffu);
+      const int64_t hi = static_cast<int64_t>(bounds >> 32);
+      if (lo >= hi) return false;
+      const int64_t rows = std::min(chunk[i], hi - lo);
+      const uint64_t next = front ? static_cast<uint64_t>(lo + rows) |
+                                        static_cast<uint64_t>(hi) << 32
+                                  : static_cast<uint64_t>(lo) |
+                                        static_cast<uint64_t>(hi - rows) << 32;
+      if (untaken[i].compare_exchange_weak(bounds, next)) {
+        *b = front ? lo : hi - rows;
+        *e = front ? lo + rows : hi;
+        return true;
+      }
+    }
+  };
+  std::atomic<size_t> next_slice{0};
+  pool->ParallelFor(threads, [&](int64_t) {
+    int64_t b, e;
+    for (size_t i = next_slice.fetch_add(1); i < slices.size();
+         i = next_slice.fetch_add(1)) {
+      const MatMulJob& j = *slices[i].job;
+      while (take(i, true, &b, &e)) MatMulRows(j.x, j.n, j.w, b, e, j.y);
+    }
+    while (true) {
+      size_t most = slices.size();
+      int64_t most_rows = 0;
+      for (size_t i = 0; i < slices.size(); ++i) {
+        const uint64_t bounds = untaken[i].load(std::memory_order_relaxed);
+        const int64_t rows = static_cast<int64_t>(bounds >> 32) -
+                             static_cast<int64_t>(bounds & 0xffffffffu);
+        if (rows > most_rows) most = i, most_rows = rows;
+      }
+      if (most == slices.size()) return;
+      if (take(most, false, &b, &e)) {
+        const MatMulJob& j = *slices[most].job;
+        MatMulRows(j.x, j.n, j.w, b, e, j.y);
+      }
+    }
   });
 }
 

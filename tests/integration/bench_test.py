@@ -66,6 +66,21 @@ class BenchTest(unittest.TestCase):
             else:
                 self.assertEqual(paths["decode_products"], {"avx2": 1.0})
 
+    def test_competing_processes(self):
+        # The neighbours spin for the whole run and are gone after it.
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--competing_processes=2")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["competing_processes"], 2)
+        # Forked children keep the bench's command line.
+        left = subprocess.run(["pgrep", "-f", "--", "--competing_processes=2"],
+                              capture_output=True, text=True)
+        self.assertEqual(left.stdout.strip(), "", "competitors left running")
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--competing_processes=-1")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--competing_processes must not be negative", out.stderr)
+
     def test_bad_rounds_are_refused(self):
         out = bench("--gen_tokens=2", "--bench_rounds=5")
         self.assertEqual(out.returncode, 1)
