@@ -165,7 +165,7 @@ int64_t ConvertedBytes(const kernels::Matrix& m, kernels::WeightType type,
                        int32_t group) {
   return Aligned(kernels::QuantizedDataBytes(type, m.rows, m.cols, group)) +
          Aligned(kernels::QuantizedScaleCount(type, m.rows, m.cols, group) *
-                 static_cast<int64_t>(sizeof(float)));
+                 static_cast<int64_t>(sizeof(uint16_t)));
 }
 
 // Converts `matrices` into one new buffer and points them into it.
@@ -183,7 +183,7 @@ std::unique_ptr<uint8_t[]> ConvertTogether(
     const int64_t data =
         Aligned(kernels::QuantizedDataBytes(type, m->rows, m->cols, group));
     *m = kernels::QuantizeMatrix(*m, type, group, p,
-                                 reinterpret_cast<float*>(p + data));
+                                 reinterpret_cast<uint16_t*>(p + data));
     p += ConvertedBytes(*m, type, group);
   }
   return buffer;

@@ -132,9 +132,9 @@ struct Int8Loader {
   static constexpr int64_t kPerLine = 64;
   const int8_t* p;
   int64_t row_bytes;
-  const float* scales;
-  int64_t groups;   // per row
-  int group_shift;  // log2(group_size)
+  const uint16_t* scales;  // f16
+  int64_t groups;          // per row
+  int group_shift;         // log2(group_size)
   const void* Address(int64_t r, int64_t k) const {
     return p + r * row_bytes + k;
   }
@@ -142,7 +142,7 @@ struct Int8Loader {
     const __m128i b = _mm_loadl_epi64(
         reinterpret_cast<const __m128i*>(p + r * row_bytes + k));
     const __m256 s =
-        _mm256_broadcast_ss(scales + r * groups + (k >> group_shift));
+        _mm256_set1_ps(_cvtsh_ss(scales[r * groups + (k >> group_shift)]));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
   }
   __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
@@ -255,17 +255,16 @@ inline __m256i Int4ChunkDot(__m256i w, const Int8Chunk& x) {
 struct Int4Rows {
   const uint8_t* p;
   int64_t row_bytes;
-  const float* scales;
+  const uint16_t* scales;  // f16
   int64_t groups;  // per row
 };
 
 // Weight scales of chunk c of a row, per lane: group size 64 has one, 32
 // has two (lanes 0-3 and 4-7).
 template <int G>
-inline __m256 Int4ChunkScale(const float* row_scales, int64_t c) {
-  if (G == 64) return _mm256_broadcast_ss(row_scales + c);
-  const __m128 two = _mm_castsi128_ps(
-      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_scales + 2 * c)));
+inline __m256 Int4ChunkScale(const uint16_t* row_scales, int64_t c) {
+  if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
+  const __m128 two = _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
@@ -283,7 +282,7 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const uint8_t* rows[R];
-  const float* scales[R];
+  const uint16_t* scales[R];
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i) * w.row_bytes;
     scales[i] = w.scales + (r0 + i) * w.groups;
@@ -316,7 +315,7 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_zextsi128_si256(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(rows[i] + 32 * full)));
-      const __m256 ws = _mm256_broadcast_ss(scales[i] + w.groups - 1);
+      const __m256 ws = _mm256_set1_ps(_cvtsh_ss(scales[i][w.groups - 1]));
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + full];
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
@@ -390,7 +389,7 @@ void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
 struct Int8Rows {
   const int8_t* p;
   int64_t row_bytes;
-  const float* scales;
+  const uint16_t* scales;  // f16
   int64_t groups;  // per row
 };
 
@@ -460,7 +459,7 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const int8_t* rows[R];
-  const float* scales[R];
+  const uint16_t* scales[R];
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i) * w.row_bytes;
     scales[i] = w.scales + (r0 + i) * w.groups;
@@ -478,7 +477,8 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     for (int j = 0; j < N; ++j)
       xs[j] = _mm256_broadcast_ss(x.scale + j * x.blocks + b);
     for (int i = 0; i < R; ++i) {
-      const __m256 ws = _mm256_broadcast_ss(scales[i] + b / kBlocksPerGroup);
+      const __m256 ws =
+          _mm256_set1_ps(_cvtsh_ss(scales[i][b / kBlocksPerGroup]));
       for (int j = 0; j < N; ++j) {
         const __m256i dot =
             Int8BlockDot(rows[i] + 32 * b, x.q + (j * x.blocks + b) * 32);

@@ -47,12 +47,12 @@ inline void PrefetchRows(const void* p, int64_t stride, int64_t ahead) {
 // scales (the same float product as the AVX2 path's). Two accumulators per
 // row keep FMA latency off the critical path.
 template <int G, int R>
-void Int8Tile(const int8_t* w, int64_t row_bytes, const float* scales,
+void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t groups, const int16_t* q, const float* q_scale,
               int64_t blocks, int64_t r0, float* y) {
   constexpr int kBlocksPerGroup = G / 32;
   const int8_t* row = w + r0 * row_bytes;
-  const float* ws = scales + r0 * groups;
+  const uint16_t* ws = scales + r0 * groups;
   const auto block = [&](int i, int64_t b, __m512 acc) {
     const __m512i dot = _mm512_madd_epi16(
         _mm512_cvtepi8_epi16(_mm256_loadu_si256(
@@ -60,7 +60,9 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const float* scales,
         _mm512_loadu_si512(q + 32 * b));
     return _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(dot),
-        _mm512_set1_ps(ws[i * groups + b / kBlocksPerGroup] * q_scale[b]), acc);
+        _mm512_set1_ps(_cvtsh_ss(ws[i * groups + b / kBlocksPerGroup]) *
+                       q_scale[b]),
+        acc);
   };
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -108,7 +110,7 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
 template <int G, int R>
-void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
+void Int4Tile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t groups, const Int8ChunkPair* x, int64_t r0, float* y) {
   constexpr int kGroupsPerPair = 128 / G;
   const int64_t full = row_bytes / 64;
@@ -123,7 +125,7 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const uint8_t* row = w + r0 * row_bytes;
-  const float* ws = scales + r0 * groups;
+  const uint16_t* ws = scales + r0 * groups;
   // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
   const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales, __m512 acc) {
     const Int8ChunkPair& xp = x[p];
@@ -140,11 +142,10 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
   // Masked loads of every pair's scales ran at three quarters of the speed
   // of these plain ones; only the row's last, partial pair needs one.
   const auto full_pair = [&](int i, int64_t p, __m512 acc) {
-    const float* s = ws + i * groups + kGroupsPerPair * p;
-    const __m128 pair_scales =
-        G == 32 ? _mm_loadu_ps(s)
-                : _mm_castsi128_ps(
-                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
+    const uint16_t* s = ws + i * groups + kGroupsPerPair * p;
+    const __m128 pair_scales = _mm_cvtph_ps(
+        G == 32 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
+                : _mm_cvtsi32_si128(Halves32(s)));
     return pair(p, _mm512_loadu_si512(row + i * row_bytes + 64 * p),
                 _mm512_castps128_ps512(pair_scales), acc);
   };
@@ -167,8 +168,8 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const float* scales,
       acc[i][1] = pair(
           full,
           _mm512_maskz_loadu_epi8(tail_bytes, row + i * row_bytes + 64 * full),
-          _mm512_maskz_loadu_ps(tail_groups,
-                                ws + i * groups + kGroupsPerPair * full),
+          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+              tail_groups, ws + i * groups + kGroupsPerPair * full)),
           acc[i][1]);
     }
   }

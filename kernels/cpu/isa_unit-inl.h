@@ -59,3 +59,11 @@ inline void PrefetchStream(const void* p,
                            int64_t ahead = kStreamPrefetchBytes) {
   __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
 }
+
+// Two consecutive f16 group scales as one 32-bit integer, for
+// _mm_cvtsi32_si128 and a conversion of both.
+inline int32_t Halves32(const uint16_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}

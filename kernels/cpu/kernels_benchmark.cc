@@ -33,7 +33,7 @@ ThreadPool& Pool() {
 // pages would otherwise serve them from one cached page).
 struct WeightCopies {
   std::vector<std::unique_ptr<uint8_t[]>> data;
-  std::vector<std::unique_ptr<float[]>> scales;
+  std::vector<std::unique_ptr<uint16_t[]>> scales;
   std::vector<Matrix> matrices;
 };
 
@@ -53,7 +53,7 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
   WeightCopies out;
   for (int64_t c = 0; c < copies; ++c) {
     out.data.emplace_back(new uint8_t[data_bytes]);
-    out.scales.emplace_back(new float[std::max<int64_t>(1, num_scales)]);
+    out.scales.emplace_back(new uint16_t[std::max<int64_t>(1, num_scales)]);
     if (c == 0) {
       out.matrices.push_back(QuantizeMatrix(
           src, type, kGroup, out.data[0].get(), out.scales[0].get()));
@@ -64,7 +64,7 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
       for (int64_t b = 0; b < data_bytes; b += 4096)
         out.data[c][b] ^= static_cast<uint8_t>(c);
       std::memcpy(out.scales[c].get(), out.scales[0].get(),
-                  num_scales * sizeof(float));
+                  num_scales * sizeof(uint16_t));
       Matrix m = out.matrices[0];
       m.data = out.data[c].get();
       m.scales = out.scales[c].get();

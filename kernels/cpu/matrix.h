@@ -7,7 +7,8 @@
 namespace ringmoe::kernels {
 
 // Quantized types pad each row with zeros to whole groups of `group_size`
-// (32 or 64) columns and carry one float scale per group:
+// (32 or 64) columns and carry one scale per group, an IEEE half (the
+// rounding of which quantization absorbs, see QuantizeMatrix):
 // kInt8: one value per byte, w = q * scale (q in [-127, 127]).
 // kInt4: two values per byte (element 2i in the low nibble of byte i),
 // w = (nibble - 8) * scale.
@@ -21,7 +22,7 @@ struct Matrix {
   WeightType type = WeightType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  const float* scales = nullptr;
+  const uint16_t* scales = nullptr;  // f16 bits
   int32_t group_size = 0;  // int8 and int4 only
 };
 

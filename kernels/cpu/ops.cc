@@ -30,14 +30,14 @@ float WeightAt(const Matrix& w, int64_t r, int64_t c) {
     case WeightType::kInt8: {
       const int64_t groups = GroupsPerRow(w.cols, w.group_size);
       return static_cast<const int8_t*>(w.data)[r * groups * w.group_size + c] *
-             w.scales[r * groups + c / w.group_size];
+             F16ToF32(w.scales[r * groups + c / w.group_size]);
     }
     case WeightType::kInt4: {
       const int64_t groups = GroupsPerRow(w.cols, w.group_size);
       const uint8_t byte = static_cast<const uint8_t*>(
           w.data)[r * groups * w.group_size / 2 + c / 2];
       const int q = ((c & 1) ? byte >> 4 : byte & 0xf) - 8;
-      return q * w.scales[r * groups + c / w.group_size];
+      return q * F16ToF32(w.scales[r * groups + c / w.group_size]);
     }
   }
   return 0.f;
@@ -169,11 +169,23 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
 int64_t MatrixBytes(const Matrix& w) {
   return QuantizedDataBytes(w.type, w.rows, w.cols, w.group_size) +
          QuantizedScaleCount(w.type, w.rows, w.cols, w.group_size) *
-             static_cast<int64_t>(sizeof(float));
+             static_cast<int64_t>(sizeof(uint16_t));
 }
 
+namespace {
+
+// `scale` as an f16 whose magnitude is at most the largest finite one.
+uint16_t SaturatedF16(float scale) {
+  const uint16_t h = F32ToF16(scale);
+  return (h & 0x7fffu) > 0x7bffu && (h & 0x7fffu) <= 0x7c00u
+             ? static_cast<uint16_t>((h & 0x8000u) | 0x7bffu)
+             : h;
+}
+
+}  // namespace
+
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
-                      void* data, float* scales) {
+                      void* data, uint16_t* scales) {
   const bool grouped = type == WeightType::kInt8 || type == WeightType::kInt4;
   Matrix out{data, type, src.rows, src.cols, scales, grouped ? group_size : 0};
   const int64_t cols = src.cols;
@@ -203,10 +215,13 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
           float max_abs = 0.f;
           for (int64_t c = begin; c < end; ++c)
             max_abs = std::max(max_abs, std::abs(row[c]));
-          const float scale = max_abs / 127.f;
-          const float inv = scale > 0 ? 1.f / scale : 0.f;
-          for (int64_t c = begin; c < end; ++c)
-            dst[c] = static_cast<int8_t>(std::lround(row[c] * inv));
+          const uint16_t scale = SaturatedF16(max_abs / 127.f);
+          const float rounded = F16ToF32(scale);
+          const float inv = rounded > 0 ? 1.f / rounded : 0.f;
+          for (int64_t c = begin; c < end; ++c) {
+            dst[c] = static_cast<int8_t>(
+                std::clamp<long>(std::lround(row[c] * inv), -127, 127));
+          }
           scales[r * groups + g] = scale;
         }
         break;
@@ -225,8 +240,9 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
           for (int64_t c = begin; c < end; ++c) {
             if (std::abs(row[c]) > std::abs(extreme)) extreme = row[c];
           }
-          const float scale = extreme / -8.f;
-          const float inv = scale != 0 ? 1.f / scale : 0.f;
+          const uint16_t scale = SaturatedF16(extreme / -8.f);
+          const float rounded = F16ToF32(scale);
+          const float inv = rounded != 0 ? 1.f / rounded : 0.f;
           for (int64_t c = begin; c < end; ++c) {
             const long q =
                 std::clamp<long>(std::lround(row[c] * inv), -8, 7) + 8;

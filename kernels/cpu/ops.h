@@ -44,11 +44,14 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
                             int32_t group_size);
 
 // Converts `src` (any type) to `type`, writing QuantizedDataBytes bytes to
-// `data` and QuantizedScaleCount floats to `scales`; returns the view.
+// `data` and QuantizedScaleCount f16 scales to `scales`; returns the view.
 // int8 scales each group by its largest magnitude / 127; int4 maps each
-// group's largest-magnitude value to -8 (round to nearest in between).
+// group's largest-magnitude value to -8. The scale is rounded to f16 first
+// and the values quantized against the rounded one (round to nearest), so
+// the f16 rounding costs no accuracy. A scale beyond the largest f16
+// (weights over 8.3e6 in magnitude for int8) saturates.
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
-                      void* data, float* scales);
+                      void* data, uint16_t* scales);
 
 // On the AVX2 path, products of at most this many activation rows read each
 // weight once from memory and widen it in registers (int8 and int4: multiply

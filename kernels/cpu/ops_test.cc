@@ -121,7 +121,7 @@ struct TestMatrix {
   std::vector<float> f32;
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
-  std::vector<float> scales;
+  std::vector<uint16_t> scales;  // f16
 };
 
 TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
@@ -161,7 +161,8 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
             const uint8_t b = m.bytes[r * groups * group / 2 + c / 2];
             q = ((c % 2 == 1) ? b >> 4 : b & 15) - 8.0;
           }
-          m.dequantized[r * cols + c] = q * m.scales[r * groups + c / group];
+          m.dequantized[r * cols + c] =
+              q * double(F16ToF32(m.scales[r * groups + c / group]));
         }
       }
       break;
@@ -380,17 +381,39 @@ TEST(QuantizeTest, ErrorWithinHalfAStep) {
     const int64_t groups = (cols + 31) / 32;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const double step = std::abs(m.scales[r * groups + c / 32]);
+        const double step =
+            std::abs(F16ToF32(m.scales[r * groups + c / 32]));
         // int4 maps each group's extreme to -8, so a value of the other sign
         // beyond +7.5 steps clamps to +7 (at most one step away).
         const bool clamped =
             type == WeightType::kInt4 &&
-            m.f32[r * cols + c] / m.scales[r * groups + c / 32] > 7.5;
+            m.f32[r * cols + c] / step * (m.scales[r * groups + c / 32] >> 15
+                                                ? -1
+                                                : 1) >
+                7.5;
         EXPECT_LE(std::abs(m.dequantized[r * cols + c] - m.f32[r * cols + c]),
                   step * (clamped ? 1.0001 : 0.5001))
             << WeightTypeName(type) << " " << r << "," << c;
       }
     }
+  }
+}
+
+// Scales are f16: a group whose scale would pass the largest f16 keeps the
+// largest one (its values saturate) instead of turning into infinities.
+TEST(QuantizeTest, ScalesSaturateAtTheLargestHalf) {
+  const std::vector<float> src = {1e9f, -2.f, 0.f, 3.f};
+  const Matrix m{src.data(), WeightType::kF32, 1, 4, nullptr, 0};
+  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+    std::vector<uint8_t> data(QuantizedDataBytes(type, 1, 4, 32));
+    std::vector<uint16_t> scales(QuantizedScaleCount(type, 1, 4, 32));
+    const Matrix q = QuantizeMatrix(m, type, 32, data.data(), scales.data());
+    EXPECT_EQ(scales[0] & 0x7fff, 0x7bff) << WeightTypeName(type);
+    std::vector<float> row(4);
+    ReadRow(q, 0, row.data());
+    for (float v : row) EXPECT_TRUE(std::isfinite(v)) << WeightTypeName(type);
+    EXPECT_EQ(row[0], type == WeightType::kInt8 ? 127.f * 65504.f
+                                                : 8.f * 65504.f);
   }
 }
 
