@@ -1,5 +1,10 @@
 #include "engine/model/model_weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -249,6 +254,58 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     weights.layers.push_back(std::move(layer));
   }
   return weights;
+}
+
+namespace {
+
+// Maps in the pages of [data, data + bytes): MADV_POPULATE_READ (Linux
+// 5.14) in one call, else a read of one byte per page.
+void PrefaultRange(const void* data, int64_t bytes) {
+  if (data == nullptr || bytes <= 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(data) + bytes;
+#ifdef MADV_POPULATE_READ
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin,
+                MADV_POPULATE_READ) == 0) {
+    return;
+  }
+#endif
+  volatile uint8_t sink = 0;
+  for (uintptr_t p = begin; p < end; p += page) {
+    sink = sink + *reinterpret_cast<const volatile uint8_t*>(
+                      std::max(p, reinterpret_cast<uintptr_t>(data)));
+  }
+}
+
+void PrefaultMatrix(const kernels::Matrix& m) {
+  PrefaultRange(m.data, kernels::QuantizedDataBytes(m.type, m.rows, m.cols,
+                                                    m.group_size));
+  PrefaultRange(m.scales,
+                kernels::QuantizedScaleCount(m.type, m.rows, m.cols,
+                                             m.group_size) *
+                    static_cast<int64_t>(sizeof(uint16_t)));
+}
+
+void PrefaultMlp(const MlpWeights& mlp) {
+  for (const kernels::Matrix* m : {&mlp.gate, &mlp.up, &mlp.down}) {
+    PrefaultMatrix(*m);
+  }
+}
+
+}  // namespace
+
+void PrefaultWeights(const ModelWeights& weights) {
+  PrefaultMatrix(weights.lm_head);
+  for (const LayerWeights& layer : weights.layers) {
+    for (const kernels::Matrix* m :
+         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router}) {
+      PrefaultMatrix(*m);
+    }
+    for (const MlpWeights& expert : layer.experts) PrefaultMlp(expert);
+    if (layer.has_shared_expert) PrefaultMlp(layer.shared_expert);
+    if (!layer.is_moe) PrefaultMlp(layer.dense_mlp);
+  }
 }
 
 }  // namespace ringmoe::model

@@ -78,6 +78,14 @@ absl::StatusOr<ModelWeights> BindModelWeights(
 absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights);
 
+// Maps in now every page of the matrices a step reads whole (all but the
+// embedding table, of which a step reads one row per token), so that no
+// request pays the page faults of weights read straight from the
+// checkpoint's mapping: an expert first routed to hours after start would
+// otherwise fault in megabytes inside a decode step. For weights that stay
+// resident; the memory ring manages streamed ones.
+void PrefaultWeights(const ModelWeights& weights);
+
 }  // namespace ringmoe::model
 
 #endif  // RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_

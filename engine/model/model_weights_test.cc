@@ -2,6 +2,9 @@
 // shape or dtype, is refused with an error naming it.
 #include "engine/model/model_weights.h"
 
+#include <sys/resource.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -162,6 +165,47 @@ TEST(ModelWeightsTest, TiedEmbeddingFollowsLmHead) {
   EXPECT_EQ(weights->embed_tokens.data, weights->lm_head.data);
   EXPECT_EQ(weights->embed_tokens.scales, weights->lm_head.scales);
   EXPECT_EQ(weights->embed_tokens.group_size, 64);
+}
+
+int64_t MinorFaults() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Reads every byte of `m`'s data.
+uint64_t SumBytes(const kernels::Matrix& m) {
+  const auto* p = static_cast<const volatile uint8_t*>(m.data);
+  uint64_t sum = 0;
+  const int64_t bytes = kernels::RowBytes(m.type, m.cols, m.group_size) * m.rows;
+  for (int64_t i = 0; i < bytes; ++i) sum += p[i];
+  return sum;
+}
+
+// After PrefaultWeights, reading the weights straight from a fresh mapping
+// of the checkpoint takes no page faults; without it, it does.
+TEST(ModelWeightsTest, PrefaultMapsInEveryMatrix) {
+  for (const bool prefault : {false, true}) {
+    std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+    auto weights = BindDir("tests/testdata/moe-tiny/mixtral", &checkpoint);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    if (prefault) PrefaultWeights(*weights);
+    const int64_t before = MinorFaults();
+    uint64_t sum = SumBytes(weights->lm_head);
+    for (const LayerWeights& layer : weights->layers) {
+      sum += SumBytes(layer.q) + SumBytes(layer.o) + SumBytes(layer.router);
+      for (const MlpWeights& e : layer.experts) {
+        sum += SumBytes(e.gate) + SumBytes(e.up) + SumBytes(e.down);
+      }
+    }
+    const int64_t faults = MinorFaults() - before;
+    EXPECT_NE(sum, 0u);
+    if (prefault) {
+      EXPECT_EQ(faults, 0) << "prefaulted";
+    } else {
+      EXPECT_GT(faults, 0) << "not prefaulted";
+    }
+  }
 }
 
 }  // namespace

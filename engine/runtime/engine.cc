@@ -40,6 +40,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                               &engine->ring_stats_, &engine->placement_));
   if (options.streaming.memory_budget > 0) {
     std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
+  } else {
+    model::PrefaultWeights(engine->weights_);
   }
   if (options.count_expert_tokens) {
     engine->expert_usage_ = std::make_unique<moe::ExpertUsage>(
