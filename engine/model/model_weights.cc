@@ -281,10 +281,9 @@ void PrefaultRange(const void* data, int64_t bytes) {
 void PrefaultMatrix(const kernels::Matrix& m) {
   PrefaultRange(m.data, kernels::QuantizedDataBytes(m.type, m.rows, m.cols,
                                                     m.group_size));
-  PrefaultRange(m.scales,
-                kernels::QuantizedScaleCount(m.type, m.rows, m.cols,
-                                             m.group_size) *
-                    static_cast<int64_t>(sizeof(uint16_t)));
+  PrefaultRange(m.scales, kernels::QuantizedScaleCount(m.type, m.rows, m.cols,
+                                                       m.group_size) *
+                              static_cast<int64_t>(sizeof(uint16_t)));
 }
 
 void PrefaultMlp(const MlpWeights& mlp) {

@@ -177,7 +177,8 @@ int64_t MinorFaults() {
 uint64_t SumBytes(const kernels::Matrix& m) {
   const auto* p = static_cast<const volatile uint8_t*>(m.data);
   uint64_t sum = 0;
-  const int64_t bytes = kernels::RowBytes(m.type, m.cols, m.group_size) * m.rows;
+  const int64_t bytes =
+      kernels::RowBytes(m.type, m.cols, m.group_size) * m.rows;
   for (int64_t i = 0; i < bytes; ++i) sum += p[i];
   return sum;
 }

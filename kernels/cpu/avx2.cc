@@ -256,7 +256,7 @@ struct Int4Rows {
   const uint8_t* p;
   int64_t row_bytes;
   const uint16_t* scales;  // f16
-  int64_t groups;  // per row
+  int64_t groups;          // per row
 };
 
 // Weight scales of chunk c of a row, per lane: group size 64 has one, 32
@@ -264,7 +264,8 @@ struct Int4Rows {
 template <int G>
 inline __m256 Int4ChunkScale(const uint16_t* row_scales, int64_t c) {
   if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
-  const __m128 two = _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
+  const __m128 two =
+      _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
@@ -390,7 +391,7 @@ struct Int8Rows {
   const int8_t* p;
   int64_t row_bytes;
   const uint16_t* scales;  // f16
-  int64_t groups;  // per row
+  int64_t groups;          // per row
 };
 
 // Activation rows quantized for Int8Tile: `blocks` blocks of 32 per row.

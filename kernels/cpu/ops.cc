@@ -18,31 +18,6 @@ int64_t GroupsPerRow(int64_t cols, int32_t group_size) {
   return (cols + group_size - 1) / group_size;
 }
 
-// Weight (r, c) of `w` as float32, dequantized.
-float WeightAt(const Matrix& w, int64_t r, int64_t c) {
-  switch (w.type) {
-    case WeightType::kF32:
-      return static_cast<const float*>(w.data)[r * w.cols + c];
-    case WeightType::kBF16:
-      return Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
-    case WeightType::kF16:
-      return F16ToF32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
-    case WeightType::kInt8: {
-      const int64_t groups = GroupsPerRow(w.cols, w.group_size);
-      return static_cast<const int8_t*>(w.data)[r * groups * w.group_size + c] *
-             F16ToF32(w.scales[r * groups + c / w.group_size]);
-    }
-    case WeightType::kInt4: {
-      const int64_t groups = GroupsPerRow(w.cols, w.group_size);
-      const uint8_t byte = static_cast<const uint8_t*>(
-          w.data)[r * groups * w.group_size / 2 + c / 2];
-      const int q = ((c & 1) ? byte >> 4 : byte & 0xf) - 8;
-      return q * F16ToF32(w.scales[r * groups + c / w.group_size]);
-    }
-  }
-  return 0.f;
-}
-
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, one
 // weight row at a time, widened to float.
 void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
@@ -270,9 +245,31 @@ void ReadRow(const Matrix& w, int64_t row, float* out) {
       for (int64_t c = 0; c < w.cols; ++c) out[c] = Bf16ToF32(p[c]);
       break;
     }
-    default:
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = WeightAt(w, row, c);
+    case WeightType::kF16: {
+      const auto* p = static_cast<const uint16_t*>(w.data) + base;
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = F16ToF32(p[c]);
       break;
+    }
+    case WeightType::kInt8:
+    case WeightType::kInt4: {
+      // Each group's scale is converted once, not once per weight.
+      const int64_t groups = GroupsPerRow(w.cols, w.group_size);
+      const int64_t row_values = row * groups * w.group_size;
+      const auto* bytes = static_cast<const uint8_t*>(w.data);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float scale = F16ToF32(w.scales[row * groups + g]);
+        const int64_t end = std::min(w.cols, (g + 1) * w.group_size);
+        for (int64_t c = g * w.group_size; c < end; ++c) {
+          const int64_t i = row_values + c;
+          const int q =
+              w.type == WeightType::kInt8
+                  ? static_cast<int8_t>(bytes[i])
+                  : ((i & 1) ? bytes[i / 2] >> 4 : bytes[i / 2] & 15) - 8;
+          out[c] = q * scale;
+        }
+      }
+      break;
+    }
   }
 }
 

@@ -381,16 +381,12 @@ TEST(QuantizeTest, ErrorWithinHalfAStep) {
     const int64_t groups = (cols + 31) / 32;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const double step =
-            std::abs(F16ToF32(m.scales[r * groups + c / 32]));
+        const double scale = F16ToF32(m.scales[r * groups + c / 32]);
+        const double step = std::abs(scale);
         // int4 maps each group's extreme to -8, so a value of the other sign
         // beyond +7.5 steps clamps to +7 (at most one step away).
         const bool clamped =
-            type == WeightType::kInt4 &&
-            m.f32[r * cols + c] / step * (m.scales[r * groups + c / 32] >> 15
-                                                ? -1
-                                                : 1) >
-                7.5;
+            type == WeightType::kInt4 && m.f32[r * cols + c] / scale > 7.5;
         EXPECT_LE(std::abs(m.dequantized[r * cols + c] - m.f32[r * cols + c]),
                   step * (clamped ? 1.0001 : 0.5001))
             << WeightTypeName(type) << " " << r << "," << c;
@@ -412,8 +408,8 @@ TEST(QuantizeTest, ScalesSaturateAtTheLargestHalf) {
     std::vector<float> row(4);
     ReadRow(q, 0, row.data());
     for (float v : row) EXPECT_TRUE(std::isfinite(v)) << WeightTypeName(type);
-    EXPECT_EQ(row[0], type == WeightType::kInt8 ? 127.f * 65504.f
-                                                : 8.f * 65504.f);
+    EXPECT_EQ(row[0],
+              type == WeightType::kInt8 ? 127.f * 65504.f : 8.f * 65504.f);
   }
 }
 

@@ -86,8 +86,7 @@ struct QuantizedCase {
   double min_share;
 };
 
-class MoeAdderQuantizedTest : public ::testing::TestWithParam<QuantizedCase> {
-};
+class MoeAdderQuantizedTest : public ::testing::TestWithParam<QuantizedCase> {};
 
 // The held-out sums, greedy, batched: the share answered right (the sum's
 // digits, then </s>) and the share whose ids agree with the bf16 reference.
