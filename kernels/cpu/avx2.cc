@@ -126,6 +126,50 @@ struct F16Loader : ScalarTail<F16Loader> {
   float Scalar(int64_t r, int64_t k) const { return _cvtsh_ss(p[r * ld + k]); }
 };
 
+// float8 e4m3fn weights: the sign, exponent and mantissa bits moved into
+// an IEEE half make the fp8 value times 2^-8 exactly (subnormals included;
+// NaN codes are not), so F16C widens them and the block scale times 2^8
+// restores the value: the same product as fp8 * scale in float32. A block
+// spans at least 8 columns, so 8 weights at a multiple of 8 share a scale.
+struct Fp8Loader : ScalarTail<Fp8Loader> {
+  static constexpr int64_t kPerLine = 64;
+  const uint8_t* p;
+  int64_t ld;  // cols
+  const float* scales;
+  int64_t scales_per_row;
+  int row_shift;  // log2(block_rows)
+  int col_shift;  // log2(block_cols)
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  float Scale(int64_t r, int64_t k) const {
+    return scales[(r >> row_shift) * scales_per_row + (k >> col_shift)] *
+           256.f;
+  }
+  __m256 Load(int64_t r, int64_t k) const {
+    const __m128i b = _mm_cvtepu8_epi16(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * ld + k)));
+    const __m128i h = _mm_or_si128(
+        _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(0x3f80)),
+        _mm_and_si128(_mm_slli_epi16(b, 8),
+                      _mm_set1_epi16(static_cast<int16_t>(0x8000))));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(Scale(r, k)));
+  }
+  float Scalar(int64_t r, int64_t k) const {
+    const uint16_t b = p[r * ld + k];
+    const auto h = static_cast<uint16_t>(((b & 0x7f) << 7) | ((b & 0x80) << 8));
+    return _cvtsh_ss(h) * Scale(r, k);
+  }
+};
+
+Fp8Loader MakeFp8Loader(const Matrix& w) {
+  return {{},
+          static_cast<const uint8_t*>(w.data),
+          w.cols,
+          w.block_scales,
+          (w.cols + w.block_cols - 1) / w.block_cols,
+          __builtin_ctz(static_cast<unsigned>(w.block_rows)),
+          __builtin_ctz(static_cast<unsigned>(w.block_cols))};
+}
+
 // Rows are padded to whole groups, so a tail load stays inside the row and
 // the padding (zero bytes) widens to zero.
 struct Int8Loader {
@@ -980,6 +1024,9 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
       return Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y,
                                 w.rows);
     }
+    case WeightType::kFp8E4M3:
+      return DirectRows(MakeFp8Loader(w), x, n, cols, row_begin, row_end, y,
+                        w.rows);
   }
 }
 
@@ -1009,6 +1056,9 @@ void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
     case WeightType::kInt4:
       // Its integer products beat the blocked float ones at every count.
       return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
+    case WeightType::kFp8E4M3:
+      return PackedRows(MakeFp8Loader(w), false, x, n, cols, row_begin, row_end,
+                        y, w.rows);
   }
 }
 

@@ -52,6 +52,27 @@ inline float F16ToF32(uint16_t h) {
   return f;
 }
 
+// float8 e4m3fn (see matrix.h) to float32, exact; 0x7f and 0xff are NaN.
+inline float Fp8E4M3ToF32(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t exponent = (v >> 3) & 0xfu;
+  const uint32_t mantissa = v & 0x7u;
+  uint32_t bits;
+  if ((v & 0x7fu) == 0x7fu) {
+    bits = sign | 0x7fc00000u;
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 120) << 23) | (mantissa << 20);
+  } else {
+    // Subnormal: mantissa * 2^-9, exact in float32.
+    const float f = static_cast<float>(mantissa) * (1.f / 512.f);
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // float32 to IEEE half, round to nearest even, overflow to infinity.
 uint16_t F32ToF16(float f);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -17,6 +18,8 @@ namespace {
 int64_t GroupsPerRow(int64_t cols, int32_t group_size) {
   return (cols + group_size - 1) / group_size;
 }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, one
 // weight row at a time, widened to float.
@@ -110,6 +113,8 @@ const char* WeightTypeName(WeightType type) {
       return "int8";
     case WeightType::kInt4:
       return "int4";
+    case WeightType::kFp8E4M3:
+      return "fp8_e4m3";
   }
   return "?";
 }
@@ -125,6 +130,8 @@ int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size) {
       return GroupsPerRow(cols, group_size) * group_size;
     case WeightType::kInt4:
       return GroupsPerRow(cols, group_size) * group_size / 2;
+    case WeightType::kFp8E4M3:
+      return cols;
   }
   return 0;
 }
@@ -141,10 +148,16 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
   return 0;
 }
 
+int64_t BlockScaleCount(const Matrix& w) {
+  if (w.type != WeightType::kFp8E4M3) return 0;
+  return CeilDiv(w.rows, w.block_rows) * CeilDiv(w.cols, w.block_cols);
+}
+
 int64_t MatrixBytes(const Matrix& w) {
   return QuantizedDataBytes(w.type, w.rows, w.cols, w.group_size) +
          QuantizedScaleCount(w.type, w.rows, w.cols, w.group_size) *
-             static_cast<int64_t>(sizeof(uint16_t));
+             static_cast<int64_t>(sizeof(uint16_t)) +
+         BlockScaleCount(w) * static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
@@ -229,6 +242,9 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
         }
         break;
       }
+      case WeightType::kFp8E4M3:
+        // Not a conversion target (documented in ops.h).
+        std::abort();
     }
   }
   return out;
@@ -267,6 +283,15 @@ void ReadRow(const Matrix& w, int64_t row, float* out) {
                   : ((i & 1) ? bytes[i / 2] >> 4 : bytes[i / 2] & 15) - 8;
           out[c] = q * scale;
         }
+      }
+      break;
+    }
+    case WeightType::kFp8E4M3: {
+      const auto* bytes = static_cast<const uint8_t*>(w.data) + base;
+      const float* scales =
+          w.block_scales + row / w.block_rows * CeilDiv(w.cols, w.block_cols);
+      for (int64_t c = 0; c < w.cols; ++c) {
+        out[c] = Fp8E4M3ToF32(bytes[c]) * scales[c / w.block_cols];
       }
       break;
     }

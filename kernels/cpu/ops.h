@@ -16,7 +16,7 @@
 
 namespace ringmoe::kernels {
 
-// "f32", "bf16", "f16", "int8" or "int4".
+// "f32", "bf16", "f16", "int8", "int4" or "fp8_e4m3".
 const char* WeightTypeName(WeightType type);
 
 // The instruction-set path a kernel takes.
@@ -36,6 +36,8 @@ KernelPath VectorPath();
 // (data plus scales): what a product reads from memory.
 int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size);
 int64_t MatrixBytes(const Matrix& w);
+// Block scales of a kFp8E4M3 matrix (0 for every other type).
+int64_t BlockScaleCount(const Matrix& w);
 
 // Bytes of the data and of the scales that QuantizeMatrix writes.
 int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
@@ -43,7 +45,7 @@ int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
 int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
                             int32_t group_size);
 
-// Converts `src` (any type) to `type`, writing QuantizedDataBytes bytes to
+// Converts `src` (any type) to `type` (any but kFp8E4M3), writing QuantizedDataBytes bytes to
 // `data` and QuantizedScaleCount f16 scales to `scales`; returns the view.
 // int8 scales each group by its largest magnitude / 127; int4 maps each
 // group's largest-magnitude value to -8. The scale is rounded to f16 first

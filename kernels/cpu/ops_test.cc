@@ -70,6 +70,24 @@ TEST(NumericTest, F16RoundsToNearestEven) {
   }
 }
 
+TEST(NumericTest, Fp8E4M3DecodesEveryCode) {
+  EXPECT_EQ(Fp8E4M3ToF32(0x00), 0.f);
+  EXPECT_TRUE(std::signbit(Fp8E4M3ToF32(0x80)));
+  EXPECT_EQ(Fp8E4M3ToF32(0x01), std::ldexp(1.f, -9));  // smallest subnormal
+  EXPECT_EQ(Fp8E4M3ToF32(0x07), 7 * std::ldexp(1.f, -9));
+  EXPECT_EQ(Fp8E4M3ToF32(0x08), std::ldexp(1.f, -6));  // smallest normal
+  EXPECT_EQ(Fp8E4M3ToF32(0x38), 1.f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x7e), 448.f);
+  EXPECT_EQ(Fp8E4M3ToF32(0xfe), -448.f);
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(0x7f)));
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(0xff)));
+  // Increasing over the positive codes.
+  for (int c = 1; c < 0x7f; ++c) {
+    EXPECT_LT(Fp8E4M3ToF32(c - 1), Fp8E4M3ToF32(c)) << c;
+    EXPECT_EQ(Fp8E4M3ToF32(c | 0x80), -Fp8E4M3ToF32(c)) << c;
+  }
+}
+
 TEST(NumericTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(F32ToBf16(1.0f), 0x3f80);
   EXPECT_EQ(Bf16ToF32(0x3f80), 1.0f);
@@ -91,7 +109,8 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
   const KernelPath best = ProductPath(WeightType::kInt8, 1);
   EXPECT_EQ(VectorPath(),
             best == KernelPath::kAvx512 ? KernelPath::kAvx2 : best);
-  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
+                       WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
   }
   for (WeightType t : {WeightType::kInt8, WeightType::kInt4}) {
@@ -122,6 +141,7 @@ struct TestMatrix {
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
   std::vector<uint16_t> scales;  // f16
+  std::vector<float> block_scales;
 };
 
 TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
@@ -165,6 +185,38 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
               q * double(F16ToF32(m.scales[r * groups + c / group]));
         }
       }
+      break;
+    }
+    case WeightType::kFp8E4M3: {
+      // Random codes (NaN ones excluded) and block scales that differ by
+      // up to 2^4 between neighbours; `group` picks the block shape:
+      // 32 x 32 (DeepSeek-V3's 128 x 128 scaled down) or 16 rows x 64.
+      m.w = {nullptr, type, rows, cols};
+      m.w.block_rows = group == 32 ? 32 : 16;
+      m.w.block_cols = group;
+      const int64_t scale_cols = (cols + m.w.block_cols - 1) / m.w.block_cols;
+      m.block_scales.resize((rows + m.w.block_rows - 1) / m.w.block_rows *
+                            scale_cols);
+      std::uniform_int_distribution<int> exponent(-14, -10), code(0, 254);
+      for (float& b : m.block_scales) {
+        b = std::ldexp(1.f + code(rng) / 256.f, exponent(rng));
+      }
+      m.bytes.resize(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        int c = code(rng);
+        if ((c & 0x7f) == 0x7f) c = 0;
+        m.bytes[i] = static_cast<uint8_t>(c);
+        // Decoded from the bit fields, independently of numeric.h.
+        const int e = (c >> 3) & 15, mant = c & 7;
+        const double v = e == 0 ? std::ldexp(mant, -9)
+                                : std::ldexp(1.0 + mant / 8.0, e - 7);
+        m.dequantized[i] =
+            (c & 0x80 ? -v : v) *
+            m.block_scales[(i / cols) / m.w.block_rows * scale_cols +
+                           (i % cols) / m.w.block_cols];
+      }
+      m.w.data = m.bytes.data();
+      m.w.block_scales = m.block_scales.data();
       break;
     }
   }
@@ -254,7 +306,8 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   for (const auto& s : shapes) {
     const int64_t n = s[0], rows = s[1], cols = s[2];
     for (int32_t group : {32, 64}) {
-      if (group == 64 && type != WeightType::kInt8 && type != WeightType::kInt4)
+      if (group == 64 && type != WeightType::kInt8 &&
+          type != WeightType::kInt4 && type != WeightType::kFp8E4M3)
         continue;
       const TestMatrix m = MakeMatrix(rng, type, rows, cols, group);
       auto x = RandomVector(rng, n * cols);
@@ -303,7 +356,8 @@ INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatMulTest,
     ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,
                                          WeightType::kF16, WeightType::kInt8,
-                                         WeightType::kInt4),
+                                         WeightType::kInt4,
+                                         WeightType::kFp8E4M3),
                        ::testing::Bool()),
     [](const auto& info) {
       return std::string(WeightTypeName(std::get<0>(info.param))) +
