@@ -11,8 +11,8 @@ namespace {
 
 const std::vector<const Architecture*>& Registry() {
   static const auto* registry = new std::vector<const Architecture*>{
-      &internal::Mixtral(), &internal::Qwen2Moe(), &internal::Qwen3Moe(),
-      &internal::Olmoe()};
+      &internal::Mixtral(), &internal::Qwen2Moe(),   &internal::Qwen3Moe(),
+      &internal::Olmoe(),   &internal::DeepseekV2(), &internal::DeepseekV3()};
   return *registry;
 }
 
@@ -29,6 +29,10 @@ MlpTensorNames Architecture::ExpertTensors(int layer, int expert) const {
 MlpTensorNames Architecture::SharedExpertTensors(int layer) const { return {}; }
 
 std::string Architecture::SharedExpertGateTensor(int layer) const { return ""; }
+
+std::string Architecture::ExpertScoreBiasTensor(int layer) const { return ""; }
+
+MlaTensorNames Architecture::MlaTensors(int layer) const { return {}; }
 
 MlpTensorNames Architecture::DenseMlpTensors(int layer) const {
   return GateUpDownTensors(layer, "mlp.");
@@ -118,7 +122,7 @@ absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
                                ModelSpec* spec) {
   ASSIGN_OR_RETURN(std::optional<bool> norm,
                    OptionalBool(config, "norm_topk_prob"));
-  spec->norm_topk_prob = norm.value_or(default_value);
+  spec->routing.renormalize = norm.value_or(default_value);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,6 @@
 // Architecture: what differs between MoE model families — config keys,
 // tensor names and flags. One small file per architecture (mixtral.cc,
-// qwen2_moe.cc, qwen3_moe.cc, olmoe.cc) implements it.
+// qwen2_moe.cc, qwen3_moe.cc, olmoe.cc, deepseek.cc) implements it.
 #ifndef RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
 #define RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
 
@@ -21,6 +21,20 @@ struct MlpTensorNames {
   std::string gate;
   std::string up;
   std::string down;
+};
+
+// The tensors of one multi-head latent attention block. q_proj is used
+// when the spec has no q_lora_rank, q_a_proj / q_a_norm / q_b_proj when it
+// has one.
+struct MlaTensorNames {
+  std::string q_proj;
+  std::string q_a_proj;
+  std::string q_a_norm;
+  std::string q_b_proj;
+  std::string kv_a_proj;  // [kv_lora_rank + qk_rope_head_dim, hidden]
+  std::string kv_a_norm;
+  std::string kv_b_proj;  // [heads * (qk_nope_head_dim + v_head_dim), kv_lora]
+  std::string o_proj;
 };
 
 class Architecture {
@@ -44,6 +58,10 @@ class Architecture {
   virtual MlpTensorNames SharedExpertTensors(int layer) const;
   virtual std::string SharedExpertGateTensor(int layer) const;
   virtual MlpTensorNames DenseMlpTensors(int layer) const;
+  // The router's selection-only bias (spec.routing.selection_bias).
+  virtual std::string ExpertScoreBiasTensor(int layer) const;
+  // Architectures with spec.mla.
+  virtual MlaTensorNames MlaTensors(int layer) const;
 };
 
 // The architecture registered under `name`, or NOT_FOUND listing the

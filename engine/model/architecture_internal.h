@@ -12,6 +12,8 @@ const Architecture& Mixtral();
 const Architecture& Qwen2Moe();
 const Architecture& Qwen3Moe();
 const Architecture& Olmoe();
+const Architecture& DeepseekV2();
+const Architecture& DeepseekV3();
 
 // Reads the expert count, top-k and the expert intermediate size from the
 // keys this architecture uses for them.

@@ -79,6 +79,43 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
   return rope;
 }
 
+bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// quantization_config: the block-scaled fp8 layout DeepSeek-V3 ships
+// (quant_method fp8, fmt e4m3, weight_block_size [rows, cols]).
+absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
+  auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return absl::OkStatus();
+  const nlohmann::json& q = *it;
+  if (!q.is_object()) {
+    return absl::InvalidArgumentError(
+        "field 'quantization_config' must be an object");
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> method,
+                   OptionalString(q, "quant_method"));
+  if (method != "fp8") {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_config.quant_method '", method.value_or(""),
+                     "' is not supported (supported: fp8)"));
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> fmt, OptionalString(q, "fmt"));
+  if (fmt.value_or("e4m3") != "e4m3") {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_config.fmt '", *fmt,
+                     "' is not supported (supported: e4m3)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> block,
+                   IntOrIntList(q, "weight_block_size"));
+  if (block.size() != 2 || !IsPowerOfTwo(block[0]) || !IsPowerOfTwo(block[1]) ||
+      block[1] < 8) {
+    return absl::InvalidArgumentError(
+        "quantization_config.weight_block_size must be [rows, cols], powers "
+        "of two with cols >= 8 (DeepSeek-V3: [128, 128])");
+  }
+  spec->fp8 = {block[0], block[1]};
+  return absl::OkStatus();
+}
+
 absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
   ASSIGN_OR_RETURN(spec->vocab_size, RequiredInt(config, "vocab_size"));
   ASSIGN_OR_RETURN(spec->hidden_size, RequiredInt(config, "hidden_size"));
@@ -178,6 +215,7 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
       FindArchitecture(spec.architecture);
   if (!arch.ok()) return WithSource(arch.status(), source);
   absl::Status status = ParseCommon(config, &spec);
+  if (status.ok()) status = ParseQuantization(config, &spec);
   if (status.ok()) status = (*arch)->ParseConfig(config, &spec);
   if (status.ok()) status = CheckMoeFields(spec);
   if (!status.ok()) return WithSource(status, source);

@@ -30,7 +30,7 @@ TEST(ConfigTest, MixtralRenormalisesEveryLayerSparse) {
   EXPECT_EQ(spec->num_experts, 8);
   EXPECT_EQ(spec->experts_per_token, 2);
   EXPECT_EQ(spec->expert_intermediate_size, 96);
-  EXPECT_TRUE(spec->norm_topk_prob);
+  EXPECT_TRUE(spec->routing.renormalize);
   EXPECT_EQ(spec->qk_norm, QkNorm::kNone);
   EXPECT_EQ(spec->layer_is_moe, std::vector<bool>({true, true}));
   EXPECT_DOUBLE_EQ(spec->rms_norm_eps, 1e-6);
@@ -41,7 +41,7 @@ TEST(ConfigTest, Qwen2MoeUsesMoeIntermediateAndSharedExpert) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->expert_intermediate_size, 96);  // not intermediate_size 192
   EXPECT_EQ(spec->shared_expert_intermediate_size, 128);
-  EXPECT_FALSE(spec->norm_topk_prob);
+  EXPECT_FALSE(spec->routing.renormalize);
   EXPECT_TRUE(spec->qkv_bias);
   EXPECT_FALSE(spec->o_proj_bias);
 }
@@ -50,11 +50,11 @@ TEST(ConfigTest, Qwen3AndOlmoeQkNorms) {
   auto qwen3 = LoadModelConfig(std::string(kTiny) + "qwen3_moe");
   ASSERT_TRUE(qwen3.ok()) << qwen3.status();
   EXPECT_EQ(qwen3->qk_norm, QkNorm::kPerHead);
-  EXPECT_TRUE(qwen3->norm_topk_prob);
+  EXPECT_TRUE(qwen3->routing.renormalize);
   auto olmoe = LoadModelConfig(std::string(kTiny) + "olmoe");
   ASSERT_TRUE(olmoe.ok()) << olmoe.status();
   EXPECT_EQ(olmoe->qk_norm, QkNorm::kWholeProjection);
-  EXPECT_FALSE(olmoe->norm_topk_prob);
+  EXPECT_FALSE(olmoe->routing.renormalize);
 }
 
 TEST(ConfigTest, SparseStepAndMlpOnlyLayers) {

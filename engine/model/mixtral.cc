@@ -16,7 +16,7 @@ class MixtralArchitecture : public Architecture {
                            ModelSpec* spec) const override {
     RETURN_IF_ERROR(
         ParseExperts(config, "num_local_experts", "intermediate_size", spec));
-    spec->norm_topk_prob = true;
+    spec->routing.renormalize = true;
     ASSIGN_OR_RETURN(std::optional<int64_t> window,
                      OptionalInt(config, "sliding_window"));
     spec->sliding_window = window.value_or(0);

@@ -37,6 +37,55 @@ struct RopeScaling {
   double high_freq_factor = 4.0;
 };
 
+// How a MoE layer turns its router logits into experts and weights
+// (moe::Router implements it).
+enum class RouterScoring {
+  kSoftmax,  // probabilities: softmax over all experts
+  kSigmoid,  // independent scores: sigmoid of each logit (DeepSeek-V3)
+};
+// How a group of experts is scored when selection is group-limited.
+enum class GroupScoring {
+  kMax,        // its best score (DeepSeek-V2 group_limited_greedy)
+  kTopTwoSum,  // the sum of its two best scores (DeepSeek-V3 noaux_tc)
+};
+struct RoutingSpec {
+  RouterScoring scoring = RouterScoring::kSoftmax;
+  // Experts come in num_groups contiguous groups; only the topk_groups best
+  // groups are eligible. 1 / 1: plain top-k.
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
+  GroupScoring group_scoring = GroupScoring::kMax;
+  // Divide the k weights by their sum (Hugging Face's norm_topk_prob).
+  bool renormalize = true;
+  // Multiplies the final weights (DeepSeek's routed_scaling_factor).
+  double scaling_factor = 1.0;
+  // A per-expert bias (LayerWeights::expert_score_bias) is added to the
+  // scores for selection only; the weights use the unbiased scores.
+  bool selection_bias = false;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are
+// up-projected from a per-token latent of kv_lora_rank values, which is what
+// the KV cache holds, beside one rotary key of qk_rope_head_dim shared by
+// all heads.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;  // 0: a plain q_proj, no query compression
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // A cached row: the normalised latent, then the rotated shared key.
+  int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// The block-scaled float8 layout of a checkpoint (quantization_config with
+// quant_method fp8): F8_E4M3 weights beside F32 `<name>_scale_inv`.
+struct Fp8BlockSpec {
+  int64_t block_rows = 0;  // 0: the checkpoint has no fp8 weights
+  int64_t block_cols = 0;
+};
+
 struct ModelSpec {
   std::string architecture;  // architectures[0], e.g. "MixtralForCausalLM"
   int64_t vocab_size = 0;
@@ -55,13 +104,22 @@ struct ModelSpec {
   double clip_qkv = 0.0;       // > 0: clamp q, k, v to [-clip, clip] (OLMoE)
   int64_t sliding_window = 0;  // > 0: attend to the last N positions only
   QkNorm qk_norm = QkNorm::kNone;
+  // Rotary pairs: dimensions (2i, 2i+1) (DeepSeek) instead of (i, i + d/2).
+  bool rope_interleaved = false;
+  // Set (kv_lora_rank > 0) for multi-head latent attention, which replaces
+  // the q/k/v projections, head_dim and num_kv_heads.
+  std::optional<MlaSpec> mla;
+  Fp8BlockSpec fp8;
 
   // Mixture of experts.
   int64_t num_experts = 0;
   int64_t experts_per_token = 0;
   int64_t expert_intermediate_size = 0;
-  bool norm_topk_prob = true;  // renormalise the top-k router weights
+  RoutingSpec routing;
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+  // The shared expert's output is scaled by sigmoid(shared_expert_gate · x)
+  // (Qwen2-MoE); otherwise added as it is (DeepSeek).
+  bool shared_expert_gated = false;
   // Per layer: true for a sparse MoE block, false for a dense MLP of
   // dense_intermediate_size (decoder_sparse_step, mlp_only_layers).
   std::vector<bool> layer_is_moe;
@@ -72,6 +130,14 @@ struct ModelSpec {
 
   int64_t q_width() const { return num_heads * head_dim; }
   int64_t kv_width() const { return num_kv_heads * head_dim; }
+  // Floats per position and layer the KV cache holds for keys and for
+  // values (MLA: the latent row, which serves as both; no value row).
+  int64_t cache_key_width() const {
+    return mla ? mla->cache_width() : kv_width();
+  }
+  int64_t cache_value_width() const { return mla ? 0 : kv_width(); }
+  // Dimensions the rotary embedding rotates per head.
+  int64_t rotary_dim() const { return mla ? mla->qk_rope_head_dim : head_dim; }
 };
 
 }  // namespace ringmoe::model

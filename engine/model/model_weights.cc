@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +20,13 @@ using checkpoint::TensorView;
 
 class Binder {
  public:
-  explicit Binder(const checkpoint::Checkpoint& ckpt) : ckpt_(ckpt) {}
+  Binder(const checkpoint::Checkpoint& ckpt, const Fp8BlockSpec& fp8)
+      : ckpt_(ckpt), fp8_(fp8) {}
 
   absl::StatusOr<kernels::Matrix> Matrix(const std::string& name, int64_t rows,
                                          int64_t cols) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {rows, cols}));
+    if (t->dtype == DType::kF8E4M3) return Fp8Matrix(*t, rows, cols);
     ASSIGN_OR_RETURN(kernels::WeightType type, WeightTypeOf(*t));
     return kernels::Matrix{t->data, type, rows, cols};
   }
@@ -57,6 +60,37 @@ class Binder {
   }
 
  private:
+  // An F8_E4M3 weight and its block scales, kept as stored.
+  absl::StatusOr<kernels::Matrix> Fp8Matrix(const TensorView& t, int64_t rows,
+                                            int64_t cols) {
+    if (fp8_.block_rows == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": tensor '", t.name,
+          "' is F8_E4M3 but config.json has no quantization_config with "
+          "quant_method fp8 and its weight_block_size"));
+    }
+    const std::string scale_name = absl::StrCat(t.name, "_scale_inv");
+    const int64_t scale_rows = (rows + fp8_.block_rows - 1) / fp8_.block_rows;
+    const int64_t scale_cols = (cols + fp8_.block_cols - 1) / fp8_.block_cols;
+    if (ckpt_.Find(scale_name) == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": F8_E4M3 tensor '", t.name,
+          "' has no block scales: missing tensor '", scale_name, "'"));
+    }
+    ASSIGN_OR_RETURN(const TensorView* scales,
+                     Tensor(scale_name, {scale_rows, scale_cols}));
+    if (scales->dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": tensor '", scale_name, "' has dtype ",
+          checkpoint::DTypeName(scales->dtype), ", expected F32"));
+    }
+    kernels::Matrix m{t.data, kernels::WeightType::kFp8E4M3, rows, cols};
+    m.block_scales = AlignedFloats(*scales);
+    m.block_rows = static_cast<int32_t>(fp8_.block_rows);
+    m.block_cols = static_cast<int32_t>(fp8_.block_cols);
+    return m;
+  }
+
   absl::StatusOr<const TensorView*> Tensor(const std::string& name,
                                            const std::vector<int64_t>& shape) {
     const TensorView* t = ckpt_.Find(name);
@@ -88,19 +122,30 @@ class Binder {
     }
   }
 
+  // The tensor's floats in place, or a copy where the file puts them at an
+  // offset that is not a multiple of 4 (safetensors does not align them).
+  const float* AlignedFloats(const TensorView& t) {
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
+      return reinterpret_cast<const float*>(t.data);
+    }
+    auto copy = std::make_unique<uint8_t[]>(t.num_bytes);
+    std::memcpy(copy.get(), t.data, t.num_bytes);
+    owned_.push_back(std::move(copy));
+    return reinterpret_cast<const float*>(owned_.back().get());
+  }
+
   const checkpoint::Checkpoint& ckpt_;
+  Fp8BlockSpec fp8_;
+
+ public:
+  // Buffers the bound matrices point into (ModelWeights::converted).
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;
 };
 
-absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
-                                       const Architecture& arch, int l,
-                                       Binder& bind) {
+absl::Status BindGqa(const ModelSpec& spec, int l, Binder& bind,
+                     LayerWeights* out) {
   const int64_t h = spec.hidden_size;
-  LayerWeights layer;
-  ASSIGN_OR_RETURN(layer.input_norm,
-                   bind.Vector(LayerTensor(l, "input_layernorm.weight"), h));
-  ASSIGN_OR_RETURN(
-      layer.post_attention_norm,
-      bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
+  LayerWeights& layer = *out;
   ASSIGN_OR_RETURN(layer.q,
                    bind.Matrix(LayerTensor(l, "self_attn.q_proj.weight"),
                                spec.q_width(), h));
@@ -137,6 +182,13 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
                      bind.Vector(LayerTensor(l, "self_attn.k_norm.weight"),
                                  per_head ? spec.head_dim : spec.kv_width()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerWeights> BindFeedForward(const ModelSpec& spec,
+                                             const Architecture& arch, int l,
+                                             Binder& bind, LayerWeights layer) {
+  const int64_t h = spec.hidden_size;
   layer.is_moe = spec.layer_is_moe[l];
   if (!layer.is_moe) {
     ASSIGN_OR_RETURN(layer.dense_mlp, bind.Mlp(arch.DenseMlpTensors(l), h,
@@ -145,6 +197,11 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
   }
   ASSIGN_OR_RETURN(layer.router,
                    bind.Matrix(arch.RouterTensor(l), spec.num_experts, h));
+  if (spec.routing.selection_bias) {
+    ASSIGN_OR_RETURN(
+        layer.expert_score_bias,
+        bind.Vector(arch.ExpertScoreBiasTensor(l), spec.num_experts));
+  }
   layer.experts.reserve(spec.num_experts);
   for (int e = 0; e < spec.num_experts; ++e) {
     ASSIGN_OR_RETURN(
@@ -157,10 +214,56 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
     ASSIGN_OR_RETURN(layer.shared_expert,
                      bind.Mlp(arch.SharedExpertTensors(l), h,
                               spec.shared_expert_intermediate_size));
-    ASSIGN_OR_RETURN(layer.shared_expert_gate,
-                     bind.RowVector(arch.SharedExpertGateTensor(l), h));
+    if (spec.shared_expert_gated) {
+      ASSIGN_OR_RETURN(layer.shared_expert_gate,
+                       bind.RowVector(arch.SharedExpertGateTensor(l), h));
+    }
   }
   return layer;
+}
+
+absl::Status BindMla(const ModelSpec& spec, const Architecture& arch, int l,
+                     Binder& bind, LayerWeights* layer) {
+  const MlaSpec& m = *spec.mla;
+  const int64_t h = spec.hidden_size, heads = spec.num_heads;
+  const MlaTensorNames names = arch.MlaTensors(l);
+  MlaWeights& w = layer->mla;
+  if (m.q_lora_rank > 0) {
+    ASSIGN_OR_RETURN(w.q_a, bind.Matrix(names.q_a_proj, m.q_lora_rank, h));
+    ASSIGN_OR_RETURN(w.q_a_norm, bind.Vector(names.q_a_norm, m.q_lora_rank));
+    ASSIGN_OR_RETURN(w.q_b, bind.Matrix(names.q_b_proj, heads * m.qk_head_dim(),
+                                        m.q_lora_rank));
+  } else {
+    ASSIGN_OR_RETURN(w.q,
+                     bind.Matrix(names.q_proj, heads * m.qk_head_dim(), h));
+  }
+  ASSIGN_OR_RETURN(w.kv_a, bind.Matrix(names.kv_a_proj, m.cache_width(), h));
+  ASSIGN_OR_RETURN(w.kv_a_norm, bind.Vector(names.kv_a_norm, m.kv_lora_rank));
+  ASSIGN_OR_RETURN(
+      w.kv_b,
+      bind.Matrix(names.kv_b_proj, heads * (m.qk_nope_head_dim + m.v_head_dim),
+                  m.kv_lora_rank));
+  ASSIGN_OR_RETURN(layer->o,
+                   bind.Matrix(names.o_proj, h, heads * m.v_head_dim));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
+                                       const Architecture& arch, int l,
+                                       Binder& bind) {
+  const int64_t h = spec.hidden_size;
+  LayerWeights layer;
+  ASSIGN_OR_RETURN(layer.input_norm,
+                   bind.Vector(LayerTensor(l, "input_layernorm.weight"), h));
+  ASSIGN_OR_RETURN(
+      layer.post_attention_norm,
+      bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
+  if (spec.mla) {
+    RETURN_IF_ERROR(BindMla(spec, arch, l, bind, &layer));
+  } else {
+    RETURN_IF_ERROR(BindGqa(spec, l, bind, &layer));
+  }
+  return BindFeedForward(spec, arch, l, bind, std::move(layer));
 }
 
 // Bytes rounded up so every matrix in a shared buffer starts on a cache line.
@@ -196,10 +299,31 @@ std::unique_ptr<uint8_t[]> ConvertTogether(
 
 }  // namespace
 
+std::vector<kernels::Matrix*> AttentionMatrices(LayerWeights* layer) {
+  std::vector<kernels::Matrix*> out;
+  for (kernels::Matrix* m :
+       {&layer->q, &layer->k, &layer->v, &layer->o, &layer->mla.q,
+        &layer->mla.q_a, &layer->mla.q_b, &layer->mla.kv_a, &layer->mla.kv_b}) {
+    if (m->data != nullptr) out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<const kernels::Matrix*> AttentionMatrices(
+    const LayerWeights& layer) {
+  std::vector<kernels::Matrix*> matrices =
+      AttentionMatrices(const_cast<LayerWeights*>(&layer));
+  return {matrices.begin(), matrices.end()};
+}
+
 absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights) {
   if (!conversion.mlp_type) return absl::OkStatus();
   const kernels::WeightType type = *conversion.mlp_type;
+  if (type == kernels::WeightType::kFp8E4M3) {
+    return absl::InvalidArgumentError(
+        "fp8_e4m3 is a checkpoint format, not a conversion target");
+  }
   if ((type == kernels::WeightType::kInt8 ||
        type == kernels::WeightType::kInt4) &&
       conversion.group_size != 32 && conversion.group_size != 64) {
@@ -213,8 +337,7 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
     units.push_back({&mlp.gate, &mlp.up, &mlp.down});
   };
   for (LayerWeights& layer : weights->layers) {
-    if (conversion.attention)
-      units.push_back({&layer.q, &layer.k, &layer.v, &layer.o});
+    if (conversion.attention) units.push_back(AttentionMatrices(&layer));
     if (!layer.is_moe) add_mlp(layer.dense_mlp);
     for (MlpWeights& expert : layer.experts) add_mlp(expert);
     if (layer.has_shared_expert) add_mlp(layer.shared_expert);
@@ -233,7 +356,7 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint) {
-  Binder bind(checkpoint);
+  Binder bind(checkpoint, spec.fp8);
   ModelWeights weights;
   ASSIGN_OR_RETURN(weights.embed_tokens,
                    bind.Matrix("model.embed_tokens.weight", spec.vocab_size,
@@ -253,6 +376,8 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     ASSIGN_OR_RETURN(LayerWeights layer, BindLayer(spec, arch, l, bind));
     weights.layers.push_back(std::move(layer));
   }
+  for (auto& buffer : bind.owned_)
+    weights.converted.push_back(std::move(buffer));
   return weights;
 }
 
@@ -284,6 +409,8 @@ void PrefaultMatrix(const kernels::Matrix& m) {
   PrefaultRange(m.scales, kernels::QuantizedScaleCount(m.type, m.rows, m.cols,
                                                        m.group_size) *
                               static_cast<int64_t>(sizeof(uint16_t)));
+  PrefaultRange(m.block_scales, kernels::BlockScaleCount(m) *
+                                    static_cast<int64_t>(sizeof(float)));
 }
 
 void PrefaultMlp(const MlpWeights& mlp) {
@@ -297,10 +424,10 @@ void PrefaultMlp(const MlpWeights& mlp) {
 void PrefaultWeights(const ModelWeights& weights) {
   PrefaultMatrix(weights.lm_head);
   for (const LayerWeights& layer : weights.layers) {
-    for (const kernels::Matrix* m :
-         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router}) {
+    for (const kernels::Matrix* m : AttentionMatrices(layer)) {
       PrefaultMatrix(*m);
     }
+    PrefaultMatrix(layer.router);
     for (const MlpWeights& expert : layer.experts) PrefaultMlp(expert);
     if (layer.has_shared_expert) PrefaultMlp(layer.shared_expert);
     if (!layer.is_moe) PrefaultMlp(layer.dense_mlp);

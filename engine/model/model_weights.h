@@ -26,21 +26,37 @@ struct MlpWeights {
   kernels::Matrix down;  // [hidden, intermediate]
 };
 
+// Multi-head latent attention (spec.mla).
+struct MlaWeights {
+  kernels::Matrix q;             // [heads * qk_head_dim, hidden], no q_lora
+  kernels::Matrix q_a;           // [q_lora_rank, hidden]
+  std::vector<float> q_a_norm;   // [q_lora_rank]
+  kernels::Matrix q_b;           // [heads * qk_head_dim, q_lora_rank]
+  kernels::Matrix kv_a;          // [kv_lora_rank + qk_rope_head_dim, hidden]
+  std::vector<float> kv_a_norm;  // [kv_lora_rank]
+  kernels::Matrix kv_b;  // [heads * (qk_nope_head_dim + v_head_dim), kv_lora]
+};
+
 struct LayerWeights {
   std::vector<float> input_norm;
   std::vector<float> post_attention_norm;
+  // Grouped-query attention; o also serves MLA.
   kernels::Matrix q, k, v, o;
+  MlaWeights mla;
   // Empty when the architecture has none.
   std::vector<float> q_bias, k_bias, v_bias, o_bias;
   std::vector<float> q_norm, k_norm;
 
   bool is_moe = true;
   kernels::Matrix router;  // [num_experts, hidden]
+  // [num_experts], added to the scores for selection only; empty if none.
+  std::vector<float> expert_score_bias;
   std::vector<MlpWeights> experts;
   bool has_shared_expert = false;
   MlpWeights shared_expert;
-  std::vector<float> shared_expert_gate;  // [hidden]: one logit per token
-  MlpWeights dense_mlp;                   // when !is_moe
+  // [hidden]: one logit per token; empty when the shared expert is ungated.
+  std::vector<float> shared_expert_gate;
+  MlpWeights dense_mlp;  // when !is_moe
 };
 
 struct ModelWeights {
@@ -53,6 +69,11 @@ struct ModelWeights {
   // so an expert stays a self-contained region.
   std::vector<std::unique_ptr<uint8_t[]>> converted;
 };
+
+// Every attention matrix of `layer` that is bound (GQA's or MLA's).
+std::vector<kernels::Matrix*> AttentionMatrices(LayerWeights* layer);
+std::vector<const kernels::Matrix*> AttentionMatrices(
+    const LayerWeights& layer);
 
 // How weights are stored after loading.
 struct WeightConversion {
@@ -68,7 +89,9 @@ struct WeightConversion {
 };
 
 // Binds every tensor `spec` needs. Errors name the checkpoint and the tensor:
-// a missing tensor, a wrong shape, or a dtype other than F32/BF16/F16.
+// a missing tensor, a wrong shape, or a dtype other than F32/BF16/F16 or,
+// for matrices of a checkpoint with spec.fp8, F8_E4M3 with its F32
+// `<name>_scale_inv` of [ceil(rows / block_rows), ceil(cols / block_cols)].
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint);

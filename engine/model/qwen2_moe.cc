@@ -18,6 +18,7 @@ class Qwen2MoeArchitecture : public Architecture {
     ASSIGN_OR_RETURN(std::optional<int64_t> shared,
                      OptionalInt(config, "shared_expert_intermediate_size"));
     spec->shared_expert_intermediate_size = shared.value_or(0);
+    spec->shared_expert_gated = true;
     spec->qkv_bias = true;
     return absl::OkStatus();
   }

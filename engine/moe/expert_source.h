@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/model/model_weights.h"
+#include "engine/moe/routing.h"
 
 namespace ringmoe::moe {
 
@@ -24,11 +25,10 @@ class ExpertSource {
   // predicted router logits.
   virtual bool WantsPredictions() const = 0;
 
-  // Router logits of `layer` ([num_tokens, num_experts]) computed ahead of
-  // time from an earlier layer's hidden state: the experts they pick are
-  // likely to be needed, so they may be fetched now.
-  virtual void Predict(int layer, const float* router_logits,
-                       int64_t num_tokens) = 0;
+  // `layer`'s routing computed ahead of time from an earlier layer's hidden
+  // state: the experts it picks are likely to be needed, so they may be
+  // fetched now.
+  virtual void Predict(int layer, const Routing& predicted) = 0;
 
   // Weights of `experts` (ascending) of `layer`, valid until Release(layer).
   // Fails, naming what could not be read, when a weight load fails.

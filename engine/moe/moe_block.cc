@@ -43,12 +43,23 @@ void RunMlps(const std::vector<MlpRun>& runs, ThreadPool* pool,
 
 }  // namespace
 
+Routing RouteLayer(const model::ModelSpec& spec,
+                   const model::LayerWeights& layer, const float* router_logits,
+                   int64_t n) {
+  const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
+  return router.Route(router_logits, n,
+                      layer.expert_score_bias.empty()
+                          ? nullptr
+                          : layer.expert_score_bias.data());
+}
+
 void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
             ThreadPool* pool, kernels::ProductWork* work) {
   RunMlps({{&mlp, x, n, out}}, pool, work);
 }
 
-absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& spec,
+absl::Status RunFeedForward(const float* x, int64_t n,
+                            const model::ModelSpec& spec,
                             const model::LayerWeights& layer, int layer_index,
                             const FeedForwardContext& context, float* out) {
   ThreadPool* const pool = context.pool;
@@ -63,9 +74,7 @@ absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& s
   const kernels::MatMulJob router{x, n, layer.router, router_logits.data()};
   kernels::MatMulBatch({&router, 1}, pool);
   if (work != nullptr) work->Add({&router, 1});
-  const Routing routing =
-      RouteTokens(router_logits.data(), n, spec.num_experts,
-                  spec.experts_per_token, spec.norm_topk_prob);
+  const Routing routing = RouteLayer(spec, layer, router_logits.data(), n);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
   if (context.usage != nullptr) {
@@ -120,7 +129,9 @@ absl::Status RunFeedForward(const float* x, int64_t n, const model::ModelSpec& s
       for (int64_t d = 0; d < hidden; ++d) dst[d] += a.weights[i] * src[d];
     }
   }
-  if (layer.has_shared_expert) {
+  if (layer.has_shared_expert && layer.shared_expert_gate.empty()) {
+    for (int64_t i = 0; i < n * hidden; ++i) out[i] += shared[i];
+  } else if (layer.has_shared_expert) {
     for (int64_t t = 0; t < n; ++t) {
       float logit = 0.f;
       for (int64_t d = 0; d < hidden; ++d) {

@@ -15,9 +15,16 @@
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_source.h"
 #include "engine/moe/expert_usage.h"
+#include "engine/moe/routing.h"
 #include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
+
+// The experts and weights `layer`'s router picks for n tokens from their
+// router logits ([n, num_experts]).
+Routing RouteLayer(const model::ModelSpec& spec,
+                   const model::LayerWeights& layer, const float* router_logits,
+                   int64_t n);
 
 // out[n, hidden] = down(silu(gate(x)) * up(x)) for x[n, hidden].
 void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,

@@ -1,10 +1,14 @@
-// Router: token -> top-k experts with weights, and the grouping of tokens by
-// expert so each expert's weights are read once per step.
+// Router: token -> top-k experts with weights, for every routing scheme the
+// supported architectures use (model::RoutingSpec), and the grouping of
+// tokens by expert so each expert's weights are read once per step. The MoE
+// block and the memory ring's next-layer prediction both route with it.
 #ifndef RINGMOE_ENGINE_MOE_ROUTING_H_
 #define RINGMOE_ENGINE_MOE_ROUTING_H_
 
 #include <cstdint>
 #include <vector>
+
+#include "engine/model/model_spec.h"
 
 namespace ringmoe::moe {
 
@@ -15,11 +19,31 @@ struct Routing {
   std::vector<float> weights;    // [num_tokens, top_k]
 };
 
-// Softmax over all experts' router logits ([num_tokens, num_experts]), the
-// top-k by probability, their probabilities renormalised to sum 1 when
-// `renormalize` (Hugging Face's norm_topk_prob), raw otherwise.
-Routing RouteTokens(const float* router_logits, int64_t num_tokens,
-                    int64_t num_experts, int64_t top_k, bool renormalize);
+class Router {
+ public:
+  // `spec` must be valid for the counts (model config parsing checks it:
+  // groups divide the experts, the kept groups hold top_k experts).
+  Router(int64_t num_experts, int64_t top_k, const model::RoutingSpec& spec);
+
+  // Per token of router_logits ([num_tokens, num_experts]):
+  // 1. scores: softmax over all experts, or the sigmoid of each logit;
+  // 2. selection scores: scores + selection_bias[e] (when the spec has a
+  //    selection bias; null otherwise), used for choosing only;
+  // 3. with groups, each of the num_groups contiguous groups is scored by
+  //    the max (or the sum of the two largest) of its selection scores and
+  //    only the topk_groups best groups stay eligible;
+  // 4. the top_k eligible experts by selection score, best first (ties to
+  //    the lower index; a group's ties too);
+  // 5. weights: their scores, divided by their sum (+1e-20) when
+  //    renormalising, times scaling_factor.
+  Routing Route(const float* router_logits, int64_t num_tokens,
+                const float* selection_bias) const;
+
+ private:
+  int64_t num_experts_;
+  int64_t top_k_;
+  model::RoutingSpec spec_;
+};
 
 // The tokens routed to one expert and the weight of each.
 struct ExpertAssignment {

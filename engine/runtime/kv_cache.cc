@@ -4,13 +4,15 @@
 
 namespace ringmoe::runtime {
 
-KvCache::KvCache(int64_t num_layers, int64_t kv_width, int64_t block_size,
-                 int64_t num_blocks)
+KvCache::KvCache(int64_t num_layers, int64_t key_width, int64_t value_width,
+                 int64_t block_size, int64_t num_blocks)
     : num_layers_(num_layers),
-      kv_width_(kv_width),
+      key_width_(key_width),
+      value_width_(value_width),
       block_size_(block_size),
       num_blocks_(num_blocks),
-      block_floats_(num_layers * 2 * block_size * kv_width),
+      layer_floats_(block_size * (key_width + value_width)),
+      block_floats_(num_layers * layer_floats_),
       // Left uninitialised: pages are committed only as blocks get used.
       storage_(new float[num_blocks * block_floats_]) {
   free_.reserve(num_blocks);
@@ -61,20 +63,20 @@ void KvCache::Release(SequenceId seq) {
   sequences_.erase(it);
 }
 
-float* KvCache::Row(SequenceId seq, int64_t layer, int64_t position,
-                    int kv) const {
+float* KvCache::LayerBase(SequenceId seq, int64_t layer,
+                          int64_t position) const {
   const Sequence& s = sequences_.at(seq);
   const int64_t block = s.blocks[position / block_size_];
-  return storage_.get() + block * block_floats_ +
-         ((layer * 2 + kv) * block_size_ + position % block_size_) * kv_width_;
+  return storage_.get() + block * block_floats_ + layer * layer_floats_;
 }
 
 float* KvCache::Key(SequenceId seq, int64_t layer, int64_t position) {
-  return Row(seq, layer, position, 0);
+  return LayerBase(seq, layer, position) + position % block_size_ * key_width_;
 }
 
 float* KvCache::Value(SequenceId seq, int64_t layer, int64_t position) {
-  return Row(seq, layer, position, 1);
+  return LayerBase(seq, layer, position) + block_size_ * key_width_ +
+         position % block_size_ * value_width_;
 }
 
 void KvCache::View(SequenceId seq, int64_t layer, LayerView* view) const {
@@ -83,9 +85,11 @@ void KvCache::View(SequenceId seq, int64_t layer, LayerView* view) const {
   view->k_blocks.resize(s.blocks.size());
   view->v_blocks.resize(s.blocks.size());
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    const float* base = storage_.get() + s.blocks[i] * block_floats_;
-    view->k_blocks[i] = base + (layer * 2) * block_size_ * kv_width_;
-    view->v_blocks[i] = base + (layer * 2 + 1) * block_size_ * kv_width_;
+    const float* base =
+        storage_.get() + s.blocks[i] * block_floats_ + layer * layer_floats_;
+    view->k_blocks[i] = base;
+    view->v_blocks[i] =
+        value_width_ > 0 ? base + block_size_ * key_width_ : base;
   }
 }
 

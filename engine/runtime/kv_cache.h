@@ -1,6 +1,8 @@
 // A paged key/value cache: fixed-size blocks from one pool, a block table per
 // sequence. A block holds block_size positions of every layer's keys and
-// values, so one table serves all layers.
+// values, so one table serves all layers. Key and value rows may differ in
+// width; a value width of 0 means the key rows serve as values too (MLA's
+// latent rows, whose first kv_lora_rank floats are the values).
 #ifndef RINGMOE_ENGINE_RUNTIME_KV_CACHE_H_
 #define RINGMOE_ENGINE_RUNTIME_KV_CACHE_H_
 
@@ -18,8 +20,8 @@ using SequenceId = int64_t;
 
 class KvCache {
  public:
-  KvCache(int64_t num_layers, int64_t kv_width, int64_t block_size,
-          int64_t num_blocks);
+  KvCache(int64_t num_layers, int64_t key_width, int64_t value_width,
+          int64_t block_size, int64_t num_blocks);
 
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -39,12 +41,14 @@ class KvCache {
   // Returns every block of `seq` to the pool.
   void Release(SequenceId seq);
 
-  // The key (value) row of `layer` at `position`, kv_width floats.
+  // The key (value) row of `layer` at `position`: key_width (value_width)
+  // floats. No value rows when value_width is 0.
   float* Key(SequenceId seq, int64_t layer, int64_t position);
   float* Value(SequenceId seq, int64_t layer, int64_t position);
 
   // Per-block key and value pointers of one sequence's `layer`, in the form
-  // the attention kernel reads. Reused across calls to avoid allocations.
+  // the attention kernel reads (value blocks are the key blocks when
+  // value_width is 0). Reused across calls to avoid allocations.
   struct LayerView {
     std::vector<const float*> k_blocks;
     std::vector<const float*> v_blocks;
@@ -56,13 +60,16 @@ class KvCache {
   void View(SequenceId seq, int64_t layer, LayerView* view) const;
 
  private:
-  float* Row(SequenceId seq, int64_t layer, int64_t position, int kv) const;
+  // The start of `layer`'s keys in the block holding `position`.
+  float* LayerBase(SequenceId seq, int64_t layer, int64_t position) const;
 
   int64_t num_layers_;
-  int64_t kv_width_;
+  int64_t key_width_;
+  int64_t value_width_;
   int64_t block_size_;
   int64_t num_blocks_;
-  int64_t block_floats_;  // num_layers * 2 * block_size * kv_width
+  int64_t layer_floats_;  // block_size * (key_width + value_width)
+  int64_t block_floats_;  // num_layers * layer_floats_
   std::unique_ptr<float[]> storage_;
   std::vector<int32_t> free_;
   struct Sequence {

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/moe/moe_block.h"
+#include "engine/moe/routing.h"
 #include "kernels/cpu/ops.h"
 
 namespace ringmoe::runtime {
@@ -19,6 +20,10 @@ constexpr int64_t kMinPositionsPerSlice = 64;
 // (kernels::AttendQueryBlock): enough to read each key once for many
 // queries, few enough that a prompt gives every thread several runs.
 constexpr int64_t kQueryBlock = 16;
+// The RMSNorm epsilon of MLA's q_a_layernorm and kv_a_layernorm: the
+// RMSNorm default, which transformers and DeepSeek's code construct them
+// with whatever rms_norm_eps says.
+constexpr float kMlaNormEps = 1e-6f;
 
 }  // namespace
 
@@ -109,8 +114,12 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     const model::LayerWeights& layer = weights_.layers[l];
     kernels::RmsNorm(x.data(), layer.input_norm.data(), n, hidden,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
-    Attention(l, seq_of, position_of, normed.data(), n, cache, delta.data(),
-              work);
+    const Batch batch{seq_of, position_of, n, cache, work};
+    if (spec_.mla) {
+      MlaAttention(l, batch, normed.data(), delta.data());
+    } else {
+      GqaAttention(l, batch, normed.data(), delta.data());
+    }
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
     kernels::RmsNorm(x.data(), layer.post_attention_norm.data(), n, hidden,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
@@ -118,10 +127,13 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     // experts it will need, so they load while this layer computes.
     if (experts_ != nullptr && experts_->WantsPredictions() &&
         l + 1 < spec_.num_layers && spec_.layer_is_moe[l + 1]) {
+      const model::LayerWeights& next = weights_.layers[l + 1];
       predicted_logits.resize(n * spec_.num_experts);
-      kernels::MatMulTransposed(normed.data(), n, weights_.layers[l + 1].router,
+      kernels::MatMulTransposed(normed.data(), n, next.router,
                                 predicted_logits.data());
-      experts_->Predict(static_cast<int>(l + 1), predicted_logits.data(), n);
+      experts_->Predict(
+          static_cast<int>(l + 1),
+          moe::RouteLayer(spec_, next, predicted_logits.data(), n));
     }
     absl::Status status =
         moe::RunFeedForward(normed.data(), n, spec_, layer, static_cast<int>(l),
@@ -156,11 +168,11 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   return absl::OkStatus();
 }
 
-void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
-                            const std::vector<int64_t>& position_of,
-                            const float* x, int64_t n, KvCache* cache,
-                            float* out, kernels::ProductWork* work) const {
+void ModelRunner::GqaAttention(int64_t l, const Batch& batch, const float* x,
+                               float* out) const {
   const model::LayerWeights& layer = weights_.layers[l];
+  const int64_t n = batch.n;
+  kernels::ProductWork* const work = batch.work;
   const int64_t qw = spec_.q_width(), kvw = spec_.kv_width();
   const int64_t head_dim = spec_.head_dim;
   std::vector<float> q(n * qw), k(n * kvw), v(n * kvw);
@@ -197,16 +209,37 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
   }
   std::vector<float> cos(head_dim / 2), sin(head_dim / 2);
   for (int64_t i = 0; i < n; ++i) {
-    rope_.CosSin(position_of[i], cos.data(), sin.data());
+    rope_.CosSin(batch.position_of[i], cos.data(), sin.data());
     kernels::ApplyRotaryHalf(q.data() + i * qw, spec_.num_heads, head_dim,
                              cos.data(), sin.data());
     kernels::ApplyRotaryHalf(k.data() + i * kvw, spec_.num_kv_heads, head_dim,
                              cos.data(), sin.data());
     std::copy_n(k.data() + i * kvw, kvw,
-                cache->Key(seq_of[i], l, position_of[i]));
+                batch.cache->Key(batch.seq_of[i], l, batch.position_of[i]));
     std::copy_n(v.data() + i * kvw, kvw,
-                cache->Value(seq_of[i], l, position_of[i]));
+                batch.cache->Value(batch.seq_of[i], l, batch.position_of[i]));
   }
+  std::vector<float> attended(n * qw);
+  AttendCached(l, batch, q.data(), spec_.num_heads, spec_.num_kv_heads,
+               head_dim, 1.f / std::sqrt(static_cast<float>(head_dim)),
+               attended.data());
+
+  const kernels::MatMulJob o_proj{attended.data(), n, layer.o, out};
+  kernels::MatMulBatch({&o_proj, 1}, pool_);
+  if (work != nullptr) work->Add({&o_proj, 1});
+  if (!layer.o_bias.empty()) {
+    kernels::AddBias(out, n, spec_.hidden_size, layer.o_bias.data());
+  }
+}
+
+void ModelRunner::AttendCached(int64_t l, const Batch& batch, const float* q,
+                               int64_t num_heads, int64_t num_kv_heads,
+                               int64_t head_dim, float scale,
+                               float* attended) const {
+  const int64_t n = batch.n;
+  const std::vector<SequenceId>& seq_of = batch.seq_of;
+  const std::vector<int64_t>& position_of = batch.position_of;
+  const int64_t qw = num_heads * head_dim;
   // Every token's keys are in the cache before any token attends, so a
   // chunk's tokens see each other causally. With at least as many tokens as
   // threads (prefill, batched decode), work items are runs of up to
@@ -219,7 +252,7 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
   for (int64_t i = 0; i < n; ++i) {
     if (i == 0 || seq_of[i] != seq_of[i - 1]) {
       views.emplace_back();
-      cache->View(seq_of[i], l, &views.back());
+      batch.cache->View(seq_of[i], l, &views.back());
     }
     view_of[i] = static_cast<int32_t>(views.size()) - 1;
   }
@@ -237,8 +270,8 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
     const int64_t first = spec_.sliding_window > 0
                               ? std::max<int64_t>(0, end - spec_.sliding_window)
                               : 0;
-    if (work != nullptr) {
-      work->flops += 4.0 * spec_.num_heads * head_dim * (end - first);
+    if (batch.work != nullptr) {
+      batch.work->flops += 4.0 * num_heads * head_dim * (end - first);
     }
     first_item[i] = static_cast<int64_t>(items.size());
     if (n >= threads) {
@@ -261,47 +294,122 @@ void ModelRunner::Attention(int64_t l, const std::vector<SequenceId>& seq_of,
     }
   }
   first_item[n] = static_cast<int64_t>(items.size());
-  std::vector<float> attended(n * qw);
-  std::vector<float> part_out(parts * qw), part_lse(parts * spec_.num_heads);
-  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> part_out(parts * qw), part_lse(parts * num_heads);
   const int64_t num_items = static_cast<int64_t>(items.size());
   // Later runs of a sequence attend to more positions: claimed first, they
   // leave the cheap ones to even out the end of the loop.
   ParallelFor(pool_, num_items, [&](int64_t t) {
     const Item& it = items[num_items - 1 - t];
-    const float* qi = q.data() + it.token * qw;
+    const float* qi = q + it.token * qw;
     const kernels::KvBlocks blocks = views[view_of[it.token]].blocks();
     if (n >= threads) {
-      kernels::AttendQueryBlock(qi, it.count, spec_.num_heads,
-                                spec_.num_kv_heads, head_dim, blocks,
-                                position_of[it.token], spec_.sliding_window,
-                                scale, attended.data() + it.token * qw);
+      kernels::AttendQueryBlock(qi, it.count, num_heads, num_kv_heads, head_dim,
+                                blocks, position_of[it.token],
+                                spec_.sliding_window, scale,
+                                attended + it.token * qw);
     } else if (it.part < 0) {
-      kernels::AttendOneQuery(qi, spec_.num_heads, spec_.num_kv_heads, head_dim,
-                              blocks, it.first, it.end, scale,
-                              attended.data() + it.token * qw);
+      kernels::AttendOneQuery(qi, num_heads, num_kv_heads, head_dim, blocks,
+                              it.first, it.end, scale,
+                              attended + it.token * qw);
     } else {
-      kernels::AttendOneQueryPartial(
-          qi, spec_.num_heads, spec_.num_kv_heads, head_dim, blocks, it.first,
-          it.end, scale, part_out.data() + it.part * qw,
-          part_lse.data() + it.part * spec_.num_heads);
+      kernels::AttendOneQueryPartial(qi, num_heads, num_kv_heads, head_dim,
+                                     blocks, it.first, it.end, scale,
+                                     part_out.data() + it.part * qw,
+                                     part_lse.data() + it.part * num_heads);
     }
   });
   // Merges the slices of split tokens (decode only).
   for (int64_t i = 0; i < n && n < threads; ++i) {
     const Item& it = items[first_item[i]];
     if (it.part < 0) continue;
-    kernels::MergeAttention(first_item[i + 1] - first_item[i], spec_.num_heads,
+    kernels::MergeAttention(first_item[i + 1] - first_item[i], num_heads,
                             head_dim, part_out.data() + it.part * qw,
-                            part_lse.data() + it.part * spec_.num_heads,
-                            attended.data() + i * qw);
+                            part_lse.data() + it.part * num_heads,
+                            attended + i * qw);
   }
-  const kernels::MatMulJob o_proj{attended.data(), n, layer.o, out};
-  kernels::MatMulBatch({&o_proj, 1}, pool_);
-  if (work != nullptr) work->Add({&o_proj, 1});
-  if (!layer.o_bias.empty()) {
-    kernels::AddBias(out, n, spec_.hidden_size, layer.o_bias.data());
+}
+
+void ModelRunner::MlaAttention(int64_t l, const Batch& batch, const float* x,
+                               float* out) const {
+  const model::LayerWeights& layer = weights_.layers[l];
+  const model::MlaWeights& w = layer.mla;
+  const model::MlaSpec& m = *spec_.mla;
+  const int64_t n = batch.n, heads = spec_.num_heads;
+  const int64_t qk = m.qk_head_dim(), nope = m.qk_nope_head_dim;
+  const int64_t rope = m.qk_rope_head_dim, lora = m.kv_lora_rank;
+  const int64_t v_dim = m.v_head_dim, row = m.cache_width();
+  kernels::ProductWork* const work = batch.work;
+  auto run = [&](absl::Span<const kernels::MatMulJob> jobs) {
+    kernels::MatMulBatch(jobs, pool_);
+    if (work != nullptr) work->Add(jobs);
+  };
+  // Queries [n, heads, qk] and the compressed key-value rows [n, row].
+  std::vector<float> q(n * heads * qk), kv(n * row);
+  if (m.q_lora_rank > 0) {
+    std::vector<float> q_latent(n * m.q_lora_rank);
+    const kernels::MatMulJob down[] = {{x, n, w.q_a, q_latent.data()},
+                                       {x, n, w.kv_a, kv.data()}};
+    run(down);
+    kernels::RmsNorm(q_latent.data(), w.q_a_norm.data(), n, m.q_lora_rank,
+                     kMlaNormEps, q_latent.data());
+    run({{q_latent.data(), n, w.q_b, q.data()}});
+  } else {
+    const kernels::MatMulJob jobs[] = {{x, n, w.q, q.data()},
+                                       {x, n, w.kv_a, kv.data()}};
+    run(jobs);
   }
+  // The cache holds the normalised latent and the rotated shared key.
+  std::vector<float> cos(rope / 2), sin(rope / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    float* c = kv.data() + i * row;
+    kernels::RmsNorm(c, w.kv_a_norm.data(), 1, lora, kMlaNormEps, c);
+    rope_.CosSin(batch.position_of[i], cos.data(), sin.data());
+    kernels::ApplyRotaryInterleaved(c + lora, 1, rope, rope, cos.data(),
+                                    sin.data());
+    kernels::ApplyRotaryInterleaved(q.data() + i * heads * qk + nope, heads, qk,
+                                    rope, cos.data(), sin.data());
+    std::copy_n(c, row,
+                batch.cache->Key(batch.seq_of[i], l, batch.position_of[i]));
+  }
+  // The key up-projection absorbed into the queries: head h's query in
+  // latent space is [W_UK_hᵀ q_nope_h, q_pe_h], so each head attends over
+  // the cached rows as one shared key-value head (values: the latent, the
+  // first kv_lora_rank floats of a row).
+  std::vector<float> absorbed(n * heads * row, 0.f);
+  ParallelFor(pool_, heads, [&](int64_t h) {
+    std::vector<float> w_row(lora);
+    for (int64_t d = 0; d < nope; ++d) {
+      kernels::ReadRow(w.kv_b, h * (nope + v_dim) + d, w_row.data());
+      for (int64_t i = 0; i < n; ++i) {
+        kernels::Axpy(q[(i * heads + h) * qk + d], w_row.data(), lora,
+                      absorbed.data() + (i * heads + h) * row);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(q.data() + (i * heads + h) * qk + nope, rope,
+                  absorbed.data() + (i * heads + h) * row + lora);
+    }
+  });
+  std::vector<float> attended(n * heads * row);
+  AttendCached(l, batch, absorbed.data(), heads, /*num_kv_heads=*/1, row,
+               static_cast<float>(MlaSoftmaxScale(spec_)), attended.data());
+  // And the value up-projection applied to each head's attended latent.
+  std::vector<float> values(n * heads * v_dim);
+  ParallelFor(pool_, heads, [&](int64_t h) {
+    std::vector<float> w_row(lora);
+    for (int64_t e = 0; e < v_dim; ++e) {
+      kernels::ReadRow(w.kv_b, h * (nope + v_dim) + nope + e, w_row.data());
+      for (int64_t i = 0; i < n; ++i) {
+        values[(i * heads + h) * v_dim + e] = kernels::Dot(
+            w_row.data(), attended.data() + (i * heads + h) * row, lora);
+      }
+    }
+  });
+  if (work != nullptr) {
+    work->weight_bytes += kernels::MatrixBytes(w.kv_b);
+    work->flops += 2.0 * n * heads * (nope + v_dim) * lora;
+  }
+  run({{values.data(), n, layer.o, out}});
 }
 
 }  // namespace ringmoe::runtime

@@ -52,12 +52,30 @@ class ModelRunner {
   const model::ModelSpec& spec() const { return spec_; }
 
  private:
+  // The tokens of one step and what their attention reads and extends.
+  struct Batch {
+    const std::vector<SequenceId>& seq_of;
+    const std::vector<int64_t>& position_of;
+    int64_t n;
+    KvCache* cache;
+    kernels::ProductWork* work;
+  };
+
   absl::Status Reserve(absl::Span<const SequenceChunk> chunks,
                        KvCache* cache) const;
-  void Attention(int64_t layer, const std::vector<SequenceId>& seq_of,
-                 const std::vector<int64_t>& position_of, const float* x,
-                 int64_t n, KvCache* cache, float* out,
-                 kernels::ProductWork* work) const;
+  // out[n, hidden] = layer l's attention of x[n, hidden]: grouped-query
+  // attention, or multi-head latent attention (spec.mla). Both write the
+  // batch's keys and values into the cache first.
+  void GqaAttention(int64_t l, const Batch& batch, const float* x,
+                    float* out) const;
+  void MlaAttention(int64_t l, const Batch& batch, const float* x,
+                    float* out) const;
+  // attended[n, num_heads * head_dim] = each token's queries q[n, num_heads
+  // * head_dim] attending causally (within the sliding window) over its
+  // sequence's cached keys and values of layer l, on the thread pool.
+  void AttendCached(int64_t l, const Batch& batch, const float* q,
+                    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                    float scale, float* attended) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;

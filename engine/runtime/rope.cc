@@ -24,7 +24,7 @@ double YarnCorrectionDim(double rotations, double dim, double base,
 }  // namespace
 
 Rope::Rope(const model::ModelSpec& spec) {
-  const int64_t dim = spec.head_dim;
+  const int64_t dim = spec.rotary_dim();
   const double base = spec.rope_theta;
   const model::RopeScaling& s = spec.rope_scaling;
   inv_freq_.resize(dim / 2);
@@ -84,6 +84,16 @@ Rope::Rope(const model::ModelSpec& spec) {
       break;
     }
   }
+}
+
+double MlaSoftmaxScale(const model::ModelSpec& spec) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(spec.mla->qk_head_dim()));
+  const model::RopeScaling& s = spec.rope_scaling;
+  if (s.type == model::RopeScalingType::kYarn && s.mscale_all_dim != 0) {
+    const double m = YarnMscale(s.factor, s.mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
 }
 
 void Rope::CosSin(int64_t position, float* cos, float* sin) const {

@@ -48,15 +48,28 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
       const model::MlpTensorNames names = arch.ExpertTensors(l, e);
       const model::MlpWeights& bound = weights.layers[l].experts[e];
       uint64_t offset = 0;
+      StreamedExpert& streamed = s->streamed_[l][e];
+      // Each matrix's data, then (fp8) its block scales: the stored bytes.
+      auto add_piece = [&](const std::string& name) -> absl::StatusOr<int> {
+        ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
+        streamed.pieces.push_back(
+            {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
+        offset = AlignUp(offset + t->num_bytes);
+        expert_bytes_total += t->num_bytes;
+        return static_cast<int>(streamed.pieces.size()) - 1;
+      };
+      int i = 0;
       for (const auto& [name, matrix] : {std::pair{names.gate, &bound.gate},
                                          {names.up, &bound.up},
                                          {names.down, &bound.down}}) {
         ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
         converted |= matrix->data != t->data;
-        s->streamed_[l][e].pieces.push_back(
-            {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
-        offset = AlignUp(offset + t->num_bytes);
-        expert_bytes_total += t->num_bytes;
+        ASSIGN_OR_RETURN(streamed.data_piece[i], add_piece(name));
+        if (matrix->block_scales != nullptr) {
+          ASSIGN_OR_RETURN(streamed.scale_piece[i],
+                           add_piece(absl::StrCat(name, "_scale_inv")));
+        }
+        ++i;
       }
       s->expert_stride_ = std::max(s->expert_stride_, offset);
     }
@@ -114,13 +127,26 @@ StreamedExperts::~StreamedExperts() {
 
 void StreamedExperts::CopyResidentIntoMemory(
     model::ModelWeights* weights) const {
-  auto copy = [weights](kernels::Matrix* m) {
-    if (m->data == nullptr) return;
-    const int64_t bytes = kernels::MatrixBytes(*m);
+  auto owned_copy = [weights](const void* src, int64_t bytes) -> const void* {
+    if (src == nullptr || bytes == 0) return src;
     auto buffer = std::make_unique<uint8_t[]>(bytes);
-    std::memcpy(buffer.get(), m->data, bytes);
-    m->data = buffer.get();
+    std::memcpy(buffer.get(), src, bytes);
     weights->converted.push_back(std::move(buffer));
+    return weights->converted.back().get();
+  };
+  // Data and scales separately: they need not be adjacent in the checkpoint.
+  auto copy = [&](kernels::Matrix* m) {
+    if (m->data == nullptr) return;
+    m->data = owned_copy(
+        m->data,
+        kernels::QuantizedDataBytes(m->type, m->rows, m->cols, m->group_size));
+    m->scales = static_cast<const uint16_t*>(owned_copy(
+        m->scales,
+        kernels::QuantizedScaleCount(m->type, m->rows, m->cols, m->group_size) *
+            static_cast<int64_t>(sizeof(uint16_t))));
+    m->block_scales = static_cast<const float*>(owned_copy(
+        m->block_scales,
+        kernels::BlockScaleCount(*m) * static_cast<int64_t>(sizeof(float))));
   };
   auto copy_mlp = [&](model::MlpWeights* mlp) {
     copy(&mlp->gate);
@@ -136,9 +162,8 @@ void StreamedExperts::CopyResidentIntoMemory(
   }
   for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
     model::LayerWeights& layer = weights->layers[l];
-    for (kernels::Matrix* m :
-         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.router})
-      copy(m);
+    for (kernels::Matrix* m : model::AttentionMatrices(&layer)) copy(m);
+    copy(&layer.router);
     if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
     if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
     for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
@@ -162,10 +187,16 @@ std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(
 model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
                                           const uint8_t* base) const {
   model::MlpWeights view = weights_.layers[layer].experts[expert];
-  const auto& pieces = streamed_[layer][expert].pieces;
-  view.gate.data = base + pieces[0].dst_offset;
-  view.up.data = base + pieces[1].dst_offset;
-  view.down.data = base + pieces[2].dst_offset;
+  const StreamedExpert& streamed = streamed_[layer][expert];
+  kernels::Matrix* matrices[] = {&view.gate, &view.up, &view.down};
+  for (int i = 0; i < 3; ++i) {
+    matrices[i]->data =
+        base + streamed.pieces[streamed.data_piece[i]].dst_offset;
+    if (streamed.scale_piece[i] >= 0) {
+      matrices[i]->block_scales = reinterpret_cast<const float*>(
+          base + streamed.pieces[streamed.scale_piece[i]].dst_offset);
+    }
+  }
   return view;
 }
 
@@ -190,23 +221,17 @@ void StreamedExperts::BeginStep(int64_t num_tokens) {
   }
 }
 
-void StreamedExperts::Predict(int layer, const float* router_logits,
-                              int64_t num_tokens) {
+void StreamedExperts::Predict(int layer,
+                              const moe::Routing& predicted_routing) {
   if (!expert_mode_ || layer >= static_cast<int>(layers_.size()) ||
       !spec_.layer_is_moe[layer] || layers_[layer].ticket >= 0) {
     return;
   }
   LayerState& st = layers_[layer];
-  const int64_t k = spec_.experts_per_token;
-  std::vector<int32_t> top(k);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    kernels::TopK(router_logits + t * spec_.num_experts, spec_.num_experts,
-                  static_cast<int>(k), top.data());
-    for (int32_t e : top) {
-      if (Streams(layer, e) &&
-          !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
-        st.requested[e] = true;
-      }
+  for (int32_t e : predicted_routing.experts) {
+    if (Streams(layer, e) &&
+        !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
+      st.requested[e] = true;
     }
   }
   std::vector<int32_t> predicted;

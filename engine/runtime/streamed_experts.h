@@ -60,8 +60,7 @@ class StreamedExperts : public moe::ExpertSource {
 
   void BeginStep(int64_t num_tokens) override;
   bool WantsPredictions() const override { return expert_mode_; }
-  void Predict(int layer, const float* router_logits,
-               int64_t num_tokens) override;
+  void Predict(int layer, const moe::Routing& predicted) override;
   absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
                        std::vector<const model::MlpWeights*>* weights) override;
   void Release(int layer) override;
@@ -71,8 +70,11 @@ class StreamedExperts : public moe::ExpertSource {
   // Where one streamed expert's three matrices come from and go.
   struct StreamedExpert {
     std::vector<memory_ring::CopyPiece>
-        pieces;                // dst_offset relative to its place in the slot
-    uint64_t slot_offset = 0;  // start of its place in the layer's slot
+        pieces;  // dst_offset relative to its place in the slot
+    // Per matrix (gate, up, down): its piece of data and of block scales
+    // (-1: none).
+    int data_piece[3] = {-1, -1, -1};
+    int scale_piece[3] = {-1, -1, -1};
   };
   struct LayerState {
     memory_ring::SectionRing::Ticket ticket =

@@ -141,8 +141,7 @@ struct Fp8Loader : ScalarTail<Fp8Loader> {
   int col_shift;  // log2(block_cols)
   const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
   float Scale(int64_t r, int64_t k) const {
-    return scales[(r >> row_shift) * scales_per_row + (k >> col_shift)] *
-           256.f;
+    return scales[(r >> row_shift) * scales_per_row + (k >> col_shift)] * 256.f;
   }
   __m256 Load(int64_t r, int64_t k) const {
     const __m128i b = _mm_cvtepu8_epi16(

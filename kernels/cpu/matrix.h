@@ -30,7 +30,7 @@ struct Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   const uint16_t* scales = nullptr;  // f16 bits
-  int32_t group_size = 0;  // int8 and int4 only
+  int32_t group_size = 0;            // int8 and int4 only
   // kFp8E4M3 only: [ceil(rows / block_rows), ceil(cols / block_cols)].
   const float* block_scales = nullptr;
   int32_t block_rows = 0;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -37,18 +37,6 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
   }
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  if (UseAvx2()) return avx2::Dot(a, b, n);
-  float acc = 0.f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-void Axpy(float alpha, const float* x, int64_t n, float* y) {
-  if (UseAvx2()) return avx2::Axpy(alpha, x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
 void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
                 int64_t row_end, float* y) {
   switch (ProductPath(w.type, n)) {
@@ -65,6 +53,18 @@ void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
 }
 
 }  // namespace
+
+float Dot(const float* a, const float* b, int64_t n) {
+  if (UseAvx2()) return avx2::Dot(a, b, n);
+  float acc = 0.f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
+  if (UseAvx2()) return avx2::Axpy(alpha, x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
 
 const char* KernelPathName(KernelPath path) {
   switch (path) {
@@ -450,6 +450,18 @@ void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
       const float a = v[j], b = v[j + half];
       v[j] = a * cos[j] - b * sin[j];
       v[j + half] = b * cos[j] + a * sin[j];
+    }
+  }
+}
+
+void ApplyRotaryInterleaved(float* x, int64_t count, int64_t stride,
+                            int64_t dim, const float* cos, const float* sin) {
+  for (int64_t h = 0; h < count; ++h) {
+    float* v = x + h * stride;
+    for (int64_t j = 0; j < dim / 2; ++j) {
+      const float a = v[2 * j], b = v[2 * j + 1];
+      v[2 * j] = a * cos[j] - b * sin[j];
+      v[2 * j + 1] = b * cos[j] + a * sin[j];
     }
   }
 }

@@ -45,13 +45,13 @@ int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
 int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
                             int32_t group_size);
 
-// Converts `src` (any type) to `type` (any but kFp8E4M3), writing QuantizedDataBytes bytes to
-// `data` and QuantizedScaleCount f16 scales to `scales`; returns the view.
-// int8 scales each group by its largest magnitude / 127; int4 maps each
-// group's largest-magnitude value to -8. The scale is rounded to f16 first
-// and the values quantized against the rounded one (round to nearest), so
-// the f16 rounding costs no accuracy. A scale beyond the largest f16
-// (weights over 8.3e6 in magnitude for int8) saturates.
+// Converts `src` (any type) to `type` (any but kFp8E4M3), writing
+// QuantizedDataBytes bytes to `data` and QuantizedScaleCount f16 scales to
+// `scales`; returns the view. int8 scales each group by its largest magnitude /
+// 127; int4 maps each group's largest-magnitude value to -8. The scale is
+// rounded to f16 first and the values quantized against the rounded one (round
+// to nearest), so the f16 rounding costs no accuracy. A scale beyond the
+// largest f16 (weights over 8.3e6 in magnitude for int8) saturates.
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, uint16_t* scales);
 
@@ -99,6 +99,12 @@ struct ProductWork {
 // Widens (dequantizes) row `row` of `w` into `out[w.cols]`.
 void ReadRow(const Matrix& w, int64_t row, float* out);
 
+// Σ a[i] · b[i] over n values.
+float Dot(const float* a, const float* b, int64_t n);
+
+// y[i] += alpha · x[i] over n values.
+void Axpy(float alpha, const float* x, int64_t n, float* y);
+
 // y[i, :] += bias for each of the n rows.
 void AddBias(float* y, int64_t n, int64_t dim, const float* bias);
 
@@ -111,6 +117,13 @@ void RmsNorm(const float* x, const float* weight, int64_t n, int64_t dim,
 // head_dim/2 values for this token's position.
 void ApplyRotaryHalf(float* x, int64_t num_heads, int64_t head_dim,
                      const float* cos, const float* sin);
+
+// Rotary embedding in the interleaved layout (DeepSeek's MLA): dimensions
+// (2j, 2j + 1) of x[h * stride .. h * stride + dim) pair, for each h <
+// count. cos and sin hold dim/2 values. Scalar on every path: it touches a
+// few dozen values per token and head.
+void ApplyRotaryInterleaved(float* x, int64_t count, int64_t stride,
+                            int64_t dim, const float* cos, const float* sin);
 
 // In-place numerically stable softmax over n values.
 void Softmax(float* x, int64_t n);

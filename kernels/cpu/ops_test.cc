@@ -208,8 +208,8 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
         m.bytes[i] = static_cast<uint8_t>(c);
         // Decoded from the bit fields, independently of numeric.h.
         const int e = (c >> 3) & 15, mant = c & 7;
-        const double v = e == 0 ? std::ldexp(mant, -9)
-                                : std::ldexp(1.0 + mant / 8.0, e - 7);
+        const double v =
+            e == 0 ? std::ldexp(mant, -9) : std::ldexp(1.0 + mant / 8.0, e - 7);
         m.dequantized[i] =
             (c & 0x80 ? -v : v) *
             m.block_scales[(i / cols) / m.w.block_rows * scale_cols +
@@ -520,6 +520,33 @@ TEST_P(PathTest, RotaryHalfPairsJWithJPlusHalf) {
     }
     EXPECT_LE(RelativeError(y, want), 1e-6) << "head_dim " << head_dim;
   }
+}
+
+TEST(RotaryTest, InterleavedPairsAdjacentDimensions) {
+  std::mt19937 rng(17);
+  // Rotated slices of 8 at offset 16 inside heads of 24 (MLA's q_pe).
+  const int64_t count = 3, stride = 24, offset = 16, dim = 8;
+  auto x = RandomVector(rng, count * stride);
+  std::vector<float> cos(dim / 2), sin(dim / 2);
+  std::vector<double> angle(dim / 2);
+  for (int64_t j = 0; j < dim / 2; ++j) {
+    angle[j] = 0.3 + 1.7 * j;
+    cos[j] = std::cos(angle[j]);
+    sin[j] = std::sin(angle[j]);
+  }
+  auto y = x;
+  ApplyRotaryInterleaved(y.data() + offset, count, stride, dim, cos.data(),
+                         sin.data());
+  std::vector<double> want(x.begin(), x.end());
+  for (int64_t h = 0; h < count; ++h) {
+    for (int64_t j = 0; j < dim / 2; ++j) {
+      const int64_t i = h * stride + offset + 2 * j;
+      want[i] = x[i] * std::cos(angle[j]) - x[i + 1] * std::sin(angle[j]);
+      want[i + 1] = x[i + 1] * std::cos(angle[j]) + x[i] * std::sin(angle[j]);
+    }
+  }
+  EXPECT_LE(RelativeError(y, want), 1e-6);
+  for (int64_t i = 0; i < offset; ++i) EXPECT_EQ(y[i], x[i]);
 }
 
 TEST_P(PathTest, SoftmaxSiluMulTopK) {

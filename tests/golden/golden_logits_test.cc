@@ -64,7 +64,8 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
   }
 
   runtime::KvCache NewCache() const {
-    return runtime::KvCache(spec_.num_layers, spec_.kv_width(),
+    return runtime::KvCache(spec_.num_layers, spec_.cache_key_width(),
+                            spec_.cache_value_width(),
                             /*block_size=*/8,
                             /*num_blocks=*/128);
   }
@@ -192,7 +193,9 @@ TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, GoldenModelTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
-                                           "qwen2_moe", "qwen3_moe", "olmoe"));
+                                           "qwen2_moe", "qwen3_moe", "olmoe",
+                                           "deepseek_v3", "deepseek_v3_fp8",
+                                           "deepseek_v2_lite"));
 
 }  // namespace
 }  // namespace ringmoe
