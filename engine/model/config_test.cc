@@ -90,6 +90,106 @@ struct BadConfig {
   std::string expected;
 };
 
+TEST(ConfigTest, DeepseekV3LatentAttentionAndGroupedSigmoidRouting) {
+  for (const char* dir : {"deepseek_v3", "deepseek_v3_fp8"}) {
+    auto spec = LoadModelConfig(std::string(kTiny) + dir);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(spec->mla.has_value());
+    EXPECT_EQ(spec->mla->q_lora_rank, 48);
+    EXPECT_EQ(spec->mla->kv_lora_rank, 32);
+    EXPECT_EQ(spec->mla->qk_head_dim(), 24);
+    EXPECT_EQ(spec->mla->v_head_dim, 16);
+    EXPECT_EQ(spec->cache_key_width(), 40);
+    EXPECT_EQ(spec->cache_value_width(), 0);
+    EXPECT_EQ(spec->rotary_dim(), 8);
+    EXPECT_TRUE(spec->rope_interleaved);
+    EXPECT_EQ(spec->num_experts, 16);
+    EXPECT_EQ(spec->experts_per_token, 4);
+    EXPECT_EQ(spec->expert_intermediate_size, 40);
+    EXPECT_EQ(spec->shared_expert_intermediate_size, 40);
+    EXPECT_FALSE(spec->shared_expert_gated);
+    EXPECT_EQ(spec->layer_is_moe, std::vector<bool>({false, true, true}));
+    EXPECT_EQ(spec->dense_intermediate_size, 96);
+    const RoutingSpec& r = spec->routing;
+    EXPECT_EQ(r.scoring, RouterScoring::kSigmoid);
+    EXPECT_EQ(r.num_groups, 4);
+    EXPECT_EQ(r.topk_groups, 2);
+    EXPECT_EQ(r.group_scoring, GroupScoring::kTopTwoSum);
+    EXPECT_TRUE(r.selection_bias);
+    EXPECT_TRUE(r.renormalize);
+    EXPECT_EQ(r.scaling_factor, 2.5);
+  }
+  auto fp8 = LoadModelConfig(std::string(kTiny) + "deepseek_v3_fp8");
+  ASSERT_TRUE(fp8.ok());
+  EXPECT_EQ(fp8->fp8.block_rows, 32);
+  EXPECT_EQ(fp8->fp8.block_cols, 32);
+}
+
+TEST(ConfigTest, DeepseekV2LiteSoftmaxGreedyWithoutQueryCompression) {
+  auto spec = LoadModelConfig(std::string(kTiny) + "deepseek_v2_lite");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mla->q_lora_rank, 0);
+  EXPECT_EQ(spec->shared_expert_intermediate_size, 64);
+  EXPECT_EQ(spec->routing.scoring, RouterScoring::kSoftmax);
+  EXPECT_EQ(spec->routing.num_groups, 1);
+  EXPECT_FALSE(spec->routing.selection_bias);
+  EXPECT_FALSE(spec->routing.renormalize);
+  EXPECT_EQ(spec->fp8.block_rows, 0);
+}
+
+TEST(ConfigTest, BadDeepseekConfigsNameTheKey) {
+  const std::vector<BadConfig> cases = {
+      {"topk_method", [](nlohmann::json& j) { j["topk_method"] = "random"; },
+       "topk_method 'random'"},
+      {"scoring_func", [](nlohmann::json& j) { j["scoring_func"] = "relu"; },
+       "scoring_func 'relu'"},
+      {"groups", [](nlohmann::json& j) { j["n_group"] = 3; },
+       "n_group (3) must divide"},
+      {"kept groups", [](nlohmann::json& j) { j["topk_group"] = 5; },
+       "topk_group (5)"},
+      {"too few kept experts",
+       [](nlohmann::json& j) {
+         j["topk_group"] = 1;
+         j["num_experts_per_tok"] = 5;
+       },
+       "topk_group (1)"},
+      {"odd rope", [](nlohmann::json& j) { j["qk_rope_head_dim"] = 7; },
+       "'qk_rope_head_dim' must be even"},
+      {"no latent", [](nlohmann::json& j) { j.erase("kv_lora_rank"); },
+       "'kv_lora_rank'"},
+      {"zero v", [](nlohmann::json& j) { j["v_head_dim"] = 0; },
+       "'v_head_dim' is 0"},
+      {"q lora", [](nlohmann::json& j) { j["q_lora_rank"] = -1; },
+       "'q_lora_rank' must be positive or null"},
+      {"quant method",
+       [](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}};
+       },
+       "quant_method 'gptq'"},
+      {"fp8 format",
+       [](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "fp8"},
+                                     {"fmt", "e5m2"},
+                                     {"weight_block_size", {128, 128}}};
+       },
+       "fmt 'e5m2'"},
+      {"fp8 blocks",
+       [](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "fp8"},
+                                     {"weight_block_size", {128, 100}}};
+       },
+       "weight_block_size"},
+  };
+  for (const auto& c : cases) {
+    auto json = nlohmann::json::parse(ReadConfig("deepseek_v3"));
+    c.edit(json);
+    auto spec = ParseModelConfig(json.dump(), "ds/config.json");
+    ASSERT_FALSE(spec.ok()) << c.name;
+    EXPECT_NE(spec.status().message().find(c.expected), std::string::npos)
+        << c.name << ": " << spec.status();
+  }
+}
+
 TEST(ConfigTest, BadConfigsNameTheProblem) {
   const std::vector<BadConfig> cases = {
       {"unknown arch",

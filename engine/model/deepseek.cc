@@ -19,16 +19,6 @@
 namespace ringmoe::model::internal {
 namespace {
 
-absl::StatusOr<int64_t> PositiveInt(const nlohmann::json& config,
-                                    absl::string_view key) {
-  ASSIGN_OR_RETURN(int64_t v, RequiredInt(config, key));
-  if (v <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("field '", key, "' must be positive, got ", v));
-  }
-  return v;
-}
-
 absl::Status ParseMla(const nlohmann::json& config, ModelSpec* spec) {
   MlaSpec mla;
   ASSIGN_OR_RETURN(std::optional<int64_t> q_lora,
@@ -38,12 +28,12 @@ absl::Status ParseMla(const nlohmann::json& config, ModelSpec* spec) {
         "field 'q_lora_rank' must be positive or null, got ", *q_lora));
   }
   mla.q_lora_rank = q_lora.value_or(0);
-  ASSIGN_OR_RETURN(mla.kv_lora_rank, PositiveInt(config, "kv_lora_rank"));
+  ASSIGN_OR_RETURN(mla.kv_lora_rank, RequiredInt(config, "kv_lora_rank"));
   ASSIGN_OR_RETURN(mla.qk_nope_head_dim,
-                   PositiveInt(config, "qk_nope_head_dim"));
+                   RequiredInt(config, "qk_nope_head_dim"));
   ASSIGN_OR_RETURN(mla.qk_rope_head_dim,
-                   PositiveInt(config, "qk_rope_head_dim"));
-  ASSIGN_OR_RETURN(mla.v_head_dim, PositiveInt(config, "v_head_dim"));
+                   RequiredInt(config, "qk_rope_head_dim"));
+  ASSIGN_OR_RETURN(mla.v_head_dim, RequiredInt(config, "v_head_dim"));
   if (mla.qk_rope_head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("field 'qk_rope_head_dim' must be even (rotary pairs), "
@@ -147,7 +137,7 @@ absl::Status ParseLayers(const nlohmann::json& config, ModelSpec* spec) {
   }
   if (any_dense) {
     ASSIGN_OR_RETURN(spec->dense_intermediate_size,
-                     PositiveInt(config, "intermediate_size"));
+                     RequiredInt(config, "intermediate_size"));
   }
   return absl::OkStatus();
 }

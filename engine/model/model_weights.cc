@@ -59,6 +59,11 @@ class Binder {
     return ckpt_.Find(name) != nullptr;
   }
 
+  // Buffers the bound matrices point into, for ModelWeights::converted.
+  std::vector<std::unique_ptr<uint8_t[]>> TakeOwned() {
+    return std::move(owned_);
+  }
+
  private:
   // An F8_E4M3 weight and its block scales, kept as stored.
   absl::StatusOr<kernels::Matrix> Fp8Matrix(const TensorView& t, int64_t rows,
@@ -136,9 +141,6 @@ class Binder {
 
   const checkpoint::Checkpoint& ckpt_;
   Fp8BlockSpec fp8_;
-
- public:
-  // Buffers the bound matrices point into (ModelWeights::converted).
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
 };
 

@@ -23,16 +23,21 @@ namespace {
 namespace fs = std::filesystem;
 using checkpoint::TensorToWrite;
 
-// Copies moe-tiny/qwen2_moe into a temporary directory with its tensors
-// passed through `edit` first.
+// Copies moe-tiny/`model` into a temporary directory with its tensors
+// passed through `edit` first and its config.json through `edit_config`.
 std::string EditedModel(
     const std::string& name,
-    const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-  const std::string src = "tests/testdata/moe-tiny/qwen2_moe";
+    const std::function<void(std::vector<TensorToWrite>&)>& edit,
+    const std::string& model = "qwen2_moe",
+    const std::function<void(std::string&)>& edit_config = nullptr) {
+  const std::string src = "tests/testdata/moe-tiny/" + model;
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
   fs::create_directories(dir);
-  fs::copy_file(src + "/config.json", dir + "/config.json",
-                fs::copy_options::overwrite_existing);
+  std::ifstream in(src + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+  if (edit_config) edit_config(config);
+  std::ofstream(dir + "/config.json") << config;
   auto file = checkpoint::SafetensorsFile::Open(src + "/model.safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
   std::vector<TensorToWrite> tensors;
@@ -68,7 +73,8 @@ absl::Status Bind(const std::string& dir) {
 
 TEST(ModelWeightsTest, BindsEveryTinyModel) {
   for (const char* m :
-       {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe"}) {
+       {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe",
+        "deepseek_v3", "deepseek_v3_fp8", "deepseek_v2_lite"}) {
     EXPECT_TRUE(Bind(std::string("tests/testdata/moe-tiny/") + m).ok()) << m;
   }
 }
@@ -117,6 +123,99 @@ TEST(ModelWeightsTest, WrongDtypeIsNamed) {
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find(router), std::string::npos) << status;
   EXPECT_NE(status.message().find("I16"), std::string::npos) << status;
+}
+
+// DeepSeek-V3's FP8 layout: weights stay F8_E4M3 with their block scales.
+TEST(ModelWeightsTest, Fp8WeightsKeepTheirStoredFormat) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  auto weights =
+      BindDir("tests/testdata/moe-tiny/deepseek_v3_fp8", &checkpoint);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const kernels::Matrix& kv_a = weights->layers[1].mla.kv_a;  // [40, 64]
+  EXPECT_EQ(kv_a.type, kernels::WeightType::kFp8E4M3);
+  EXPECT_EQ(kv_a.block_rows, 32);
+  EXPECT_EQ(kernels::BlockScaleCount(kv_a), 4);  // partial edge blocks
+  const kernels::Matrix& expert = weights->layers[2].experts[7].down;
+  EXPECT_EQ(expert.type, kernels::WeightType::kFp8E4M3);
+  EXPECT_EQ(kernels::MatrixBytes(expert), 64 * 40 + 4 * 4);
+  // The router and norms stay as stored too (BF16 / F32).
+  EXPECT_EQ(weights->layers[1].router.type, kernels::WeightType::kBF16);
+  EXPECT_EQ(weights->layers[1].expert_score_bias.size(), 16u);
+  // Same values as the BF16 directory: fp8 * scale is exact there.
+  std::unique_ptr<checkpoint::Checkpoint> bf16_checkpoint;
+  auto bf16 = BindDir("tests/testdata/moe-tiny/deepseek_v3", &bf16_checkpoint);
+  ASSERT_TRUE(bf16.ok());
+  std::vector<float> a(40), b(40);
+  for (int64_t r = 0; r < 64; ++r) {
+    kernels::ReadRow(expert, r, a.data());
+    kernels::ReadRow(bf16->layers[2].experts[7].down, r, b.data());
+    EXPECT_EQ(a, b) << "row " << r;
+  }
+}
+
+TEST(ModelWeightsTest, Fp8ScaleProblemsAreNamed) {
+  const std::string weight = "model.layers.1.mlp.experts.3.up_proj.weight";
+  const std::string scale = weight + "_scale_inv";
+  auto missing = EditedModel(
+      "fp8_missing",
+      [&](auto& tensors) {
+        tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                     [&](auto& t) { return t.name == scale; }),
+                      tensors.end());
+      },
+      "deepseek_v3_fp8");
+  absl::Status status = Bind(missing);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("F8_E4M3 tensor '" + weight +
+                                  "' has no block scales: missing tensor '" +
+                                  scale + "'"),
+            std::string::npos)
+      << status;
+
+  auto shape = EditedModel(
+      "fp8_shape",
+      [&](auto& tensors) {
+        for (auto& t : tensors) {
+          if (t.name == scale) t.shape = {4, 1};  // same floats, [2, 2] due
+        }
+      },
+      "deepseek_v3_fp8");
+  status = Bind(shape);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("tensor '" + scale +
+                                  "' has shape [4, 1], expected [2, 2]"),
+            std::string::npos)
+      << status;
+
+  auto dtype = EditedModel(
+      "fp8_dtype",
+      [&](auto& tensors) {
+        for (auto& t : tensors) {
+          if (t.name == scale) {
+            t.dtype = checkpoint::DType::kBF16;
+            t.shape = {2, 4};  // the same bytes as 2 x 4 halves
+          }
+        }
+      },
+      "deepseek_v3_fp8");
+  status = Bind(dtype);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find(scale), std::string::npos) << status;
+
+  auto no_config = EditedModel(
+      "fp8_no_config", [](auto&) {}, "deepseek_v3_fp8",
+      [](std::string& c) {
+        const size_t at = c.find("\"quantization_config\"");
+        ASSERT_NE(at, std::string::npos);
+        c.replace(at, std::string("\"quantization_config\"").size(),
+                  "\"unused_quantization\"");
+      });
+  status = Bind(no_config);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("is F8_E4M3 but config.json has no "
+                                  "quantization_config"),
+            std::string::npos)
+      << status;
 }
 
 TEST(ModelWeightsTest, ConvertsLmHeadOnlyWhenAsked) {

@@ -138,7 +138,9 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, StreamingExactnessTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
-                                           "qwen2_moe", "qwen3_moe", "olmoe"));
+                                           "qwen2_moe", "qwen3_moe", "olmoe",
+                                           "deepseek_v3", "deepseek_v3_fp8",
+                                           "deepseek_v2_lite"));
 
 }  // namespace
 }  // namespace ringmoe
