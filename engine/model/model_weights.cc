@@ -378,8 +378,7 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     ASSIGN_OR_RETURN(LayerWeights layer, BindLayer(spec, arch, l, bind));
     weights.layers.push_back(std::move(layer));
   }
-  for (auto& buffer : bind.owned_)
-    weights.converted.push_back(std::move(buffer));
+  weights.converted = bind.TakeOwned();
   return weights;
 }
 
