@@ -377,14 +377,10 @@ void ModelRunner::MlaAttention(int64_t l, const Batch& batch, const float* x,
   // first kv_lora_rank floats of a row).
   std::vector<float> absorbed(n * heads * row, 0.f);
   ParallelFor(pool_, heads, [&](int64_t h) {
-    std::vector<float> w_row(lora);
-    for (int64_t d = 0; d < nope; ++d) {
-      kernels::ReadRow(w.kv_b, h * (nope + v_dim) + d, w_row.data());
-      for (int64_t i = 0; i < n; ++i) {
-        kernels::Axpy(q[(i * heads + h) * qk + d], w_row.data(), lora,
-                      absorbed.data() + (i * heads + h) * row);
-      }
-    }
+    const int64_t first_row = h * (nope + v_dim);
+    kernels::AccumulateRowProducts(q.data() + h * qk, heads * qk, n, w.kv_b,
+                                   first_row, first_row + nope,
+                                   absorbed.data() + h * row, heads * row);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(q.data() + (i * heads + h) * qk + nope, rope,
                   absorbed.data() + (i * heads + h) * row + lora);
@@ -394,15 +390,19 @@ void ModelRunner::MlaAttention(int64_t l, const Batch& batch, const float* x,
   AttendCached(l, batch, absorbed.data(), heads, /*num_kv_heads=*/1, row,
                static_cast<float>(MlaSoftmaxScale(spec_)), attended.data());
   // And the value up-projection applied to each head's attended latent.
-  std::vector<float> values(n * heads * v_dim);
+  std::vector<float> up(n * w.kv_b.rows), values(n * heads * v_dim);
   ParallelFor(pool_, heads, [&](int64_t h) {
-    std::vector<float> w_row(lora);
-    for (int64_t e = 0; e < v_dim; ++e) {
-      kernels::ReadRow(w.kv_b, h * (nope + v_dim) + nope + e, w_row.data());
-      for (int64_t i = 0; i < n; ++i) {
-        values[(i * heads + h) * v_dim + e] = kernels::Dot(
-            w_row.data(), attended.data() + (i * heads + h) * row, lora);
-      }
+    std::vector<float> latent(n * lora);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(attended.data() + (i * heads + h) * row, lora,
+                  latent.data() + i * lora);
+    }
+    const int64_t first_row = h * (nope + v_dim) + nope;
+    kernels::MatMulTransposedRows(latent.data(), n, w.kv_b, first_row,
+                                  first_row + v_dim, up.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(up.data() + i * w.kv_b.rows + first_row, v_dim,
+                  values.data() + (i * heads + h) * v_dim);
     }
   });
   if (work != nullptr) {

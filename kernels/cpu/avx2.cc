@@ -984,7 +984,77 @@ void AttendHeads(const float* q, int64_t head_dim, const float* const* keys,
   }
 }
 
+// y[i * ldy + k] += Σ_r c[i * ldc + r - rb] · w(r, k): each token's outputs
+// accumulate in registers, 32 columns at a time, over the rows.
+template <typename L>
+void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
+                        int64_t n, int64_t rb, int64_t re, float* y,
+                        int64_t ldy) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* yi = y + i * ldy;
+    const float* ci = c + i * ldc - rb;
+    int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      __m256 acc[4];
+      for (int j = 0; j < 4; ++j) acc[j] = _mm256_loadu_ps(yi + k + 8 * j);
+      for (int64_t r = rb; r < re; ++r) {
+        const __m256 s = _mm256_set1_ps(ci[r]);
+        for (int j = 0; j < 4; ++j)
+          acc[j] = _mm256_fmadd_ps(s, w.Load(r, k + 8 * j), acc[j]);
+      }
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(yi + k + 8 * j, acc[j]);
+    }
+    for (; k + 8 <= cols; k += 8) {
+      __m256 acc = _mm256_loadu_ps(yi + k);
+      for (int64_t r = rb; r < re; ++r)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.Load(r, k), acc);
+      _mm256_storeu_ps(yi + k, acc);
+    }
+    if (k < cols) {
+      const __m256i mask = TailMask(cols - k);
+      __m256 acc = _mm256_maskload_ps(yi + k, mask);
+      for (int64_t r = rb; r < re; ++r) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.LoadTail(r, k, cols - k),
+                              acc);
+      }
+      _mm256_maskstore_ps(yi + k, mask, acc);
+    }
+  }
+}
+
 }  // namespace
+
+void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::kF32:
+      return AccumulateRowsWith(
+          F32Loader{{}, static_cast<const float*>(w.data), cols}, cols, c, ldc,
+          n, row_begin, row_end, y, ldy);
+    case WeightType::kBF16:
+      return AccumulateRowsWith(
+          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, cols, c,
+          ldc, n, row_begin, row_end, y, ldy);
+    case WeightType::kF16:
+      return AccumulateRowsWith(
+          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, cols, c,
+          ldc, n, row_begin, row_end, y, ldy);
+    case WeightType::kInt8: {
+      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+      return AccumulateRowsWith(
+          Int8Loader{static_cast<const int8_t*>(w.data), groups * w.group_size,
+                     w.scales, groups,
+                     __builtin_ctz(static_cast<unsigned>(w.group_size))},
+          cols, c, ldc, n, row_begin, row_end, y, ldy);
+    }
+    case WeightType::kFp8E4M3:
+      return AccumulateRowsWith(MakeFp8Loader(w), cols, c, ldc, n, row_begin,
+                                row_end, y, ldy);
+    case WeightType::kInt4:
+      break;  // ops.cc keeps int4 on the scalar path
+  }
+}
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
                       int64_t row_begin, int64_t row_end, float* y) {

@@ -36,6 +36,10 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y);
 
+// AccumulateRowProducts (ops.h) for every type but int4.
+void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y, int64_t ldy);
+
 // One 64-column chunk of an activation row quantized to int8 for int4
 // weights, laid out to match 32 bytes of them: byte i holds columns 2i (low
 // nibble) and 2i + 1 (high), so `even[i]` is column 2i and `odd[i]` column

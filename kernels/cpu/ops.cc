@@ -302,6 +302,28 @@ void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y) {
   MatMulRows(x, n, w, 0, w.rows, y);
 }
 
+void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
+                          int64_t row_begin, int64_t row_end, float* y) {
+  MatMulRows(x, n, w, row_begin, row_end, y);
+}
+
+void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
+                           const Matrix& w, int64_t row_begin, int64_t row_end,
+                           float* y, int64_t ldy) {
+  if (UseAvx2() && w.type != WeightType::kInt4) {
+    return avx2::AccumulateRows(c, ldc, n, w, row_begin, row_end, y, ldy);
+  }
+  std::vector<float> row(w.cols);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    ReadRow(w, r, row.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = c[i * ldc + r - row_begin];
+      float* yi = y + i * ldy;
+      for (int64_t k = 0; k < w.cols; ++k) yi[k] += s * row[k];
+    }
+  }
+}
+
 void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   if (threads == 1) {

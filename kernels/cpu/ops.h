@@ -74,6 +74,20 @@ int64_t DirectProductRows(WeightType type);
 // on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 
+// MatMulTransposed for the columns [row_begin, row_end) of y[n, w.rows]
+// only (weight rows [row_begin, row_end)); the other columns are untouched.
+void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
+                          int64_t row_begin, int64_t row_end, float* y);
+
+// The product with w untransposed over a range of its rows, accumulated:
+// y[i * ldy + k] += Σ_{r in [row_begin, row_end)} c[i * ldc + r - row_begin]
+// · w[r, k] for i < n, k < w.cols (MLA's absorbed key projection: a query
+// taken into latent space). Each weight is read once per call for every i;
+// AVX2 for every type but int4, which widens rows on the scalar path.
+void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
+                           const Matrix& w, int64_t row_begin, int64_t row_end,
+                           float* y, int64_t ldy);
+
 // One product of a batch of independent products.
 struct MatMulJob {
   const float* x = nullptr;  // [n, w.cols]

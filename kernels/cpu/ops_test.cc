@@ -326,6 +326,55 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   }
 }
 
+// Row ranges: the transposed product for some output columns only, and the
+// untransposed product accumulated into strided outputs (MLA's per-head
+// absorbed projections).
+TEST_P(MatMulTest, RowRangesMatchReference) {
+  std::mt19937 rng(41);
+  const WeightType type = std::get<0>(GetParam());
+  const int64_t shapes[][4] = {// n, rows, cols, row_begin
+                               {1, 40, 33, 8},
+                               {3, 64, 96, 17},
+                               {5, 32, 7, 0},
+                               {2, 96, 520, 40}};
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], rows = s[1], cols = s[2], rb = s[3];
+    const int64_t re = rows - 3;
+    const TestMatrix m = MakeMatrix(rng, type, rows, cols, 32);
+    const auto x = RandomVector(rng, n * cols);
+    std::vector<float> y(n * rows, 7.f);
+    MatMulTransposedRows(x.data(), n, m.w, rb, re, y.data());
+    const std::vector<double> full = ExpectedProduct(x, n, m);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (r < rb || r >= re) {
+          EXPECT_EQ(y[i * rows + r], 7.f);
+          continue;
+        }
+        EXPECT_NEAR(y[i * rows + r], full[i * rows + r],
+                    1e-5 * (1 + std::abs(full[i * rows + r])))
+            << n << "x" << rows << "x" << cols << " " << i << "," << r;
+      }
+    }
+    // c[n, ldc] against rows [rb, re), into y2 rows of stride cols + 5.
+    const int64_t ldc = re - rb + 2, ldy = cols + 5;
+    const auto c = RandomVector(rng, n * ldc);
+    auto y2 = RandomVector(rng, n * ldy);
+    std::vector<double> want(y2.begin(), y2.end());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = rb; r < re; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          want[i * ldy + k] +=
+              double(c[i * ldc + r - rb]) * m.dequantized[r * cols + k];
+        }
+      }
+    }
+    AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y2.data(), ldy);
+    EXPECT_LE(RelativeError(y2, want), ProductTolerance(re - rb) * 4)
+        << n << "x" << rows << "x" << cols;
+  }
+}
+
 TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
   std::mt19937 rng(23);
   const WeightType type = std::get<0>(GetParam());
