@@ -1,23 +1,52 @@
 #!/usr/bin/python3
-"""Writes a synthetic Mixtral checkpoint (config.json + model.safetensors,
-BF16) for benchmarking the CPU path: random weights in real Mixtral names and
-shapes, with routers skewed the way trained models' are (a few hot experts
-per layer take most tokens).
+"""Writes a synthetic MoE checkpoint (config.json + model.safetensors) for
+benchmarks: random weights in a real architecture's names, shapes and dtypes,
+with routers skewed the way trained models' are (a few hot experts per layer
+take most tokens).
+
+--arch mixtral (the default): a Mixtral checkpoint, all BF16. Defaults
+(hidden 2048, 16 layers, 8 experts of 1024, top-2, vocab 32000) give about
+2.2 GB.
+
+  /usr/bin/python3 tools/make_synthetic_moe.py --out ~/.cache/ringmoe/models/synthetic-mixtral
+
+--arch deepseek_v3: a DeepSeek-V3 checkpoint in the Hugging Face names
+(multi-head latent attention, a shared expert, sigmoid group-limited routing
+with a selection bias, the first --first_dense layers dense), stored the way
+the real one is: every attention and MLP linear weight (experts and shared
+experts included) in FP8 e4m3 with a float32 `<name>_scale_inv` per 128x128
+block (W = fp8 * scale_inv), embeddings, lm_head, norms and routers in BF16,
+the routers' e_score_correction_bias in F32. Defaults (hidden 2048, 8 layers,
+16 heads, q/kv LoRA ranks 768/512, head dims nope 128 rope 64 v 128, 64
+experts of 512 plus 1 shared, top-8 of 8 groups limited to 4, one dense layer
+of 4096, vocab 32000) give about 1.8 GB.
+
+  /usr/bin/python3 tools/make_synthetic_moe.py --arch deepseek_v3 --out ~/.cache/ringmoe/models/synthetic-deepseek-v3
 
 The skew: every token embedding shares one direction u, and each layer's
 router rows for its hot experts have a component along u, so the hidden
 state's u-component acts as a per-expert bias in the router logits.
 
-Defaults (hidden 2048, 16 layers, 8 experts of 1024, top-2, vocab 32000)
-give about 2.2 GB. Needs numpy: run with /usr/bin/python3.
-
-  /usr/bin/python3 tools/make_synthetic_moe.py --out ~/.cache/ringmoe/models/synthetic-mixtral
+Tensors are generated and written one at a time. Needs numpy only: run with
+/usr/bin/python3.
 """
 import argparse
 import json
 import os
 
 import numpy as np
+
+# Shape defaults per architecture for the flags both share; a flag given on
+# the command line wins.
+ARCH_DEFAULTS = {
+    "mixtral": dict(hidden=2048, layers=16, experts=8, top_k=2,
+                    intermediate=1024, heads=16, vocab=32000),
+    "deepseek_v3": dict(hidden=2048, layers=8, experts=64, top_k=8,
+                        intermediate=512, heads=16, vocab=32000),
+}
+
+FP8_MAX = 448.0
+FP8_BLOCK = 128
 
 
 def to_bf16(a):
@@ -27,86 +56,135 @@ def to_bf16(a):
     return (bits >> 16).astype(np.uint16)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--layers", type=int, default=16)
-    p.add_argument("--experts", type=int, default=8)
-    p.add_argument("--top_k", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=1024)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--kv_heads", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--hot_experts", type=int, default=3,
-                   help="experts per layer that the router favours")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+def e4m3_magnitudes():
+    """Values of the non-negative, non-NaN float8 e4m3fn codes 0x00..0x7e
+    (index = code), ascending: 4 exponent bits with bias 7, 3 mantissa bits,
+    subnormals at exponent 0, 0x7f NaN, no infinities, max 448."""
+    codes = np.arange(0x7F)
+    exp, man = codes >> 3, (codes & 7).astype(np.float64)
+    vals = np.where(exp == 0, man / 8 * 2.0 ** -6, (1 + man / 8) * 2.0 ** (exp - 7))
+    return vals.astype(np.float32)
 
+
+E4M3_MAGNITUDES = e4m3_magnitudes()
+
+
+def to_e4m3(x):
+    """float32 with |x| <= 448 -> nearest float8 e4m3fn codes (uint8), ties to
+    the even code; larger magnitudes saturate to 448. Never a NaN code."""
+    mag = np.abs(x)
+    table = E4M3_MAGNITUDES
+    hi = np.clip(np.searchsorted(table, mag), 1, len(table) - 1)
+    lo = hi - 1
+    d_lo, d_hi = mag - table[lo], table[hi] - mag
+    code = np.where((d_lo < d_hi) | ((d_lo == d_hi) & (lo % 2 == 0)), lo, hi)
+    return (code | (np.signbit(x) & (code != 0)) * 0x80).astype(np.uint8)
+
+
+def block_scale_shape(shape):
+    return tuple(-(-n // FP8_BLOCK) for n in shape)
+
+
+def quantize_fp8(w):
+    """[out, in] float32 -> (e4m3 codes [out, in], scale_inv [ceil(out/128),
+    ceil(in/128)] float32) with w ~= decode(codes) * scale_inv per block."""
+    rows, cols = w.shape
+    br, bc = block_scale_shape(w.shape)
+    padded = np.zeros((br * FP8_BLOCK, bc * FP8_BLOCK), np.float32)
+    padded[:rows, :cols] = w
+    blocks = padded.reshape(br, FP8_BLOCK, bc, FP8_BLOCK)
+    amax = np.abs(blocks).max(axis=(1, 3))
+    scale = np.where(amax > 0, amax / FP8_MAX, 1.0).astype(np.float32)
+    codes = to_e4m3(blocks / scale[:, None, :, None])
+    codes = codes.reshape(br * FP8_BLOCK, bc * FP8_BLOCK)[:rows, :cols]
+    return np.ascontiguousarray(codes), scale
+
+
+# Safetensors dtype -> bytes per element, in the order the safetensors
+# library lays tensors out (widest alignment first, so each stays aligned).
+DTYPE_SIZES = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
+
+
+def write_checkpoint(out, tensors):
+    """tensors: (name, shape, kind, make) in generation order; kind is "BF16"
+    (make gives float32, stored rounded to bfloat16), "F32", or "FP8" (make
+    gives float32 [out, in], stored as F8_E4M3 `name` plus F32
+    `name_scale_inv`). Lays the file out F32, then BF16, then F8 tensors (each
+    group in generation order), then generates the tensors one at a time,
+    writing each at its offset. Returns the data size in bytes."""
+    entries = []  # (name, dtype, shape) in generation order
+    for name, shape, kind, _ in tensors:
+        if kind == "FP8":
+            entries.append((name, "F8_E4M3", tuple(shape)))
+            entries.append((name + "_scale_inv", "F32", block_scale_shape(shape)))
+        else:
+            entries.append((name, kind, tuple(shape)))
+    header, offsets, offset = {}, {}, 0
+    for dtype in DTYPE_SIZES:
+        for name, d, shape in entries:
+            if d != dtype:
+                continue
+            size = int(np.prod(shape)) * DTYPE_SIZES[dtype]
+            header[name] = {"dtype": dtype, "shape": list(shape),
+                            "data_offsets": [offset, offset + size]}
+            offsets[name] = offset
+            offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        base = f.tell()
+
+        def put(name, data):
+            f.seek(base + offsets[name])
+            f.write(data.tobytes())
+
+        for name, shape, kind, make in tensors:
+            a = make()
+            assert a.shape == tuple(shape), (name, a.shape, shape)
+            if kind == "FP8":
+                codes, scale = quantize_fp8(a)
+                put(name, codes)
+                put(name + "_scale_inv", scale.astype("<f4"))
+            elif kind == "F32":
+                put(name, a.astype("<f4"))
+            else:
+                put(name, to_bf16(a).astype("<u2"))
+        f.seek(0, os.SEEK_END)
+        assert f.tell() == base + offset
+    return offset
+
+
+def mixtral(args, normal, embedding, router):
     h, inter, head_dim = args.hidden, args.intermediate, args.hidden // args.heads
-    rng = np.random.default_rng(args.seed)
-    u = rng.standard_normal(h).astype(np.float32)
-    u /= np.linalg.norm(u)
-    std = 0.02
-
-    def normal(shape):
-        return rng.standard_normal(shape, dtype=np.float32) * std
-
-    def embedding():
-        # The shared direction, about as large as the random part.
-        return normal((args.vocab, h)) + u * (std * np.sqrt(h))
-
-    def router(layer_rng):
-        w = normal((args.experts, h))
-        hot = layer_rng.permutation(args.experts)[: args.hot_experts]
-        for rank, e in enumerate(hot):
-            w[e] += u * (0.08 / (rank + 1))
-        return w
-
-    # (name, shape, generator): generated one at a time while writing.
-    tensors = [("model.embed_tokens.weight", (args.vocab, h), embedding)]
+    ones = lambda: np.ones(h, np.float32)
+    tensors = [("model.embed_tokens.weight", (args.vocab, h), "BF16", embedding)]
     for l in range(args.layers):
         pre = f"model.layers.{l}."
+        kv = args.kv_heads * head_dim
         tensors += [
-            (pre + "input_layernorm.weight", (h,), lambda: np.ones(h, np.float32)),
-            (pre + "post_attention_layernorm.weight", (h,), lambda: np.ones(h, np.float32)),
-            (pre + "self_attn.q_proj.weight", (h, h), lambda: normal((h, h))),
-            (pre + "self_attn.k_proj.weight", (args.kv_heads * head_dim, h),
-             lambda: normal((args.kv_heads * head_dim, h))),
-            (pre + "self_attn.v_proj.weight", (args.kv_heads * head_dim, h),
-             lambda: normal((args.kv_heads * head_dim, h))),
-            (pre + "self_attn.o_proj.weight", (h, h), lambda: normal((h, h))),
-            (pre + "block_sparse_moe.gate.weight", (args.experts, h),
-             lambda l=l: router(np.random.default_rng(args.seed * 1000 + l))),
+            (pre + "input_layernorm.weight", (h,), "BF16", ones),
+            (pre + "post_attention_layernorm.weight", (h,), "BF16", ones),
+            (pre + "self_attn.q_proj.weight", (h, h), "BF16", lambda: normal((h, h))),
+            (pre + "self_attn.k_proj.weight", (kv, h), "BF16", lambda: normal((kv, h))),
+            (pre + "self_attn.v_proj.weight", (kv, h), "BF16", lambda: normal((kv, h))),
+            (pre + "self_attn.o_proj.weight", (h, h), "BF16", lambda: normal((h, h))),
+            (pre + "block_sparse_moe.gate.weight", (args.experts, h), "BF16",
+             lambda l=l: router(l)),
         ]
         for e in range(args.experts):
             ex = pre + f"block_sparse_moe.experts.{e}."
             tensors += [
-                (ex + "w1.weight", (inter, h), lambda: normal((inter, h))),
-                (ex + "w3.weight", (inter, h), lambda: normal((inter, h))),
-                (ex + "w2.weight", (h, inter), lambda: normal((h, inter))),
+                (ex + "w1.weight", (inter, h), "BF16", lambda: normal((inter, h))),
+                (ex + "w3.weight", (inter, h), "BF16", lambda: normal((inter, h))),
+                (ex + "w2.weight", (h, inter), "BF16", lambda: normal((h, inter))),
             ]
-    tensors += [("model.norm.weight", (h,), lambda: np.ones(h, np.float32)),
-                ("lm_head.weight", (args.vocab, h), lambda: normal((args.vocab, h)))]
-
-    header, offset = {}, 0
-    for name, shape, _ in tensors:
-        size = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape),
-                        "data_offsets": [offset, offset + size]}
-        offset += size
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "model.safetensors"), "wb") as f:
-        f.write(len(blob).to_bytes(8, "little"))
-        f.write(blob)
-        for _, shape, make in tensors:
-            a = make()
-            assert a.shape == tuple(shape)
-            f.write(to_bf16(a).tobytes())
+    tensors += [("model.norm.weight", (h,), "BF16", lambda: np.ones(h, np.float32)),
+                ("lm_head.weight", (args.vocab, h), "BF16",
+                 lambda: normal((args.vocab, h)))]
 
     config = {
         "architectures": ["MixtralForCausalLM"],
@@ -129,9 +207,200 @@ def main():
         "eos_token_id": 2,
         "torch_dtype": "bfloat16",
     }
+    return tensors, config
+
+
+def deepseek_v3(args, normal, embedding, router, rng):
+    h, heads = args.hidden, args.heads
+    moe_inter, dense_inter = args.intermediate, args.dense_intermediate
+    shared_inter = moe_inter * args.shared_experts
+    qk_dim = args.nope + args.rope
+
+    def linear(name, rows, cols):
+        return (name, (rows, cols), "FP8", lambda: normal((rows, cols)))
+
+    def ones(name, n):
+        return (name, (n,), "BF16", lambda: np.ones(n, np.float32))
+
+    def mlp(pre, inter):
+        return [linear(pre + "gate_proj.weight", inter, h),
+                linear(pre + "up_proj.weight", inter, h),
+                linear(pre + "down_proj.weight", h, inter)]
+
+    tensors = [("model.embed_tokens.weight", (args.vocab, h), "BF16", embedding)]
+    for l in range(args.layers):
+        pre = f"model.layers.{l}."
+        at = pre + "self_attn."
+        tensors += [
+            ones(pre + "input_layernorm.weight", h),
+            ones(pre + "post_attention_layernorm.weight", h),
+            linear(at + "q_a_proj.weight", args.q_lora_rank, h),
+            ones(at + "q_a_layernorm.weight", args.q_lora_rank),
+            linear(at + "q_b_proj.weight", heads * qk_dim, args.q_lora_rank),
+            linear(at + "kv_a_proj_with_mqa.weight", args.kv_lora_rank + args.rope, h),
+            ones(at + "kv_a_layernorm.weight", args.kv_lora_rank),
+            linear(at + "kv_b_proj.weight", heads * (args.nope + args.v_dim),
+                   args.kv_lora_rank),
+            linear(at + "o_proj.weight", h, heads * args.v_dim),
+        ]
+        if l < args.first_dense:
+            tensors += mlp(pre + "mlp.", dense_inter)
+            continue
+        tensors += [
+            (pre + "mlp.gate.weight", (args.experts, h), "BF16", lambda l=l: router(l)),
+            (pre + "mlp.gate.e_score_correction_bias", (args.experts,), "F32",
+             lambda: rng.standard_normal(args.experts, dtype=np.float32) * 0.01),
+        ]
+        for e in range(args.experts):
+            tensors += mlp(pre + f"mlp.experts.{e}.", moe_inter)
+        if args.shared_experts > 0:
+            tensors += mlp(pre + "mlp.shared_experts.", shared_inter)
+    tensors += [("model.norm.weight", (h,), "BF16", lambda: np.ones(h, np.float32)),
+                ("lm_head.weight", (args.vocab, h), "BF16",
+                 lambda: normal((args.vocab, h)))]
+
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": h,
+        "intermediate_size": dense_inter,
+        "moe_intermediate_size": moe_inter,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "n_routed_experts": args.experts,
+        "n_shared_experts": args.shared_experts,
+        "num_experts_per_tok": args.top_k,
+        "n_group": args.groups,
+        "topk_group": args.topk_groups,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": args.first_dense,
+        "moe_layer_freq": 1,
+        "q_lora_rank": args.q_lora_rank,
+        "kv_lora_rank": args.kv_lora_rank,
+        "qk_nope_head_dim": args.nope,
+        "qk_rope_head_dim": args.rope,
+        "v_head_dim": args.v_dim,
+        "vocab_size": args.vocab,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "num_nextn_predict_layers": 0,
+        "attention_bias": False,
+        "quantization_config": {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+        },
+        "torch_dtype": "bfloat16",
+    }
+    return tensors, config
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--arch", choices=sorted(ARCH_DEFAULTS), default="mixtral")
+    per_arch = lambda key: "default " + ", ".join(
+        f"{d[key]} ({a})" for a, d in ARCH_DEFAULTS.items())
+    p.add_argument("--hidden", type=int, help=per_arch("hidden"))
+    p.add_argument("--layers", type=int, help=per_arch("layers"))
+    p.add_argument("--experts", type=int, help="routed experts per layer; " +
+                   per_arch("experts"))
+    p.add_argument("--top_k", type=int, help=per_arch("top_k"))
+    p.add_argument("--intermediate", type=int,
+                   help="expert intermediate size (moe_intermediate_size for "
+                        "deepseek_v3); " + per_arch("intermediate"))
+    p.add_argument("--heads", type=int, help=per_arch("heads"))
+    p.add_argument("--kv_heads", type=int, default=4, help="mixtral only")
+    p.add_argument("--vocab", type=int, help=per_arch("vocab"))
+    p.add_argument("--hot_experts", type=int, default=3,
+                   help="experts per layer that the router favours")
+    p.add_argument("--seed", type=int, default=0)
+    ds = p.add_argument_group("deepseek_v3 only")
+    ds.add_argument("--q_lora_rank", type=int, default=768)
+    ds.add_argument("--kv_lora_rank", type=int, default=512)
+    ds.add_argument("--nope", type=int, default=128, help="qk_nope_head_dim")
+    ds.add_argument("--rope", type=int, default=64, help="qk_rope_head_dim")
+    ds.add_argument("--v_dim", type=int, default=128, help="v_head_dim")
+    ds.add_argument("--shared_experts", type=int, default=1, help="n_shared_experts")
+    ds.add_argument("--groups", type=int, default=8, help="n_group")
+    ds.add_argument("--topk_groups", type=int, default=4, help="topk_group")
+    ds.add_argument("--first_dense", type=int, default=1,
+                    help="first_k_dense_replace: leading layers with a dense MLP")
+    ds.add_argument("--dense_intermediate", type=int, default=4096,
+                    help="intermediate_size of the dense layers")
+    args = p.parse_args(argv)
+    for key, value in ARCH_DEFAULTS[args.arch].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.arch == "deepseek_v3":
+        if args.groups < 1 or args.experts % args.groups:
+            p.error("--experts must be a multiple of --groups")
+        if args.experts // args.groups < 2:
+            p.error("noaux_tc scores a group by its top two experts: "
+                    "--experts must be at least 2 * --groups")
+        if not 1 <= args.topk_groups <= args.groups:
+            p.error("--topk_groups must be in [1, --groups]")
+        if args.top_k > args.topk_groups * (args.experts // args.groups):
+            p.error("--top_k exceeds the experts in --topk_groups groups")
+    return args
+
+
+def build(args):
+    """(tensors, config) for args; the tensors' generators share one RNG and
+    must run in list order."""
+    h = args.hidden
+    rng = np.random.default_rng(args.seed)
+    u = rng.standard_normal(h).astype(np.float32)
+    u /= np.linalg.norm(u)
+    std = 0.02
+
+    def normal(shape):
+        return rng.standard_normal(shape, dtype=np.float32) * std
+
+    def embedding():
+        # The shared direction, about as large as the random part.
+        return normal((args.vocab, h)) + u * (std * np.sqrt(h))
+
+    def router(layer):
+        layer_rng = np.random.default_rng(args.seed * 1000 + layer)
+        w = normal((args.experts, h))
+        hot = layer_rng.permutation(args.experts)[: args.hot_experts]
+        for rank, e in enumerate(hot):
+            w[e] += u * (0.08 / (rank + 1))
+        return w
+
+    if args.arch == "deepseek_v3":
+        return deepseek_v3(args, normal, embedding, router, rng)
+    return mixtral(args, normal, embedding, router)
+
+
+def main():
+    args = parse_args()
+    tensors, config = build(args)
+    size = write_checkpoint(args.out, tensors)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    print(f"wrote {args.out}: {offset / 1e9:.2f} GB of weights")
+    print(f"wrote {args.out}: {size / 1e9:.2f} GB of weights")
 
 
 if __name__ == "__main__":
