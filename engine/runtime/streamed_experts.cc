@@ -50,8 +50,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
       uint64_t offset = 0;
       StreamedExpert& streamed = s->streamed_[l][e];
       // Each matrix's data, then (fp8) its block scales: the stored bytes.
-      auto add_piece = [&](const std::string& name) -> absl::StatusOr<int> {
-        ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
+      auto add_piece = [&](const checkpoint::TensorView* t) {
         streamed.pieces.push_back(
             {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
         offset = AlignUp(offset + t->num_bytes);
@@ -64,10 +63,11 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
                                          {names.down, &bound.down}}) {
         ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
         converted |= matrix->data != t->data;
-        ASSIGN_OR_RETURN(streamed.data_piece[i], add_piece(name));
+        streamed.data_piece[i] = add_piece(t);
         if (matrix->block_scales != nullptr) {
-          ASSIGN_OR_RETURN(streamed.scale_piece[i],
-                           add_piece(absl::StrCat(name, "_scale_inv")));
+          ASSIGN_OR_RETURN(const checkpoint::TensorView* scales,
+                           checkpoint.Get(absl::StrCat(name, "_scale_inv")));
+          streamed.scale_piece[i] = add_piece(scales);
         }
         ++i;
       }

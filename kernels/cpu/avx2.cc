@@ -191,6 +191,31 @@ struct Int8Loader {
   __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
 };
 
+// Calls fn with the loader of w's type: every type but int4, whose nibbles
+// only the integer products read.
+template <typename Fn>
+void VisitLoader(const Matrix& w, Fn&& fn) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::kF32:
+      return fn(F32Loader{{}, static_cast<const float*>(w.data), cols});
+    case WeightType::kBF16:
+      return fn(Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols});
+    case WeightType::kF16:
+      return fn(F16Loader{{}, static_cast<const uint16_t*>(w.data), cols});
+    case WeightType::kInt8: {
+      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+      return fn(Int8Loader{static_cast<const int8_t*>(w.data),
+                           groups * w.group_size, w.scales, groups,
+                           __builtin_ctz(static_cast<unsigned>(w.group_size))});
+    }
+    case WeightType::kFp8E4M3:
+      return fn(MakeFp8Loader(w));
+    case WeightType::kInt4:
+      return;
+  }
+}
+
 // How many cache lines ahead of the loads the weight rows of a tile against
 // a few activation rows are prefetched (kLongRowPrefetchLines for one
 // activation row; see DirectRows).
@@ -1026,34 +1051,9 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
 
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
-  const int64_t cols = w.cols;
-  switch (w.type) {
-    case WeightType::kF32:
-      return AccumulateRowsWith(
-          F32Loader{{}, static_cast<const float*>(w.data), cols}, cols, c, ldc,
-          n, row_begin, row_end, y, ldy);
-    case WeightType::kBF16:
-      return AccumulateRowsWith(
-          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, cols, c,
-          ldc, n, row_begin, row_end, y, ldy);
-    case WeightType::kF16:
-      return AccumulateRowsWith(
-          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, cols, c,
-          ldc, n, row_begin, row_end, y, ldy);
-    case WeightType::kInt8: {
-      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-      return AccumulateRowsWith(
-          Int8Loader{static_cast<const int8_t*>(w.data), groups * w.group_size,
-                     w.scales, groups,
-                     __builtin_ctz(static_cast<unsigned>(w.group_size))},
-          cols, c, ldc, n, row_begin, row_end, y, ldy);
-    }
-    case WeightType::kFp8E4M3:
-      return AccumulateRowsWith(MakeFp8Loader(w), cols, c, ldc, n, row_begin,
-                                row_end, y, ldy);
-    case WeightType::kInt4:
-      break;  // ops.cc keeps int4 on the scalar path
-  }
+  VisitLoader(w, [&](const auto& loader) {
+    AccumulateRowsWith(loader, w.cols, c, ldc, n, row_begin, row_end, y, ldy);
+  });
 }
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
@@ -1101,34 +1101,14 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
 
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y) {
-  const int64_t cols = w.cols;
-  switch (w.type) {
-    case WeightType::kF32:
-      return PackedRows(F32Loader{{}, static_cast<const float*>(w.data), cols},
-                        true, x, n, cols, row_begin, row_end, y, w.rows);
-    case WeightType::kBF16:
-      return PackedRows(
-          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, false, x,
-          n, cols, row_begin, row_end, y, w.rows);
-    case WeightType::kF16:
-      return PackedRows(
-          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, false, x,
-          n, cols, row_begin, row_end, y, w.rows);
-    case WeightType::kInt8: {
-      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-      return PackedRows(
-          Int8Loader{static_cast<const int8_t*>(w.data), groups * w.group_size,
-                     w.scales, groups,
-                     __builtin_ctz(static_cast<unsigned>(w.group_size))},
-          false, x, n, cols, row_begin, row_end, y, w.rows);
-    }
-    case WeightType::kInt4:
-      // Its integer products beat the blocked float ones at every count.
-      return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
-    case WeightType::kFp8E4M3:
-      return PackedRows(MakeFp8Loader(w), false, x, n, cols, row_begin, row_end,
-                        y, w.rows);
+  // int4's integer products beat the blocked float ones at every count.
+  if (w.type == WeightType::kInt4) {
+    return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
   }
+  VisitLoader(w, [&](const auto& loader) {
+    PackedRows(loader, w.type == WeightType::kF32, x, n, w.cols, row_begin,
+               row_end, y, w.rows);
+  });
 }
 
 float Dot(const float* a, const float* b, int64_t n) {
