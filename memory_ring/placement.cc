@@ -19,32 +19,42 @@ std::string PlacementPlan::Summary() const {
   }
   return absl::StrFormat(
       "placement: budget %d bytes: %d resident (%d experts), %d streamed (%d "
-      "experts), "
-      "ring %d slots x %d bytes, expert cache %d bytes (%d entries)",
+      "experts), ring %d slots x %d bytes (%d of a layer's %d experts each), "
+      "expert cache %d bytes (%d entries)",
       budget_bytes, resident_bytes, resident_experts, streamed_bytes,
-      streamed_experts, num_slots, slot_bytes, cache_bytes,
-      expert_bytes ? cache_bytes / expert_bytes : 0);
+      streamed_experts, num_slots, slot_bytes, section_experts, layer_experts,
+      cache_bytes, expert_bytes ? cache_bytes / expert_bytes : 0);
 }
 
 absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
+  if (input.section_experts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "experts per ring section must be positive (0: as many as fit), got ",
+        input.section_experts));
+  }
   PlacementPlan plan;
   plan.budget_bytes = input.budget_bytes;
+  plan.always_resident_bytes = input.always_resident_bytes;
   plan.expert_resident.assign(input.num_layers,
                               std::vector<bool>(input.experts_per_layer, true));
   uint64_t all_experts = 0;
-  std::vector<uint64_t> layer_bytes(input.num_layers, 0);
+  std::vector<int> per_layer(input.num_layers, 0);
   for (const ExpertSize& e : input.experts) {
     all_experts += e.bytes;
-    layer_bytes[e.layer] += e.bytes;
+    plan.layer_experts = std::max(plan.layer_experts, ++per_layer[e.layer]);
     plan.expert_bytes = std::max(plan.expert_bytes, e.bytes);
   }
   plan.resident_bytes = input.always_resident_bytes + all_experts;
   plan.resident_experts = static_cast<int>(input.experts.size());
-  // Slots must fit the largest layer, in case every expert of it streams.
-  plan.slot_bytes = layer_bytes.empty() ? 0
-                                        : *std::max_element(layer_bytes.begin(),
-                                                            layer_bytes.end());
-  plan.minimum_budget = input.always_resident_bytes + 2 * plan.slot_bytes;
+  const int smallest_section =
+      input.section_experts > 0
+          ? std::min(input.section_experts, plan.layer_experts)
+          : std::min(1, plan.layer_experts);
+  const uint64_t smallest_slot = smallest_section * plan.expert_bytes;
+  plan.section_experts =
+      input.section_experts > 0 ? smallest_section : plan.layer_experts;
+  plan.slot_bytes = plan.section_experts * plan.expert_bytes;
+  plan.minimum_budget = input.always_resident_bytes + 2 * smallest_slot;
   const uint64_t minimum = plan.minimum_budget;
   if (input.budget_bytes == 0 ||
       (plan.resident_bytes <= input.budget_bytes && !input.force_streaming)) {
@@ -54,19 +64,23 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "memory budget of %d bytes is too small: %d bytes must stay resident "
         "(embeddings, attention, norms, routers, shared experts) plus 2 ring "
-        "slots of %d bytes; the smallest budget that works is %d bytes (%.1f "
-        "MiB)",
-        input.budget_bytes, input.always_resident_bytes, plan.slot_bytes,
+        "slots of %d bytes (%d expert%s of %d bytes each); the smallest budget "
+        "that works is %d bytes (%.1f MiB)",
+        input.budget_bytes, input.always_resident_bytes, smallest_slot,
+        smallest_section, smallest_section == 1 ? "" : "s", plan.expert_bytes,
         minimum, minimum / 1048576.0));
   }
+  const uint64_t available = input.budget_bytes - input.always_resident_bytes;
   plan.num_slots = std::max(2, input.num_slots);
-  while (plan.num_slots > 2 &&
-         input.always_resident_bytes + plan.num_slots * plan.slot_bytes >
-             input.budget_bytes) {
+  while (plan.num_slots > 2 && available < plan.num_slots * smallest_slot) {
     --plan.num_slots;
   }
-  uint64_t left = input.budget_bytes - input.always_resident_bytes -
-                  plan.num_slots * plan.slot_bytes;
+  if (input.section_experts == 0 && plan.expert_bytes > 0) {
+    plan.section_experts = static_cast<int>(std::min<uint64_t>(
+        plan.layer_experts, available / (plan.num_slots * plan.expert_bytes)));
+  }
+  plan.slot_bytes = plan.section_experts * plan.expert_bytes;
+  uint64_t left = available - plan.num_slots * plan.slot_bytes;
   plan.resident_bytes = input.always_resident_bytes;
   plan.resident_experts = 0;
   for (const ExpertSize& e : input.experts) {

@@ -1,10 +1,13 @@
 // Placement: from the model's weights and a memory budget, what stays
 // resident in the compute tier and what streams through the ring. What every
 // token needs (embeddings, attention, norms, routers, shared experts, dense
-// layers) is resident first; then two or more ring slots. The memory left
-// holds the most-used experts: with the expert cache on, dynamically (the
-// cache learns which experts the traffic uses); with it off, statically,
-// whole experts in the order given (most used first).
+// layers) is resident first; then two or more ring slots, each holding a
+// section: a layer's streamed experts, or where the budget holds less, a
+// group of them (down to one expert; a layer then streams in several
+// sections). The memory left holds the most-used experts: with the expert
+// cache on, dynamically (the cache learns which experts the traffic uses);
+// with it off, statically, whole experts in the order given (most used
+// first).
 #ifndef RINGMOE_MEMORY_RING_PLACEMENT_H_
 #define RINGMOE_MEMORY_RING_PLACEMENT_H_
 
@@ -31,6 +34,10 @@ struct PlacementInput {
   int experts_per_layer = 0;
   uint64_t budget_bytes = 0;  // 0: unlimited (everything resident)
   int num_slots = 2;
+  // Experts per section; 0: as many as the budget holds in num_slots slots,
+  // up to a whole layer. Slots are dropped (down to 2) only when not even
+  // one section of this size fits in each.
+  int section_experts = 0;
   // Whether leftover memory becomes an expert cache (else resident experts).
   bool expert_cache = true;
   // Stream experts even when the budget would hold them all (tests and
@@ -42,11 +49,16 @@ struct PlacementPlan {
   uint64_t budget_bytes = 0;
   uint64_t resident_bytes = 0;  // always-resident + resident experts
   uint64_t streamed_bytes = 0;  // experts that live in the source tier
-  int num_slots = 0;            // 0: nothing streams
-  uint64_t slot_bytes = 0;      // the largest layer's experts
-  uint64_t minimum_budget = 0;  // what must stay resident + 2 slots
+  uint64_t always_resident_bytes = 0;
+  int num_slots = 0;  // 0: nothing streams
+  int section_experts =
+      0;  // experts a slot holds (all of a layer's: 1 section)
+  uint64_t slot_bytes = 0;      // section_experts x expert_bytes
+  uint64_t expert_bytes = 0;    // the largest expert (cache entry size)
+  int layer_experts = 0;        // the most routed experts of one layer
+  uint64_t minimum_budget = 0;  // always resident + 2 slots of the
+                                // smallest section allowed
   uint64_t cache_bytes = 0;
-  uint64_t expert_bytes = 0;  // the largest expert (cache entry size)
   int resident_experts = 0;
   int streamed_experts = 0;
   std::vector<std::vector<bool>> expert_resident;  // [layer][expert]
@@ -57,7 +69,8 @@ struct PlacementPlan {
 };
 
 // Fails with RESOURCE_EXHAUSTED when the budget is below what must stay
-// resident plus two ring slots, naming the smallest budget that works.
+// resident plus two ring slots of one section (one expert unless
+// section_experts says more), naming the smallest budget that works.
 absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input);
 
 // "1073741824", "512MiB", "1.5GiB", "64KiB", "3GB" -> bytes.

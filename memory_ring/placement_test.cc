@@ -55,21 +55,66 @@ TEST(PlacementTest, LeftoverMemoryCachesExperts) {
   EXPECT_EQ(plan->cache_bytes, 350u);
 }
 
-TEST(PlacementTest, FewerSlotsWhenTheBudgetIsTight) {
+TEST(PlacementTest, SectionsShrinkBelowALayerBeforeSlotsGo) {
+  // 850 bytes after the resident 1000: 3 slots of 2 experts (a layer streams
+  // in 2 sections), 250 bytes of cache.
   auto plan = PlanPlacement(Input(1850));
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->num_slots, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 3);
+  EXPECT_EQ(plan->section_experts, 2);
+  EXPECT_EQ(plan->slot_bytes, 200u);
+  EXPECT_EQ(plan->layer_experts, 4);
+  EXPECT_EQ(plan->cache_bytes, 250u);
   EXPECT_EQ(plan->resident_experts, 0);
+  EXPECT_NE(plan->Summary().find("3 slots x 200 bytes (2 of a layer's 4"),
+            std::string::npos)
+      << plan->Summary();
+}
+
+TEST(PlacementTest, FewerSlotsOnlyWhenOneExpertPerSlotDoesNotFit) {
+  auto plan = PlanPlacement(Input(1250));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 2);
+  EXPECT_EQ(plan->section_experts, 1);
+  EXPECT_EQ(plan->cache_bytes, 50u);
+}
+
+TEST(PlacementTest, FixedSectionSizeLeavesTheRestToTheCache) {
+  auto input = Input(2550);
+  input.section_experts = 3;
+  auto plan = PlanPlacement(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 3);
+  EXPECT_EQ(plan->section_experts, 3);
+  EXPECT_EQ(plan->cache_bytes, 650u);
+  // More than a layer holds is a whole layer.
+  input.section_experts = 9;
+  plan = PlanPlacement(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->section_experts, 4);
+  input.section_experts = -1;
+  EXPECT_EQ(PlanPlacement(input).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlacementTest, TooSmallNamesTheMinimum) {
-  auto plan = PlanPlacement(Input(1799));
+  auto plan = PlanPlacement(Input(1199));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(
-      plan.status().message().find("smallest budget that works is 1800 bytes"),
+      plan.status().message().find("smallest budget that works is 1200 bytes"),
       std::string::npos)
       << plan.status();
+  auto input = Input(1399);
+  input.section_experts = 2;
+  plan = PlanPlacement(input);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(
+      plan.status().message().find("smallest budget that works is 1400 bytes"),
+      std::string::npos)
+      << plan.status();
+  input.budget_bytes = 1400;
+  EXPECT_TRUE(PlanPlacement(input).ok());
 }
 
 TEST(PlacementTest, ParsesByteSizes) {

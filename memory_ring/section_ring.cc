@@ -126,18 +126,20 @@ SectionRing::Ticket SectionRing::Enqueue(std::vector<CopyPiece> pieces) {
   return ticket;
 }
 
-absl::Status SectionRing::LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst) {
+absl::Status SectionRing::LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst,
+                                  Tier::Fence after) {
   const uint64_t bytes = TotalBytes(pieces);
   std::mutex done_mu;
   std::condition_variable done_cv;
   bool done = false;
   absl::Status result;
-  tier_->CopyAsync(std::move(pieces), dst, nullptr, [&](absl::Status status) {
-    std::lock_guard<std::mutex> lock(done_mu);
-    result = std::move(status);
-    done = true;
-    done_cv.notify_all();
-  });
+  tier_->CopyAsync(std::move(pieces), dst, std::move(after),
+                   [&](absl::Status status) {
+                     std::lock_guard<std::mutex> lock(done_mu);
+                     result = std::move(status);
+                     done = true;
+                     done_cv.notify_all();
+                   });
   std::unique_lock<std::mutex> lock(done_mu);
   done_cv.wait(lock, [&] { return done; });
   if (result.ok()) {
@@ -179,11 +181,31 @@ absl::StatusOr<uint8_t*> SectionRing::Acquire(Ticket ticket,
   }
   if (status.ok() && !extra.empty()) {
     waited = true;
-    status = LoadNow(std::move(extra), slot);
+    status = LoadNow(std::move(extra), slot, nullptr);
   }
   if (waited) {
     stats_->stall_nanos += absl::ToInt64Nanoseconds(absl::Now() - start);
   }
+  if (!status.ok()) return status;
+  return slot;
+}
+
+absl::StatusOr<uint8_t*> SectionRing::Refill(Ticket ticket,
+                                             std::vector<CopyPiece> pieces) {
+  uint8_t* slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Section* s = Find(ticket);
+    if (s == nullptr || s->state != State::kReady || ticket > frontier_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ring: section ", ticket, " is not acquired"));
+    }
+    slot = slots_[ticket % options_.num_slots]->data();
+  }
+  const absl::Time start = absl::Now();
+  absl::Status status =
+      LoadNow(std::move(pieces), slot, tier_->RecordComputeFence());
+  stats_->stall_nanos += absl::ToInt64Nanoseconds(absl::Now() - start);
   if (!status.ok()) return status;
   return slot;
 }

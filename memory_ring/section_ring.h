@@ -48,6 +48,12 @@ class SectionRing {
   absl::StatusOr<uint8_t*> Acquire(Ticket ticket,
                                    std::vector<CopyPiece> extra = {});
 
+  // Replaces what the acquired section's slot holds with `pieces` once the
+  // compute issued so far is done (the tier's fence), and waits for them:
+  // more of a layer's experts than its sections hold take turns in one slot.
+  // Time spent waiting counts as stall; an error names what failed.
+  absl::StatusOr<uint8_t*> Refill(Ticket ticket, std::vector<CopyPiece> pieces);
+
   // Compute is done with the section; its slot may be refilled after the
   // tier's compute fence.
   void Release(Ticket ticket);
@@ -90,8 +96,9 @@ class SectionRing {
   std::vector<Launch> CollectLoads();
   void Start(std::vector<Launch> launches);
   void LoadDone(Ticket ticket, uint64_t bytes, absl::Status status);
-  // Copies `pieces` into `dst` and waits for them.
-  absl::Status LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst);
+  // Copies `pieces` into `dst` once `after` is reached and waits for them.
+  absl::Status LoadNow(std::vector<CopyPiece> pieces, uint8_t* dst,
+                       Tier::Fence after);
 
   Tier* const tier_;
   const uint64_t slot_bytes_;

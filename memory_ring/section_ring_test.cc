@@ -131,6 +131,37 @@ TEST(SectionRingTest, ExtraPiecesLoadIntoTheSameSlot) {
   (*ring)->Release(ticket);
 }
 
+TEST(SectionRingTest, RefillReplacesAnAcquiredSectionInPlace) {
+  FakeTier tier(absl::Milliseconds(1), 2);
+  RingStats stats;
+  auto ring = SectionRing::Create(&tier, 600, {2, 1}, &stats);
+  ASSERT_TRUE(ring.ok());
+  const auto first = (*ring)->Enqueue(SectionPieces(0));
+  const auto second = (*ring)->Enqueue(SectionPieces(1));
+  EXPECT_EQ((*ring)->Refill(first, SectionPieces(5)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto slot = (*ring)->Acquire(first);
+  ASSERT_TRUE(slot.ok());
+  for (int turn : {5, 7, 8}) {
+    auto refilled = (*ring)->Refill(first, SectionPieces(turn));
+    ASSERT_TRUE(refilled.ok()) << refilled.status();
+    EXPECT_EQ(*refilled, *slot);
+    EXPECT_TRUE(SlotHolds(*refilled, SectionPieces(turn))) << turn;
+  }
+  tier.FailSource(1);
+  auto failed = (*ring)->Refill(first, SectionPieces(4));  // source 1
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("source 1"), std::string::npos);
+  tier.ClearFailure();
+  (*ring)->Release(first);
+  // The next section's slot was never touched by the refills.
+  auto next = (*ring)->Acquire(second);
+  ASSERT_TRUE(next.ok());
+  EXPECT_TRUE(SlotHolds(*next, SectionPieces(1)));
+  (*ring)->Release(second);
+  EXPECT_EQ(stats.load_errors, 1u);
+}
+
 TEST(SectionRingTest, LoadErrorFailsThatSectionOnly) {
   FakeTier tier(absl::Milliseconds(1), 2);
   RingStats stats;

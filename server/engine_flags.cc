@@ -32,7 +32,11 @@ ABSL_FLAG(std::string, host_memory_budget, "",
 ABSL_FLAG(std::string, device_memory_budget, "",
           "GPU memory for weights with --device=cuda:N; empty = no limit.");
 ABSL_FLAG(int, ring_slots, 3,
-          "Memory ring: slots (K >= 2), one layer's streamed experts each.");
+          "Memory ring: slots (K >= 2), each holding one section of a layer's "
+          "streamed experts.");
+ABSL_FLAG(int, ring_section_experts, 0,
+          "Memory ring: experts per section; 0 = as many as the budget holds "
+          "in every slot, up to a whole layer.");
 ABSL_FLAG(
     int, prefetch_depth, 2,
     "Memory ring: sections loaded ahead of the one computing (< ring_slots).");
@@ -116,6 +120,13 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
         absl::StrCat("--ring_slots must be at least 2 and --prefetch_depth in "
                      "[0, ring_slots - 1]; got ",
                      ring.num_slots, " and ", ring.prefetch_depth));
+  }
+  ring.section_experts = absl::GetFlag(FLAGS_ring_section_experts);
+  if (ring.section_experts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_section_experts must be >= 0 (0: as many as fit); "
+                     "got ",
+                     ring.section_experts));
   }
   const std::string mode = absl::GetFlag(FLAGS_ring_mode);
   if (mode == "auto") {

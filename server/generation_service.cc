@@ -250,6 +250,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     placement->set_streamed_bytes(plan.streamed_bytes);
     placement->set_ring_slots(plan.num_slots);
     placement->set_slot_bytes(plan.streams() ? plan.slot_bytes : 0);
+    placement->set_slot_experts(plan.streams() ? plan.section_experts : 0);
     placement->set_expert_cache_bytes(plan.cache_bytes);
     placement->set_resident_experts(plan.resident_experts);
     placement->set_streamed_experts(plan.streamed_experts);

@@ -2,8 +2,8 @@
 // experts, optional gated shared expert) or a dense SiLU-gated MLP.
 //
 // Tokens are grouped by expert, so each expert's weights are read once per
-// step for all of its tokens, and the products of all the experts a step
-// uses run in one parallel loop (split over experts and output rows).
+// step for all of its tokens; the ExpertExecutor runs them wherever their
+// weights are.
 #ifndef RINGMOE_ENGINE_MOE_MOE_BLOCK_H_
 #define RINGMOE_ENGINE_MOE_MOE_BLOCK_H_
 
@@ -13,8 +13,9 @@
 #include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
-#include "engine/moe/expert_source.h"
+#include "engine/moe/expert_executor.h"
 #include "engine/moe/expert_usage.h"
+#include "engine/moe/mlp.h"
 #include "engine/moe/routing.h"
 #include "kernels/cpu/ops.h"
 
@@ -26,21 +27,16 @@ Routing RouteLayer(const model::ModelSpec& spec,
                    const model::LayerWeights& layer, const float* router_logits,
                    int64_t n);
 
-// out[n, hidden] = down(silu(gate(x)) * up(x)) for x[n, hidden].
-void RunMlp(const float* x, int64_t n, const model::MlpWeights& mlp, float* out,
-            ThreadPool* pool = nullptr, kernels::ProductWork* work = nullptr);
-
-// What the feed-forward block runs with; every member may be null.
+// What the feed-forward block runs with.
 struct FeedForwardContext {
-  ThreadPool* pool = nullptr;            // null: single-threaded
-  kernels::ProductWork* work = nullptr;  // accumulates weight bytes and FLOPs
-  ExpertSource* experts = nullptr;       // null: every expert resident
-  ExpertUsage* usage = nullptr;          // counts tokens per expert
+  ComputeContext compute;
+  ExpertExecutor* experts = nullptr;  // runs the routed experts; required
+  ExpertUsage* usage = nullptr;       // counts tokens per expert; may be null
 };
 
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the
-// normalised hidden states x[n, hidden] (not including the residual). A
-// failure to load streamed expert weights is returned.
+// normalised hidden states x[n, hidden] (not including the residual). The
+// executor's failure (to load streamed expert weights) is returned.
 absl::Status RunFeedForward(const float* x, int64_t n,
                             const model::ModelSpec& spec,
                             const model::LayerWeights& layer, int layer_index,

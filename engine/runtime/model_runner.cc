@@ -29,11 +29,12 @@ constexpr float kMlaNormEps = 1e-6f;
 
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
                          const model::ModelWeights& weights, ThreadPool* pool,
-                         moe::ExpertSource* experts, moe::ExpertUsage* usage)
+                         moe::ExpertExecutor* experts, moe::ExpertUsage* usage)
     : spec_(spec),
       weights_(weights),
       pool_(pool),
-      experts_(experts),
+      resident_experts_(weights),
+      experts_(experts != nullptr ? experts : &resident_experts_),
       usage_(usage),
       rope_(spec) {}
 
@@ -108,7 +109,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
       ++row;
     }
   }
-  if (experts_ != nullptr) experts_->BeginStep(n);
+  experts_->BeginStep(n);
   std::vector<float> predicted_logits;
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     const model::LayerWeights& layer = weights_.layers[l];
@@ -125,8 +126,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
                      static_cast<float>(spec_.rms_norm_eps), normed.data());
     // The next layer's router on this layer's hidden state predicts the
     // experts it will need, so they load while this layer computes.
-    if (experts_ != nullptr && experts_->WantsPredictions() &&
-        l + 1 < spec_.num_layers && spec_.layer_is_moe[l + 1]) {
+    if (experts_->WantsPredictions() && l + 1 < spec_.num_layers &&
+        spec_.layer_is_moe[l + 1]) {
       const model::LayerWeights& next = weights_.layers[l + 1];
       predicted_logits.resize(n * spec_.num_experts);
       kernels::MatMulTransposed(normed.data(), n, next.router,
@@ -137,7 +138,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     }
     absl::Status status =
         moe::RunFeedForward(normed.data(), n, spec_, layer, static_cast<int>(l),
-                            {pool_, work, experts_, usage_}, delta.data());
+                            {{pool_, work}, experts_, usage_}, delta.data());
     if (!status.ok()) {
       // The sequences' new KV positions hold partial results: callers must
       // release the sequences of a failed step.
@@ -146,7 +147,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     }
     for (int64_t i = 0; i < n * hidden; ++i) x[i] += delta[i];
   }
-  if (experts_ != nullptr) experts_->EndStep();
+  experts_->EndStep();
   const int64_t rows = static_cast<int64_t>(output_rows.size());
   std::vector<float> last(rows * hidden);
   for (int64_t r = 0; r < rows; ++r) {

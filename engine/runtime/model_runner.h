@@ -12,7 +12,7 @@
 #include "base/thread_pool.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
-#include "engine/moe/expert_source.h"
+#include "engine/moe/expert_executor.h"
 #include "engine/moe/expert_usage.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/rope.h"
@@ -35,8 +35,11 @@ class ModelRunner {
   // every expert resident in `weights`) and `usage` (null: not counted) must
   // outlive the runner.
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
-              ThreadPool* pool = nullptr, moe::ExpertSource* experts = nullptr,
+              ThreadPool* pool = nullptr,
+              moe::ExpertExecutor* experts = nullptr,
               moe::ExpertUsage* usage = nullptr);
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs the chunks through the model in one step. Logits rows come in chunk
   // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
@@ -80,7 +83,8 @@ class ModelRunner {
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;
   ThreadPool* pool_;
-  moe::ExpertSource* experts_;
+  moe::ResidentExperts resident_experts_;
+  moe::ExpertExecutor* experts_;  // never null
   moe::ExpertUsage* usage_;
   Rope rope_;
 };

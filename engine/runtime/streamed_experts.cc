@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   }
   input.budget_bytes = options.memory_budget;
   input.num_slots = options.num_slots;
+  input.section_experts = options.section_experts;
   input.expert_cache = options.expert_cache;
   input.force_streaming = options.force_streaming;
   ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
@@ -107,10 +108,10 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
                    memory_ring::CreateDiskTier(
                        paths, {options.io_threads, options.direct_io}));
   const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
-  ASSIGN_OR_RETURN(s->ring_,
-                   memory_ring::SectionRing::Create(
-                       s->tier_.get(), num_experts * s->expert_stride_,
-                       {plan->num_slots, depth}, stats));
+  s->section_experts_ = plan->section_experts;
+  ASSIGN_OR_RETURN(s->ring_, memory_ring::SectionRing::Create(
+                                 s->tier_.get(), plan->slot_bytes,
+                                 {plan->num_slots, depth}, stats));
   if (options.expert_cache) {
     ASSIGN_OR_RETURN(s->cache_, memory_ring::ExpertCache::Create(
                                     s->tier_.get(), plan->cache_bytes,
@@ -173,15 +174,26 @@ void StreamedExperts::CopyResidentIntoMemory(
 }
 
 std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(
-    int layer, absl::Span<const int32_t> experts) const {
+    int layer, absl::Span<const int32_t> experts, size_t first) const {
   std::vector<memory_ring::CopyPiece> pieces;
-  for (int32_t e : experts) {
-    for (memory_ring::CopyPiece p : streamed_[layer][e].pieces) {
-      p.dst_offset += e * expert_stride_;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    for (memory_ring::CopyPiece p : streamed_[layer][experts[i]].pieces) {
+      p.dst_offset += (first + i) * expert_stride_;
       pieces.push_back(p);
     }
   }
   return pieces;
+}
+
+void StreamedExperts::Schedule(int layer, absl::Span<const int32_t> experts) {
+  LayerState& st = layers_[layer];
+  for (size_t i = 0; i < experts.size(); i += section_experts_) {
+    const absl::Span<const int32_t> group =
+        experts.subspan(i, section_experts_);
+    for (int32_t e : group) st.scheduled[e] = true;
+    st.sections.push_back({ring_->Enqueue(PiecesFor(layer, group)),
+                           std::vector<int32_t>(group.begin(), group.end())});
+  }
 }
 
 model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
@@ -204,123 +216,165 @@ void StreamedExperts::BeginStep(int64_t num_tokens) {
   expert_mode_ = options_.mode == RingMode::kExpert ||
                  (options_.mode == RingMode::kAuto &&
                   num_tokens * spec_.experts_per_token < spec_.num_experts);
+  failed_ = false;
   const int num_experts = static_cast<int>(spec_.num_experts);
   for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
     LayerState& st = layers_[l];
-    st = LayerState();
-    st.requested.assign(num_experts, false);
+    st.sections.clear();
+    st.scheduled.assign(num_experts, false);
     st.views.resize(num_experts);
     if (expert_mode_ || !spec_.layer_is_moe[l]) continue;
     std::vector<int32_t> all;
     for (int e = 0; e < num_experts; ++e) {
       if (Streams(l, e)) all.push_back(e);
     }
-    if (all.empty()) continue;
-    for (int32_t e : all) st.requested[e] = true;
-    st.ticket = ring_->Enqueue(PiecesFor(l, all));
+    Schedule(l, all);
   }
 }
 
 void StreamedExperts::Predict(int layer,
                               const moe::Routing& predicted_routing) {
   if (!expert_mode_ || layer >= static_cast<int>(layers_.size()) ||
-      !spec_.layer_is_moe[layer] || layers_[layer].ticket >= 0) {
+      !spec_.layer_is_moe[layer] || !layers_[layer].sections.empty()) {
     return;
   }
-  LayerState& st = layers_[layer];
-  for (int32_t e : predicted_routing.experts) {
-    if (Streams(layer, e) &&
-        !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
-      st.requested[e] = true;
-    }
-  }
+  std::vector<int64_t> tokens(spec_.num_experts, 0);
+  for (int32_t e : predicted_routing.experts) ++tokens[e];
   std::vector<int32_t> predicted;
   for (int e = 0; e < spec_.num_experts; ++e) {
-    if (st.requested[e]) predicted.push_back(e);
+    if (tokens[e] > 0 && Streams(layer, e) &&
+        !(cache_ && cache_->Contains(CacheKey(layer, e)))) {
+      predicted.push_back(e);
+    }
   }
-  if (!predicted.empty())
-    st.ticket = ring_->Enqueue(PiecesFor(layer, predicted));
+  // The most-routed first; at most K-1 sections ahead, so a later miss of
+  // the layer before always finds a slot whose section was released.
+  std::stable_sort(predicted.begin(), predicted.end(),
+                   [&](int32_t a, int32_t b) { return tokens[a] > tokens[b]; });
+  const size_t ahead = (ring_->num_slots() - 1) * section_experts_;
+  if (predicted.size() > ahead) predicted.resize(ahead);
+  Schedule(layer, predicted);
 }
 
-absl::Status StreamedExperts::Acquire(
-    int layer, absl::Span<const int32_t> experts,
-    std::vector<const model::MlpWeights*>* weights) {
+absl::Status StreamedExperts::Run(int layer,
+                                  absl::Span<const moe::ExpertTask> tasks,
+                                  absl::Span<const moe::MlpTask> alongside,
+                                  const moe::ComputeContext& compute) {
   LayerState& st = layers_[layer];
-  weights->assign(experts.size(), nullptr);
-  std::vector<int32_t> to_stream;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const int32_t e = experts[i];
-    if (!Streams(layer, e)) {
-      (*weights)[i] = &weights_.layers[layer].experts[e];
-      continue;
-    }
-    const uint8_t* cached =
-        cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr;
-    if (cached != nullptr) {
-      st.views[e] = ViewAt(layer, e, cached);
-      (*weights)[i] = &st.views[e];
-      continue;
-    }
-    to_stream.push_back(e);
-  }
-  if (to_stream.empty()) return absl::OkStatus();
+  std::vector<moe::MlpTask> now(alongside.begin(), alongside.end());
+  std::vector<const moe::ExpertTask*> task_of(spec_.num_experts, nullptr);
   std::vector<int32_t> missed;
-  for (int32_t e : to_stream) {
-    if (st.ticket >= 0 && st.requested[e]) {
+  for (const moe::ExpertTask& t : tasks) {
+    const int32_t e = t.expert;
+    if (!Streams(layer, e)) {
+      now.push_back({&weights_.layers[layer].experts[e], t.x, t.n, t.out});
+      continue;
+    }
+    if (const uint8_t* cached =
+            cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr) {
+      st.views[e] = ViewAt(layer, e, cached);
+      now.push_back({&st.views[e], t.x, t.n, t.out});
+      continue;
+    }
+    task_of[e] = &t;
+    if (st.scheduled[e]) {
       ++stats_->prefetch_hits;
     } else {
       ++stats_->prefetch_misses;
       missed.push_back(e);
     }
   }
-  std::vector<memory_ring::CopyPiece> extra;
-  if (st.ticket < 0) {
-    st.ticket = ring_->Enqueue(PiecesFor(layer, missed));
-  } else {
-    extra = PiecesFor(layer, missed);
-  }
-  absl::StatusOr<uint8_t*> slot = ring_->Acquire(st.ticket, std::move(extra));
-  if (!slot.ok()) {
-    return absl::Status(slot.status().code(),
+  // What needs no ring computes while the first section loads.
+  moe::RunMlps(now, compute);
+  absl::Status status = RunStreamed(layer, task_of, std::move(missed), compute);
+  if (!status.ok()) {
+    failed_ = true;
+    return absl::Status(status.code(),
                         absl::StrCat("streaming the experts of layer ", layer,
-                                     ": ", slot.status().message()));
+                                     ": ", status.message()));
   }
-  st.slot = *slot;
-  st.streamed_in_use = to_stream;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    if ((*weights)[i] == nullptr) {
-      const int32_t e = experts[i];
-      st.views[e] = ViewAt(layer, e, st.slot + e * expert_stride_);
-      (*weights)[i] = &st.views[e];
-    }
-  }
+  st.sections.clear();
   return absl::OkStatus();
 }
 
-void StreamedExperts::Release(int layer) {
-  LayerState& st = layers_[layer];
-  if (st.ticket < 0) return;
-  if (expert_mode_ && cache_ && st.slot != nullptr) {
-    // A failed copy into the cache only costs a later transfer.
-    for (int32_t e : st.streamed_in_use) {
-      cache_
-          ->Offer(CacheKey(layer, e), st.slot + e * expert_stride_,
-                  expert_stride_)
-          .IgnoreError();
+absl::Status StreamedExperts::RunStreamed(
+    int layer, absl::Span<const moe::ExpertTask* const> task_of,
+    std::vector<int32_t> missed, const moe::ComputeContext& compute) {
+  std::vector<Section>& sections = layers_[layer].sections;
+  size_t next_miss = 0;
+  for (Section& section : sections) {
+    // Misses ride in the room the section leaves.
+    const size_t take = std::min(section_experts_ - section.experts.size(),
+                                 missed.size() - next_miss);
+    const absl::Span<const int32_t> extra(missed.data() + next_miss, take);
+    next_miss += take;
+    if (take == 0 &&
+        std::none_of(section.experts.begin(), section.experts.end(),
+                     [&](int32_t e) { return task_of[e] != nullptr; })) {
+      ring_->Release(section.ticket);  // not loaded if it had not started
+      continue;
     }
+    ASSIGN_OR_RETURN(
+        uint8_t * slot,
+        ring_->Acquire(section.ticket,
+                       PiecesFor(layer, extra, section.experts.size())));
+    section.experts.insert(section.experts.end(), extra.begin(), extra.end());
+    RunSlot(layer, section.experts, slot, task_of, compute);
+    ring_->Release(section.ticket);
   }
-  ring_->Release(st.ticket);
-  st.ticket = -1;
-  st.slot = nullptr;
-  st.streamed_in_use.clear();
+  // Misses the sections had no room for take turns in one more slot. Its
+  // ticket comes after at most K-1 predicted sections of the next layer, so
+  // its slot's previous section is one of this layer's, released above.
+  memory_ring::SectionRing::Ticket ticket = -1;
+  while (next_miss < missed.size()) {
+    const size_t take = std::min(section_experts_, missed.size() - next_miss);
+    const absl::Span<const int32_t> group(missed.data() + next_miss, take);
+    next_miss += take;
+    uint8_t* slot;
+    if (ticket < 0) {
+      ticket = ring_->Enqueue(PiecesFor(layer, group));
+      sections.push_back({ticket, {}});
+      ASSIGN_OR_RETURN(slot, ring_->Acquire(ticket));
+    } else {
+      ASSIGN_OR_RETURN(slot, ring_->Refill(ticket, PiecesFor(layer, group)));
+    }
+    RunSlot(layer, group, slot, task_of, compute);
+  }
+  if (ticket >= 0) ring_->Release(ticket);
+  return absl::OkStatus();
+}
+
+void StreamedExperts::RunSlot(int layer, absl::Span<const int32_t> experts,
+                              const uint8_t* slot,
+                              absl::Span<const moe::ExpertTask* const> task_of,
+                              const moe::ComputeContext& compute) {
+  LayerState& st = layers_[layer];
+  std::vector<moe::MlpTask> mlps;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const moe::ExpertTask* t = task_of[experts[i]];
+    if (t == nullptr) continue;
+    st.views[t->expert] = ViewAt(layer, t->expert, slot + i * expert_stride_);
+    mlps.push_back({&st.views[t->expert], t->x, t->n, t->out});
+  }
+  moe::RunMlps(mlps, compute);
+  if (!expert_mode_ || !cache_) return;
+  // A failed copy into the cache only costs a later transfer.
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (task_of[experts[i]] == nullptr) continue;
+    cache_
+        ->Offer(CacheKey(layer, experts[i]), slot + i * expert_stride_,
+                expert_stride_)
+        .IgnoreError();
+  }
 }
 
 void StreamedExperts::EndStep() {
-  bool outstanding = false;
-  for (const LayerState& st : layers_) outstanding |= st.ticket >= 0;
+  bool outstanding = failed_;
+  for (const LayerState& st : layers_) outstanding |= !st.sections.empty();
   // Sections scheduled but never used (a failed step): drop them all.
   if (outstanding) ring_->Reset();
-  for (LayerState& st : layers_) st.ticket = -1;
+  for (LayerState& st : layers_) st.sections.clear();
+  failed_ = false;
 }
 
 }  // namespace ringmoe::runtime

@@ -1,13 +1,17 @@
-// StreamedExperts: the memory ring behind the MoE block. Placement decides
+// StreamedExperts: the expert executor of the memory ring. Placement decides
 // which experts stay resident; the rest live in the checkpoint on disk and
-// stream through a SectionRing — one section per MoE layer per step — into
-// RAM within the host memory budget. In layer mode a step schedules every
-// layer's streamed experts up front, so layers l+1..l+d load while layer l
-// computes. In expert mode a layer's section holds only the experts the
-// batch routes to: predicted ones (the next layer's router applied to this
-// layer's hidden state) are fetched ahead, mispredicted ones on demand; hot
-// experts settle in the expert cache. Results are bitwise those of an
-// all-resident run: the same bytes reach the same kernels.
+// stream through a SectionRing into RAM within the host memory budget. A
+// section is a group of one layer's experts, as many as a slot holds: all of
+// a layer's, or where the budget holds less, down to one. In layer mode a
+// step schedules every layer's streamed experts up front, so the sections
+// after the one computing load meanwhile. In expert mode a layer's sections
+// hold only the experts the batch routes to: predicted ones (the next
+// layer's router applied to this layer's hidden state, most-routed first, at
+// most K-1 sections) are fetched ahead; mispredicted ones ride in the room
+// the layer's sections leave, then take turns in one slot. Hot experts
+// settle in the expert cache. Resident and cached experts (and the shared
+// expert) compute while the first section loads. Results are bitwise those
+// of an all-resident run: the same bytes reach the same kernels.
 #ifndef RINGMOE_ENGINE_RUNTIME_STREAMED_EXPERTS_H_
 #define RINGMOE_ENGINE_RUNTIME_STREAMED_EXPERTS_H_
 
@@ -20,7 +24,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
-#include "engine/moe/expert_source.h"
+#include "engine/moe/expert_executor.h"
 #include "memory_ring/expert_cache.h"
 #include "memory_ring/placement.h"
 #include "memory_ring/ring_stats.h"
@@ -35,6 +39,8 @@ struct StreamingOptions {
   uint64_t memory_budget = 0;  // bytes; 0 = no limit (nothing streams)
   int num_slots = 3;
   int prefetch_depth = 2;
+  // Experts per ring section; 0: as many as the budget holds, up to a layer.
+  int section_experts = 0;
   RingMode mode = RingMode::kAuto;
   bool expert_cache = true;
   bool direct_io = true;
@@ -44,7 +50,7 @@ struct StreamingOptions {
   bool force_streaming = false;
 };
 
-class StreamedExperts : public moe::ExpertSource {
+class StreamedExperts : public moe::ExpertExecutor {
  public:
   // Plans placement for `weights` (bound to `checkpoint`) under the budget.
   // Returns null when everything fits (no streaming needed). Otherwise the
@@ -61,9 +67,9 @@ class StreamedExperts : public moe::ExpertSource {
   void BeginStep(int64_t num_tokens) override;
   bool WantsPredictions() const override { return expert_mode_; }
   void Predict(int layer, const moe::Routing& predicted) override;
-  absl::Status Acquire(int layer, absl::Span<const int32_t> experts,
-                       std::vector<const model::MlpWeights*>* weights) override;
-  void Release(int layer) override;
+  absl::Status Run(int layer, absl::Span<const moe::ExpertTask> tasks,
+                   absl::Span<const moe::MlpTask> alongside,
+                   const moe::ComputeContext& compute) override;
   void EndStep() override;
 
  private:
@@ -76,14 +82,15 @@ class StreamedExperts : public moe::ExpertSource {
     int data_piece[3] = {-1, -1, -1};
     int scale_piece[3] = {-1, -1, -1};
   };
+  // Experts of one layer in one ring slot, in slot order.
+  struct Section {
+    memory_ring::SectionRing::Ticket ticket;
+    std::vector<int32_t> experts;
+  };
   struct LayerState {
-    memory_ring::SectionRing::Ticket ticket =
-        -1;                                // this step's section, -1 if none
-    std::vector<bool> requested;           // experts in the section
-    std::vector<model::MlpWeights> views;  // per expert, valid while acquired
-    std::vector<int32_t>
-        streamed_in_use;  // experts read from the slot this step
-    uint8_t* slot = nullptr;
+    std::vector<Section> sections;         // this step's, in ticket order
+    std::vector<bool> scheduled;           // [expert]: in one of the sections
+    std::vector<model::MlpWeights> views;  // [expert]: valid while in use
   };
 
   StreamedExperts(const model::ModelSpec& spec,
@@ -96,8 +103,23 @@ class StreamedExperts : public moe::ExpertSource {
   memory_ring::ExpertCache::Key CacheKey(int layer, int expert) const {
     return static_cast<int64_t>(layer) * spec_.num_experts + expert;
   }
+  // Pieces loading `experts` of `layer` into a slot from position `first`.
   std::vector<memory_ring::CopyPiece> PiecesFor(
-      int layer, absl::Span<const int32_t> experts) const;
+      int layer, absl::Span<const int32_t> experts, size_t first = 0) const;
+  // Enqueues `experts` (streamed, of `layer`) in sections of up to
+  // section_experts_.
+  void Schedule(int layer, absl::Span<const int32_t> experts);
+  // Runs the streamed tasks of `layer`; the caller adds context to errors.
+  absl::Status RunStreamed(int layer,
+                           absl::Span<const moe::ExpertTask* const> task_of,
+                           std::vector<int32_t> missed,
+                           const moe::ComputeContext& compute);
+  // Runs the tasks of the experts in `slot` (slot order `experts`) and
+  // offers them to the expert cache.
+  void RunSlot(int layer, absl::Span<const int32_t> experts,
+               const uint8_t* slot,
+               absl::Span<const moe::ExpertTask* const> task_of,
+               const moe::ComputeContext& compute);
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
   // Copies every matrix that stays resident into owned memory.
   void CopyResidentIntoMemory(model::ModelWeights* weights) const;
@@ -109,11 +131,13 @@ class StreamedExperts : public moe::ExpertSource {
   std::vector<std::vector<bool>> resident_;            // [layer][expert]
   std::vector<std::vector<StreamedExpert>> streamed_;  // [layer][expert]
   uint64_t expert_stride_ = 0;  // bytes of one expert's place (aligned)
+  size_t section_experts_ = 0;  // experts one slot holds
   std::unique_ptr<memory_ring::Tier> tier_;
   std::unique_ptr<memory_ring::SectionRing> ring_;
   std::unique_ptr<memory_ring::ExpertCache> cache_;
   std::vector<LayerState> layers_;
   bool expert_mode_ = false;
+  bool failed_ = false;  // a Run failed: the ring holds sections to drop
 };
 
 }  // namespace ringmoe::runtime

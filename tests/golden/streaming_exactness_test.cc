@@ -1,7 +1,9 @@
 // Offloading must not change results: for every golden tiny model, logits
 // and greedy tokens with every expert streamed through the memory ring —
 // rings of 2, 3 and 4 slots, prefetch depth 0 to K-1, layer and expert mode,
-// expert cache on and off — are bitwise identical to the all-resident run.
+// expert cache on and off, sections of a whole layer, of one expert and of
+// three (a layer in uneven sections) — are bitwise identical to the
+// all-resident run.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -86,50 +88,66 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   ASSERT_NE(resident, nullptr);
   const Trace want = RunCases(*resident, inputs);
   const memory_ring::PlacementPlan& sizes = resident->placement();
-  ASSERT_GT(sizes.slot_bytes, 0u);
+  ASSERT_GT(sizes.layer_experts, 3);
 
+  struct Ring {
+    int section_experts, slots, depth;
+  };
+  std::vector<Ring> rings;
   for (int slots = 2; slots <= 4; ++slots) {
     for (int depth = 0; depth < slots; ++depth) {
-      for (auto mode :
-           {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
-        for (bool cache : {false, true}) {
-          runtime::StreamingOptions s;
-          s.num_slots = slots;
-          s.prefetch_depth = depth;
-          s.mode = mode;
-          s.expert_cache = cache;
-          s.force_streaming = true;
-          s.memory_budget = sizes.minimum_budget +
-                            (slots - 2) * sizes.slot_bytes +
-                            (cache ? 3 * sizes.expert_bytes : 0);
-          const std::string config =
-              GetParam() + " K=" + std::to_string(slots) +
-              " d=" + std::to_string(depth) +
-              (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
-              (cache ? " cache" : " nocache");
-          auto streamed = Load(dir, s);
-          ASSERT_NE(streamed, nullptr) << config;
-          ASSERT_TRUE(streamed->placement().streams()) << config;
-          ASSERT_EQ(streamed->placement().num_slots, slots) << config;
-          ASSERT_EQ(streamed->placement().resident_experts, 0) << config;
-          const Trace got = RunCases(*streamed, inputs);
-          for (int i = 0; i < kCases; ++i) {
-            EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
-                << config << " case " << i;
-            EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
-          }
-          EXPECT_TRUE(Bitwise(got.batched, want.batched))
-              << config << " batched";
-          const memory_ring::RingStats& stats = streamed->ring_stats();
-          EXPECT_GT(stats.bytes_moved, 0u) << config;
-          EXPECT_EQ(stats.load_errors, 0u) << config;
-          if (cache && mode == runtime::RingMode::kExpert) {
-            EXPECT_GT(stats.cache_hits, 0u) << config;
-          }
-          if (mode == runtime::RingMode::kExpert) {
-            EXPECT_GT(stats.prefetch_hits + stats.prefetch_misses, 0u)
-                << config;
-          }
+      rings.push_back({sizes.layer_experts, slots, depth});
+    }
+  }
+  for (int section_experts : {1, 3}) {
+    for (int slots = 2; slots <= 3; ++slots) {
+      for (int depth : {0, slots - 1}) {
+        rings.push_back({section_experts, slots, depth});
+      }
+    }
+  }
+  for (const Ring& ring : rings) {
+    for (auto mode : {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
+      for (bool cache : {false, true}) {
+        runtime::StreamingOptions s;
+        s.num_slots = ring.slots;
+        s.prefetch_depth = ring.depth;
+        s.section_experts = ring.section_experts;
+        s.mode = mode;
+        s.expert_cache = cache;
+        s.force_streaming = true;
+        s.memory_budget =
+            sizes.always_resident_bytes +
+            ring.slots * ring.section_experts * sizes.expert_bytes +
+            (cache ? 3 * sizes.expert_bytes : 0);
+        const std::string config =
+            GetParam() + " K=" + std::to_string(ring.slots) +
+            " d=" + std::to_string(ring.depth) +
+            " G=" + std::to_string(ring.section_experts) +
+            (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
+            (cache ? " cache" : " nocache");
+        auto streamed = Load(dir, s);
+        ASSERT_NE(streamed, nullptr) << config;
+        const memory_ring::PlacementPlan& plan = streamed->placement();
+        ASSERT_TRUE(plan.streams()) << config;
+        ASSERT_EQ(plan.num_slots, ring.slots) << config;
+        ASSERT_EQ(plan.section_experts, ring.section_experts) << config;
+        ASSERT_EQ(plan.resident_experts, 0) << config;
+        const Trace got = RunCases(*streamed, inputs);
+        for (int i = 0; i < kCases; ++i) {
+          EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
+              << config << " case " << i;
+          EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
+        }
+        EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+        const memory_ring::RingStats& stats = streamed->ring_stats();
+        EXPECT_GT(stats.bytes_moved, 0u) << config;
+        EXPECT_EQ(stats.load_errors, 0u) << config;
+        if (cache && mode == runtime::RingMode::kExpert) {
+          EXPECT_GT(stats.cache_hits, 0u) << config;
+        }
+        if (mode == runtime::RingMode::kExpert) {
+          EXPECT_GT(stats.prefetch_hits + stats.prefetch_misses, 0u) << config;
         }
       }
     }

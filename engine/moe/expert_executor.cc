@@ -1,0 +1,19 @@
+#include "engine/moe/expert_executor.h"
+
+#include <vector>
+
+namespace ringmoe::moe {
+
+absl::Status ResidentExperts::Run(int layer, absl::Span<const ExpertTask> tasks,
+                                  absl::Span<const MlpTask> alongside,
+                                  const ComputeContext& compute) {
+  std::vector<MlpTask> mlps(alongside.begin(), alongside.end());
+  for (const ExpertTask& t : tasks) {
+    mlps.push_back(
+        {&weights_.layers[layer].experts[t.expert], t.x, t.n, t.out});
+  }
+  RunMlps(mlps, compute);
+  return absl::OkStatus();
+}
+
+}  // namespace ringmoe::moe
