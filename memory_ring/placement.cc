@@ -76,8 +76,14 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
     --plan.num_slots;
   }
   if (input.section_experts == 0 && plan.expert_bytes > 0) {
-    plan.section_experts = static_cast<int>(std::min<uint64_t>(
-        plan.layer_experts, available / (plan.num_slots * plan.expert_bytes)));
+    const uint64_t fit = available / (plan.num_slots * plan.expert_bytes);
+    uint64_t section = std::min<uint64_t>(plan.layer_experts, fit);
+    if (input.expert_cache && section < plan.layer_experts) {
+      section = std::min<uint64_t>(
+          section,
+          2 * static_cast<uint64_t>(std::max(1, input.experts_per_token)));
+    }
+    plan.section_experts = static_cast<int>(section);
   }
   plan.slot_bytes = plan.section_experts * plan.expert_bytes;
   uint64_t left = available - plan.num_slots * plan.slot_bytes;

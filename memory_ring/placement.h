@@ -34,10 +34,13 @@ struct PlacementInput {
   int experts_per_layer = 0;
   uint64_t budget_bytes = 0;  // 0: unlimited (everything resident)
   int num_slots = 2;
-  // Experts per section; 0: as many as the budget holds in num_slots slots,
-  // up to a whole layer. Slots are dropped (down to 2) only when not even
-  // one section of this size fits in each.
+  // Experts per section; 0: a whole layer where num_slots of them fit;
+  // otherwise as many as fit, but with the expert cache on no more than
+  // twice experts_per_token (room for a decode step's experts and its
+  // mispredictions), leaving the rest to the cache. Slots are dropped (down
+  // to 2) only when not even one section of this size fits in each.
   int section_experts = 0;
+  int experts_per_token = 1;  // top-k
   // Whether leftover memory becomes an expert cache (else resident experts).
   bool expert_cache = true;
   // Stream experts even when the budget would hold them all (tests and

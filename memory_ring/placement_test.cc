@@ -57,18 +57,35 @@ TEST(PlacementTest, LeftoverMemoryCachesExperts) {
 
 TEST(PlacementTest, SectionsShrinkBelowALayerBeforeSlotsGo) {
   // 850 bytes after the resident 1000: 3 slots of 2 experts (a layer streams
-  // in 2 sections), 250 bytes of cache.
-  auto plan = PlanPlacement(Input(1850));
+  // in 2 sections), and no cache, 250 bytes of resident experts.
+  auto input = Input(1850);
+  input.expert_cache = false;
+  auto plan = PlanPlacement(input);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->num_slots, 3);
   EXPECT_EQ(plan->section_experts, 2);
   EXPECT_EQ(plan->slot_bytes, 200u);
   EXPECT_EQ(plan->layer_experts, 4);
-  EXPECT_EQ(plan->cache_bytes, 250u);
-  EXPECT_EQ(plan->resident_experts, 0);
+  EXPECT_EQ(plan->resident_experts, 2);
   EXPECT_NE(plan->Summary().find("3 slots x 200 bytes (2 of a layer's 4"),
             std::string::npos)
       << plan->Summary();
+}
+
+TEST(PlacementTest, WithTheCacheSubLayerSectionsHoldTwiceTopK) {
+  auto input = Input(2150);  // 1150 left: 3 whole layers (1200) do not fit
+  input.experts_per_token = 1;
+  auto plan = PlanPlacement(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slots, 3);
+  EXPECT_EQ(plan->section_experts, 2);
+  EXPECT_EQ(plan->cache_bytes, 550u);
+  // Where whole layers fit, sections are whole layers.
+  input.budget_bytes = 2250;
+  plan = PlanPlacement(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->section_experts, 4);
+  EXPECT_EQ(plan->cache_bytes, 50u);
 }
 
 TEST(PlacementTest, FewerSlotsOnlyWhenOneExpertPerSlotDoesNotFit) {

@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   input.budget_bytes = options.memory_budget;
   input.num_slots = options.num_slots;
   input.section_experts = options.section_experts;
+  input.experts_per_token = static_cast<int>(spec.experts_per_token);
   input.expert_cache = options.expert_cache;
   input.force_streaming = options.force_streaming;
   ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
