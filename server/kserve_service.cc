@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/kserve_tensors.h"
 #include "server/stream_channel.h"
@@ -66,13 +67,9 @@ bool IsSetting(const std::string& key) {
 absl::Status ApplySetting(const std::string& key, double v, InferJob* job) {
   runtime::SamplingParams& p = job->generation.sampling;
   if (key == "max_tokens") {
-    absl::StatusOr<int32_t> n = AsInt(key, v);
-    if (!n.ok()) return n.status();
-    job->generation.max_tokens = *n;
+    ASSIGN_OR_RETURN(job->generation.max_tokens, AsInt(key, v));
   } else if (key == "top_k") {
-    absl::StatusOr<int32_t> n = AsInt(key, v);
-    if (!n.ok()) return n.status();
-    p.top_k = *n;
+    ASSIGN_OR_RETURN(p.top_k, AsInt(key, v));
   } else if (key == "seed") {
     if (!(v >= 0) || v != std::floor(v) || v > 1.8e19) {
       return absl::InvalidArgumentError(
@@ -392,11 +389,10 @@ class InferRun : public std::enable_shared_from_this<InferRun> {
         request.on_output = [self, r](RequestOutput out) {
           self->OnLogits(r, std::move(out));
         };
-        absl::StatusOr<std::shared_ptr<RequestHandle>> h =
-            model_.scheduler->Submit(std::move(request));
-        if (!h.ok()) return h.status();
+        ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> h,
+                         model_.scheduler->Submit(std::move(request)));
         absl::MutexLock lock(&mu_);
-        handles_.push_back(*std::move(h));
+        handles_.push_back(std::move(h));
       }
       return absl::OkStatus();
     }
@@ -405,11 +401,10 @@ class InferRun : public std::enable_shared_from_this<InferRun> {
     request.on_output = [self](RequestOutput out) {
       self->OnText(std::move(out));
     };
-    absl::StatusOr<std::shared_ptr<RequestHandle>> h =
-        model_.scheduler->Submit(std::move(request));
-    if (!h.ok()) return h.status();
+    ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> h,
+                     model_.scheduler->Submit(std::move(request)));
     absl::MutexLock lock(&mu_);
-    handles_.push_back(*std::move(h));
+    handles_.push_back(std::move(h));
     return absl::OkStatus();
   }
 

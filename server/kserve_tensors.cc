@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace ringmoe::server::kserve {
 namespace {
@@ -96,8 +97,7 @@ absl::StatusOr<int64_t> ElementCount(absl::string_view tensor,
 absl::StatusOr<std::vector<int64_t>> ReadIntegers(
     const ModelInferRequest& request, int index) {
   const InputTensor& t = request.inputs(index);
-  absl::StatusOr<int64_t> count = ElementCount(t.name(), t.shape());
-  if (!count.ok()) return count.status();
+  ASSIGN_OR_RETURN(const int64_t count, ElementCount(t.name(), t.shape()));
   const bool is32 = t.datatype() == "INT32";
   if (!is32 && t.datatype() != "INT64") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -105,18 +105,17 @@ absl::StatusOr<std::vector<int64_t>> ReadIntegers(
   }
   std::vector<int64_t> out;
   if (UsesRaw(request)) {
-    absl::StatusOr<absl::string_view> raw = RawOf(request, index);
-    if (!raw.ok()) return raw.status();
+    ASSIGN_OR_RETURN(const absl::string_view raw, RawOf(request, index));
     const int64_t size = is32 ? 4 : 8;
-    if (static_cast<int64_t>(raw->size()) != *count * size) {
+    if (static_cast<int64_t>(raw.size()) != count * size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "input '", t.name(), "' has ", raw->size(),
-          " raw bytes, its shape and ", t.datatype(), " need ", *count * size));
+          "input '", t.name(), "' has ", raw.size(),
+          " raw bytes, its shape and ", t.datatype(), " need ", count * size));
     }
     if (is32) {
-      for (int32_t v : FromRaw<int32_t>(*raw)) out.push_back(v);
+      for (int32_t v : FromRaw<int32_t>(raw)) out.push_back(v);
     } else {
-      out = FromRaw<int64_t>(*raw);
+      out = FromRaw<int64_t>(raw);
     }
     return out;
   }
@@ -127,8 +126,7 @@ absl::StatusOr<std::vector<int64_t>> ReadIntegers(
     out.assign(t.contents().int64_contents().begin(),
                t.contents().int64_contents().end());
   }
-  absl::Status ok = CheckCount(t, static_cast<int64_t>(out.size()), *count);
-  if (!ok.ok()) return ok;
+  RETURN_IF_ERROR(CheckCount(t, static_cast<int64_t>(out.size()), count));
   return out;
 }
 
@@ -170,13 +168,11 @@ absl::StatusOr<std::vector<std::string>> ReadBytes(
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", t.name(), "' must be BYTES, not ", t.datatype()));
   }
-  absl::StatusOr<int64_t> count = ElementCount(t.name(), t.shape());
-  if (!count.ok()) return count.status();
+  ASSIGN_OR_RETURN(const int64_t count, ElementCount(t.name(), t.shape()));
   std::vector<std::string> out;
   if (UsesRaw(request)) {
-    absl::StatusOr<absl::string_view> raw = RawOf(request, index);
-    if (!raw.ok()) return raw.status();
-    absl::StatusOr<std::vector<std::string>> decoded = DecodeRawBytes(*raw);
+    ASSIGN_OR_RETURN(const absl::string_view raw, RawOf(request, index));
+    absl::StatusOr<std::vector<std::string>> decoded = DecodeRawBytes(raw);
     if (!decoded.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", t.name(), "': ", decoded.status().message()));
@@ -186,46 +182,41 @@ absl::StatusOr<std::vector<std::string>> ReadBytes(
     out.assign(t.contents().bytes_contents().begin(),
                t.contents().bytes_contents().end());
   }
-  absl::Status ok = CheckCount(t, static_cast<int64_t>(out.size()), *count);
-  if (!ok.ok()) return ok;
+  RETURN_IF_ERROR(CheckCount(t, static_cast<int64_t>(out.size()), count));
   return out;
 }
 
 absl::StatusOr<double> ReadScalar(const ModelInferRequest& request, int index) {
   const InputTensor& t = request.inputs(index);
-  absl::StatusOr<int64_t> count = ElementCount(t.name(), t.shape());
-  if (!count.ok()) return count.status();
-  if (*count != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input '", t.name(),
-                     "' must hold one value, its shape holds ", *count));
+  ASSIGN_OR_RETURN(const int64_t count, ElementCount(t.name(), t.shape()));
+  if (count != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", t.name(), "' must hold one value, its shape holds ", count));
   }
   const std::string& type = t.datatype();
   if (UsesRaw(request)) {
-    absl::StatusOr<absl::string_view> raw = RawOf(request, index);
-    if (!raw.ok()) return raw.status();
+    ASSIGN_OR_RETURN(const absl::string_view raw, RawOf(request, index));
     const int64_t size = ElementSize(type);
     if (size == 0 || type == "FP16" || type == "BF16") {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", t.name(),
                        "' must be BOOL, an integer or FP32/FP64, not ", type));
     }
-    if (static_cast<int64_t>(raw->size()) != size) {
+    if (static_cast<int64_t>(raw.size()) != size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("input '", t.name(), "' has ", raw->size(),
+          absl::StrCat("input '", t.name(), "' has ", raw.size(),
                        " raw bytes, ", type, " needs ", size));
     }
-    if (type == "BOOL" || type == "UINT8") return FromRaw<uint8_t>(*raw)[0];
-    if (type == "INT8") return FromRaw<int8_t>(*raw)[0];
-    if (type == "INT16") return FromRaw<int16_t>(*raw)[0];
-    if (type == "UINT16") return FromRaw<uint16_t>(*raw)[0];
-    if (type == "INT32") return FromRaw<int32_t>(*raw)[0];
-    if (type == "UINT32") return FromRaw<uint32_t>(*raw)[0];
-    if (type == "INT64") return static_cast<double>(FromRaw<int64_t>(*raw)[0]);
-    if (type == "UINT64")
-      return static_cast<double>(FromRaw<uint64_t>(*raw)[0]);
-    if (type == "FP32") return FromRaw<float>(*raw)[0];
-    return FromRaw<double>(*raw)[0];
+    if (type == "BOOL" || type == "UINT8") return FromRaw<uint8_t>(raw)[0];
+    if (type == "INT8") return FromRaw<int8_t>(raw)[0];
+    if (type == "INT16") return FromRaw<int16_t>(raw)[0];
+    if (type == "UINT16") return FromRaw<uint16_t>(raw)[0];
+    if (type == "INT32") return FromRaw<int32_t>(raw)[0];
+    if (type == "UINT32") return FromRaw<uint32_t>(raw)[0];
+    if (type == "INT64") return static_cast<double>(FromRaw<int64_t>(raw)[0]);
+    if (type == "UINT64") return static_cast<double>(FromRaw<uint64_t>(raw)[0]);
+    if (type == "FP32") return FromRaw<float>(raw)[0];
+    return FromRaw<double>(raw)[0];
   }
   const auto& c = t.contents();
   if (type == "BOOL" && c.bool_contents_size() == 1)

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote_generate.h"
@@ -56,9 +57,8 @@ absl::StatusOr<runtime::SamplingParams> SamplingFromFlags() {
   if (absl::GetFlag(FLAGS_seed) >= 0) p.seed = absl::GetFlag(FLAGS_seed);
   p.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
   p.stop_strings = absl::GetFlag(FLAGS_stop);
-  auto stop_ids = ParseIdList(absl::GetFlag(FLAGS_stop_token_ids));
-  if (!stop_ids.ok()) return stop_ids.status();
-  p.stop_token_ids = *stop_ids;
+  ASSIGN_OR_RETURN(p.stop_token_ids,
+                   ParseIdList(absl::GetFlag(FLAGS_stop_token_ids)));
   p.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   return p;
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "engine/checkpoint/json_strict.h"
 #include "nlohmann/json.hpp"
 
@@ -106,9 +107,9 @@ bool IsPlainFileName(absl::string_view name) {
 // tensor -> shard file name, from the index's weight_map.
 absl::StatusOr<std::map<std::string, std::string>> ReadIndex(
     const std::string& index_path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(index_path, kMaxIndexBytes);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<Json> json = ParseJsonStrict(*text, kIndexMaxDepth);
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadSmallFile(index_path, kMaxIndexBytes));
+  absl::StatusOr<Json> json = ParseJsonStrict(text, kIndexMaxDepth);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": ", json.status().message()));
@@ -156,11 +157,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
 
   const std::string index_path = JoinPath(model_dir, kIndexName);
   if (IsRegularFile(index_path)) {
-    absl::StatusOr<std::map<std::string, std::string>> weight_map =
-        ReadIndex(index_path);
-    if (!weight_map.ok()) return weight_map.status();
+    ASSIGN_OR_RETURN(const auto weight_map, ReadIndex(index_path));
     std::map<std::string, std::vector<std::string>> by_shard;
-    for (const auto& [tensor, shard] : *weight_map) {
+    for (const auto& [tensor, shard] : weight_map) {
       by_shard[shard].push_back(tensor);
     }
     for (const auto& [shard, tensors] : by_shard) {
@@ -186,12 +185,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
         }
       }
       for (const TensorView& view : (*file)->tensors()) {
-        const auto it = weight_map->find(view.name);
-        if (it == weight_map->end() || it->second != shard) {
+        const auto it = weight_map.find(view.name);
+        if (it == weight_map.end() || it->second != shard) {
           return absl::InvalidArgumentError(absl::StrCat(
               shard_path, " holds tensor \"", view.name, "\", which ",
               index_path,
-              it == weight_map->end()
+              it == weight_map.end()
                   ? " does not list"
                   : absl::StrCat(" assigns to shard \"", it->second, "\"")));
         }
@@ -201,26 +200,24 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
   } else {
     std::string path = JoinPath(model_dir, kSingleName);
     if (!IsRegularFile(path)) {
-      absl::StatusOr<std::vector<std::string>> names =
-          ListSafetensors(model_dir);
-      if (!names.ok()) return names.status();
-      if (names->empty()) {
+      ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                       ListSafetensors(model_dir));
+      if (names.empty()) {
         return absl::NotFoundError(
             absl::StrCat("checkpoint ", model_dir, ": no ", kIndexName, ", ",
                          kSingleName, " or other *.safetensors file"));
       }
-      if (names->size() > 1) {
+      if (names.size() > 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "checkpoint ", model_dir, ": no ", kIndexName, " or ", kSingleName,
-            ", and several *.safetensors files (", absl::StrJoin(*names, ", "),
+            ", and several *.safetensors files (", absl::StrJoin(names, ", "),
             "): which hold the weights?"));
       }
-      path = JoinPath(model_dir, names->front());
+      path = JoinPath(model_dir, names.front());
     }
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-        SafetensorsFile::Open(path);
-    if (!file.ok()) return file.status();
-    checkpoint->files_.push_back(*std::move(file));
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                     SafetensorsFile::Open(path));
+    checkpoint->files_.push_back(std::move(file));
   }
 
   for (const auto& file : checkpoint->files_) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "engine/checkpoint/json_strict.h"
 #include "nlohmann/json.hpp"
 
@@ -106,10 +107,8 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name,
   if (!dtype_it->is_string()) {
     return absl::InvalidArgumentError("\"dtype\" is not a string");
   }
-  absl::StatusOr<DType> dtype =
-      ParseDType(dtype_it->get_ref<const std::string&>());
-  if (!dtype.ok()) return dtype.status();
-  entry.dtype = *dtype;
+  ASSIGN_OR_RETURN(entry.dtype,
+                   ParseDType(dtype_it->get_ref<const std::string&>()));
 
   const auto shape_it = value.find("shape");
   if (shape_it == value.end()) {
@@ -156,13 +155,12 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name,
         "] run past the end of the data section (", data_size, " bytes)"));
   }
 
-  absl::StatusOr<uint64_t> bytes = ByteCount(entry.dtype, entry.shape);
-  if (!bytes.ok()) return bytes.status();
-  if (*bytes != entry.end - entry.begin) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        DTypeName(entry.dtype), " ", ShapeString(entry.shape), " needs ",
-        *bytes, " bytes but data_offsets [", entry.begin, ", ", entry.end,
-        "] hold ", entry.end - entry.begin));
+  ASSIGN_OR_RETURN(const uint64_t bytes, ByteCount(entry.dtype, entry.shape));
+  if (bytes != entry.end - entry.begin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(entry.dtype), " ", ShapeString(entry.shape),
+                     " needs ", bytes, " bytes but data_offsets [", entry.begin,
+                     ", ", entry.end, "] hold ", entry.end - entry.begin));
   }
   return entry;
 }
@@ -353,8 +351,7 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(
   entries.reserve(json->size());
   for (const auto& [name, value] : json->items()) {
     if (name == kMetadataKey) {
-      absl::Status status = ParseMetadata(value, file, metadata);
-      if (!status.ok()) return status;
+      RETURN_IF_ERROR(ParseMetadata(value, file, metadata));
       continue;
     }
     absl::StatusOr<TensorEntry> entry = ParseEntry(name, value, data_size);
@@ -407,11 +404,10 @@ absl::StatusOr<SafetensorsLayout> ParseSafetensorsBuffer(
   }
   SafetensorsLayout layout;
   layout.data_offset = 8 + header_size;
-  absl::StatusOr<std::vector<TensorEntry>> entries = ParseSafetensorsHeader(
-      whole_file.substr(8, header_size), whole_file.size() - layout.data_offset,
-      file, &layout.metadata);
-  if (!entries.ok()) return entries.status();
-  layout.tensors = *std::move(entries);
+  ASSIGN_OR_RETURN(layout.tensors, ParseSafetensorsHeader(
+                                       whole_file.substr(8, header_size),
+                                       whole_file.size() - layout.data_offset,
+                                       file, &layout.metadata));
   return layout;
 }
 
@@ -456,18 +452,19 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   file->mapping_ = mapping;
   file->file_size_ = size;
   const auto* base = static_cast<const uint8_t*>(mapping);
-  absl::StatusOr<SafetensorsLayout> layout = ParseSafetensorsBuffer(
-      absl::string_view(reinterpret_cast<const char*>(base), size), path);
-  if (!layout.ok()) return layout.status();
+  ASSIGN_OR_RETURN(
+      SafetensorsLayout layout,
+      ParseSafetensorsBuffer(
+          absl::string_view(reinterpret_cast<const char*>(base), size), path));
 
-  file->metadata_ = std::move(layout->metadata);
-  file->tensors_.reserve(layout->tensors.size());
-  for (TensorEntry& entry : layout->tensors) {
+  file->metadata_ = std::move(layout.metadata);
+  file->tensors_.reserve(layout.tensors.size());
+  for (TensorEntry& entry : layout.tensors) {
     TensorView view;
     view.name = std::move(entry.name);
     view.dtype = entry.dtype;
     view.shape = std::move(entry.shape);
-    view.file_offset = layout->data_offset + entry.begin;
+    view.file_offset = layout.data_offset + entry.begin;
     view.data = base + view.file_offset;
     view.num_bytes = entry.end - entry.begin;
     view.file_path = path;
@@ -583,10 +580,9 @@ absl::StatusOr<std::vector<int64_t>> CopyAsInt64(const TensorView& tensor) {
 absl::StatusOr<std::string> SerializeSafetensors(
     const std::vector<TensorToWrite>& tensors,
     const std::map<std::string, std::string>& metadata) {
-  absl::StatusOr<std::string> out = BuildHeader(tensors, metadata);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(std::string out, BuildHeader(tensors, metadata));
   for (const TensorToWrite& t : tensors)
-    out->append(t.bytes.data(), t.bytes.size());
+    out.append(t.bytes.data(), t.bytes.size());
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <memory>
 
+#include "base/status_macros.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/config.h"
@@ -56,14 +57,11 @@ std::string EditedModel(
 absl::StatusOr<ModelWeights> BindDir(
     const std::string& dir,
     std::unique_ptr<checkpoint::Checkpoint>* checkpoint) {
-  auto spec = LoadModelConfig(dir);
-  if (!spec.ok()) return spec.status();
-  auto ckpt = checkpoint::Checkpoint::Open(dir);
-  if (!ckpt.ok()) return ckpt.status();
-  *checkpoint = std::move(*ckpt);
-  auto arch = FindArchitecture(spec->architecture);
-  if (!arch.ok()) return arch.status();
-  return BindModelWeights(*spec, **arch, **checkpoint);
+  ASSIGN_OR_RETURN(ModelSpec spec, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(*checkpoint, checkpoint::Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(const Architecture* arch,
+                   FindArchitecture(spec.architecture));
+  return BindModelWeights(spec, *arch, **checkpoint);
 }
 
 absl::Status Bind(const std::string& dir) {

@@ -7,10 +7,10 @@
 // halve that, on activations quantized exactly as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
-// (docs/PERFORMANCE.md). Rows are read as in avx2.cc: one after another,
-// one prefetched sequential stream per thread, unless the activations
-// outgrow L1 (see StreamActivationBytes in isa_unit-inl.h). Everything it
-// defines lives in namespace avx512 (see isa.h).
+// (docs/PERFORMANCE.md). Rows are read as in avx2_quantized.cc: one after
+// another, one prefetched sequential stream per thread, unless the
+// activations outgrow L1 (see StreamActivationBytes in isa_unit-inl.h).
+// Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
 #include <cstring>

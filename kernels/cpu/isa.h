@@ -1,6 +1,7 @@
 // The entry points of the instruction-set units that the dispatching code
-// (ops.cc, probes.cc) chooses between: avx2.cc (built for AVX2, FMA and
-// F16C) and avx512.cc (AVX-512 F/BW/VL/VNNI). Not part of the public API.
+// (ops.cc, probes.cc) chooses between: the avx2_*.cc files (built for AVX2,
+// FMA and F16C) and avx512.cc (AVX-512 F/BW/VL/VNNI). Not part of the public
+// API.
 //
 // An instruction-set unit defines every function, type and template of its
 // own inside its namespace (avx2::, avx512::) and instantiates nothing of

@@ -1,0 +1,211 @@
+// AVX2 products against few activation rows (n <= 3: decode) with the
+// weights widened in registers as they are read (MatMulRowsDirect; int8 and
+// int4 go to avx2_quantized.cc), and AccumulateRows.
+#include <immintrin.h>
+
+#include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/avx2_products.h"
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx2 {
+
+namespace {
+
+// y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
+// prefetched kAhead lines ahead (the memory-bound direct path) or not (0).
+template <int R, int N, int kAhead, typename L>
+inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
+                 int64_t cols, float* y, int64_t ldy) {
+  __m256 acc[R][N];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    // Each row is its own stream and rows are short, so the hardware
+    // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
+    if (kAhead > 0 && k % L::kPerLine == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(static_cast<const char*>(
+                         w.Address(r0 + i, k + kAhead * L::kPerLine)),
+                     _MM_HINT_T0);
+      }
+    }
+    __m256 xv[N];
+    for (int j = 0; j < N; ++j) xv[j] = _mm256_loadu_ps(x + j * ldx + k);
+    for (int i = 0; i < R; ++i) {
+      const __m256 wv = w.Load(r0 + i, k);
+      for (int j = 0; j < N; ++j)
+        acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  if (k < cols) {
+    const __m256i mask = TailMask(cols - k);
+    __m256 xv[N];
+    for (int j = 0; j < N; ++j)
+      xv[j] = _mm256_maskload_ps(x + j * ldx + k, mask);
+    for (int i = 0; i < R; ++i) {
+      const __m256 wv = w.LoadTail(r0 + i, k, cols - k);
+      for (int j = 0; j < N; ++j)
+        acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+  }
+}
+
+// Rows [rb, re) of w against one activation row, one row after another.
+// Consecutive rows are adjacent in memory, so this reads the matrix as a
+// single sequential stream, prefetched kStreamPrefetchBytes ahead;
+// interleaving the rows of a tile (8 streams a row apart) ran about 15%
+// slower end to end. Four accumulators keep the FMA latency off the
+// critical path.
+template <typename L>
+void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
+                int64_t cols, float* y) {
+  for (int64_t r = rb; r < re; ++r) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      for (int64_t line = 0; line < 32; line += L::kPerLine)
+        PrefetchStream(w.Address(r, k + line));
+      for (int j = 0; j < 4; ++j) {
+        acc[j] = _mm256_fmadd_ps(w.Load(r, k + 8 * j),
+                                 _mm256_loadu_ps(x + k + 8 * j), acc[j]);
+      }
+    }
+    for (; k + 8 <= cols; k += 8) {
+      acc[0] = _mm256_fmadd_ps(w.Load(r, k), _mm256_loadu_ps(x + k), acc[0]);
+    }
+    if (k < cols) {
+      acc[1] = _mm256_fmadd_ps(w.LoadTail(r, k, cols - k),
+                               _mm256_maskload_ps(x + k, TailMask(cols - k)),
+                               acc[1]);
+    }
+    y[r] = HSum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
+                              _mm256_add_ps(acc[2], acc[3])));
+  }
+}
+
+// Rows [r0, r0 + rows) (rows <= 4) against n <= 3 activation rows.
+template <int N, int kAhead, typename L>
+inline void SmallTile(const L& w, int64_t r0, int64_t rows, const float* x,
+                      int64_t cols, float* y, int64_t ldy) {
+  if (rows == 4) {
+    Tile<4, N, kAhead>(w, r0, x, cols, cols, y, ldy);
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      Tile<1, N, kAhead>(w, r0 + i, x, cols, cols, y + i, ldy);
+  }
+}
+
+template <int kAhead, typename L>
+void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
+              int64_t cols, float* y, int64_t ldy) {
+  int64_t j = 0;
+  for (; j + 3 <= n; j += 3)
+    SmallTile<3, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+  if (n - j == 2)
+    SmallTile<2, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+  if (n - j == 1)
+    SmallTile<1, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
+}
+
+// n <= 3: weights widened in registers straight from memory. One
+// activation row against rows longer than StreamActivationBytes() would
+// fetch it from L2 for every weight row, twice the weights' bytes (half the
+// speed at 14336 columns): tiles of four rows fetch it once per four, and
+// prefetch far ahead for their four streams.
+template <typename L>
+void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
+                int64_t re, float* y, int64_t ldy) {
+  if (n == 1) {
+    ForEachRowTile(cols * 4, rb, re, [&](int64_t r0, auto rows) {
+      if constexpr (decltype(rows)::value == 1) {
+        StreamRows(w, r0, r0 + 1, x, cols, y);
+      } else {
+        Tile<4, 1, kLongRowPrefetchLines>(w, r0, x, cols, cols, y + r0, ldy);
+      }
+    });
+    return;
+  }
+  for (int64_t r = rb; r < re; r += 4)
+    TileAnyN<kPrefetchLines>(w, r, Min<int64_t>(4, re - r), x, n, cols, y + r,
+                             ldy);
+}
+
+// y[i * ldy + k] += Σ_r c[i * ldc + r - rb] · w(r, k): each token's outputs
+// accumulate in registers, 32 columns at a time, over the rows.
+template <typename L>
+void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
+                        int64_t n, int64_t rb, int64_t re, float* y,
+                        int64_t ldy) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* yi = y + i * ldy;
+    const float* ci = c + i * ldc - rb;
+    int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      __m256 acc[4];
+      for (int j = 0; j < 4; ++j) acc[j] = _mm256_loadu_ps(yi + k + 8 * j);
+      for (int64_t r = rb; r < re; ++r) {
+        const __m256 s = _mm256_set1_ps(ci[r]);
+        for (int j = 0; j < 4; ++j)
+          acc[j] = _mm256_fmadd_ps(s, w.Load(r, k + 8 * j), acc[j]);
+      }
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(yi + k + 8 * j, acc[j]);
+    }
+    for (; k + 8 <= cols; k += 8) {
+      __m256 acc = _mm256_loadu_ps(yi + k);
+      for (int64_t r = rb; r < re; ++r)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.Load(r, k), acc);
+      _mm256_storeu_ps(yi + k, acc);
+    }
+    if (k < cols) {
+      const __m256i mask = TailMask(cols - k);
+      __m256 acc = _mm256_maskload_ps(yi + k, mask);
+      for (int64_t r = rb; r < re; ++r) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.LoadTail(r, k, cols - k),
+                              acc);
+      }
+      _mm256_maskstore_ps(yi + k, mask, acc);
+    }
+  }
+}
+
+}  // namespace
+
+void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
+  VisitLoader(w, [&](const auto& loader) {
+    AccumulateRowsWith(loader, w.cols, c, ldc, n, row_begin, row_end, y, ldy);
+  });
+}
+
+void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
+                      int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::kF32:
+      return DirectRows(F32Loader{{}, static_cast<const float*>(w.data), cols},
+                        x, n, cols, row_begin, row_end, y, w.rows);
+    case WeightType::kBF16:
+      return DirectRows(
+          Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n,
+          cols, row_begin, row_end, y, w.rows);
+    case WeightType::kF16:
+      return DirectRows(
+          F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n, cols,
+          row_begin, row_end, y, w.rows);
+    case WeightType::kInt8:
+      return MatMulRowsInt8(x, n, w, row_begin, row_end, y);
+    case WeightType::kInt4:
+      return MatMulRowsInt4(x, n, w, row_begin, row_end, y);
+    case WeightType::kFp8E4M3:
+      return DirectRows(MakeFp8Loader(w), x, n, cols, row_begin, row_end, y,
+                        w.rows);
+  }
+}
+
+}  // namespace ringmoe::kernels::avx2

@@ -1,0 +1,71 @@
+// Internal to the AVX2/FMA/F16C unit (the avx2_*.cc files, all built with
+// -mavx2 -mfma -mf16c; ops.cc and probes.cc call into them only when
+// UseAvx2() holds): the vector helpers its translation units share.
+// Everything here lives in namespace avx2 (see isa.h); include it from those
+// files only.
+#ifndef RINGMOE_KERNELS_CPU_AVX2_INTERNAL_H_
+#define RINGMOE_KERNELS_CPU_AVX2_INTERNAL_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx2 {
+
+// Once for the whole unit: this header's guard keeps a second copy out.
+#include "kernels/cpu/isa_unit-inl.h"
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline __m256i TailMask(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// e^x for 8 floats, to a few float ulps: x = n·ln2 + r with |r| <= ln2/2,
+// e^r by its Taylor series to r^7 (truncation below 1e-8), times 2^n built in
+// the exponent bits. x is clamped to [-87.3, 88.3] so 2^n stays a normal
+// float: below, the result is flushed to 0 (as std::exp's denormals are
+// negligible in the sums it feeds); above, it saturates near FLT_MAX.
+inline __m256 Exp(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 in two parts, so n·ln2_hi is exact and r keeps its low bits.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow,
+                          _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+}  // namespace ringmoe::kernels::avx2
+
+#endif  // RINGMOE_KERNELS_CPU_AVX2_INTERNAL_H_

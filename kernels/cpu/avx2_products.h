@@ -1,0 +1,184 @@
+// Internal to the AVX2 products (avx2_direct.cc, avx2_blocked.cc,
+// avx2_quantized.cc): the weight loaders and what else they share.
+//
+// Products are computed as dot products of weight rows with activation rows
+// in register tiles of R weight rows × N activation rows. Up to three
+// activation rows, weights are widened in registers as they are read
+// (decode: bound by memory bandwidth; with one activation row, one weight
+// row after another, so the matrix is read as one sequential stream, or four
+// at a time when the activations outgrow L1: see DirectRows), except int8
+// and int4, whose products run on quantized activations (see Int8Rows and
+// Int8Chunk). With more rows, a panel of four weight rows is widened to
+// float32 once into a small buffer and reused for every activation row
+// (prefill: bound by FMA throughput).
+#ifndef RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
+#define RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx2 {
+
+// Weight loaders: Load widens 8 weights at (row, k) when k + 8 <= cols;
+// LoadTail the last `count` < 8 of a row, zero-filled.
+template <typename Derived>
+struct ScalarTail {
+  __m256 LoadTail(int64_t row, int64_t k, int64_t count) const {
+    alignas(32) float buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const auto& self = static_cast<const Derived&>(*this);
+    for (int64_t i = 0; i < count; ++i) buf[i] = self.Scalar(row, k + i);
+    return _mm256_load_ps(buf);
+  }
+};
+
+struct F32Loader : ScalarTail<F32Loader> {
+  static constexpr int64_t kPerLine = 16;
+  const float* p;
+  int64_t ld;
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  __m256 Load(int64_t r, int64_t k) const {
+    return _mm256_loadu_ps(p + r * ld + k);
+  }
+  float Scalar(int64_t r, int64_t k) const { return p[r * ld + k]; }
+};
+
+struct Bf16Loader : ScalarTail<Bf16Loader> {
+  static constexpr int64_t kPerLine = 32;
+  const uint16_t* p;
+  int64_t ld;
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  __m256 Load(int64_t r, int64_t k) const {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * ld + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  float Scalar(int64_t r, int64_t k) const {
+    const uint32_t bits = static_cast<uint32_t>(p[r * ld + k]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+};
+
+struct F16Loader : ScalarTail<F16Loader> {
+  static constexpr int64_t kPerLine = 32;
+  const uint16_t* p;
+  int64_t ld;
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  __m256 Load(int64_t r, int64_t k) const {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * ld + k)));
+  }
+  float Scalar(int64_t r, int64_t k) const { return _cvtsh_ss(p[r * ld + k]); }
+};
+
+// float8 e4m3fn weights: the sign, exponent and mantissa bits moved into
+// an IEEE half make the fp8 value times 2^-8 exactly (subnormals included;
+// NaN codes are not), so F16C widens them and the block scale times 2^8
+// restores the value: the same product as fp8 * scale in float32. A block
+// spans at least 8 columns, so 8 weights at a multiple of 8 share a scale.
+struct Fp8Loader : ScalarTail<Fp8Loader> {
+  static constexpr int64_t kPerLine = 64;
+  const uint8_t* p;
+  int64_t ld;  // cols
+  const float* scales;
+  int64_t scales_per_row;
+  int row_shift;  // log2(block_rows)
+  int col_shift;  // log2(block_cols)
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  float Scale(int64_t r, int64_t k) const {
+    return scales[(r >> row_shift) * scales_per_row + (k >> col_shift)] * 256.f;
+  }
+  __m256 Load(int64_t r, int64_t k) const {
+    const __m128i b = _mm_cvtepu8_epi16(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * ld + k)));
+    const __m128i h = _mm_or_si128(
+        _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(0x3f80)),
+        _mm_and_si128(_mm_slli_epi16(b, 8),
+                      _mm_set1_epi16(static_cast<int16_t>(0x8000))));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(Scale(r, k)));
+  }
+  float Scalar(int64_t r, int64_t k) const {
+    const uint16_t b = p[r * ld + k];
+    const auto h = static_cast<uint16_t>(((b & 0x7f) << 7) | ((b & 0x80) << 8));
+    return _cvtsh_ss(h) * Scale(r, k);
+  }
+};
+
+inline Fp8Loader MakeFp8Loader(const Matrix& w) {
+  return {{},
+          static_cast<const uint8_t*>(w.data),
+          w.cols,
+          w.block_scales,
+          (w.cols + w.block_cols - 1) / w.block_cols,
+          __builtin_ctz(static_cast<unsigned>(w.block_rows)),
+          __builtin_ctz(static_cast<unsigned>(w.block_cols))};
+}
+
+// Rows are padded to whole groups, so a tail load stays inside the row and
+// the padding (zero bytes) widens to zero.
+struct Int8Loader {
+  static constexpr int64_t kPerLine = 64;
+  const int8_t* p;
+  int64_t row_bytes;
+  const uint16_t* scales;  // f16
+  int64_t groups;          // per row
+  int group_shift;         // log2(group_size)
+  const void* Address(int64_t r, int64_t k) const {
+    return p + r * row_bytes + k;
+  }
+  __m256 Load(int64_t r, int64_t k) const {
+    const __m128i b = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(p + r * row_bytes + k));
+    const __m256 s =
+        _mm256_set1_ps(_cvtsh_ss(scales[r * groups + (k >> group_shift)]));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
+  }
+  __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
+};
+
+// Calls fn with the loader of w's type: every type but int4, whose nibbles
+// only the integer products read.
+template <typename Fn>
+void VisitLoader(const Matrix& w, Fn&& fn) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::kF32:
+      return fn(F32Loader{{}, static_cast<const float*>(w.data), cols});
+    case WeightType::kBF16:
+      return fn(Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols});
+    case WeightType::kF16:
+      return fn(F16Loader{{}, static_cast<const uint16_t*>(w.data), cols});
+    case WeightType::kInt8: {
+      const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+      return fn(Int8Loader{static_cast<const int8_t*>(w.data),
+                           groups * w.group_size, w.scales, groups,
+                           __builtin_ctz(static_cast<unsigned>(w.group_size))});
+    }
+    case WeightType::kFp8E4M3:
+      return fn(MakeFp8Loader(w));
+    case WeightType::kInt4:
+      return;
+  }
+}
+
+// How many cache lines ahead of the loads the weight rows of a tile against
+// a few activation rows are prefetched (kLongRowPrefetchLines for one
+// activation row; see DirectRows).
+constexpr int kPrefetchLines = 8;
+
+// MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).
+void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y);
+// MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
+void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y);
+
+}  // namespace ringmoe::kernels::avx2
+
+#endif  // RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_

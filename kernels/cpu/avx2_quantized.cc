@@ -1,0 +1,433 @@
+// AVX2 products of int8 and int4 weights against few activation rows, as
+// integer products on quantized activations (MatMulRowsInt8/Int4,
+// avx2_products.h), and the activation quantizers (isa.h).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/avx2_products.h"
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx2 {
+
+namespace {
+
+// int4 weights against few activation rows: widening nibbles to float
+// costs more vector work per byte than memory delivers, so the activations
+// are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
+// round to nearest even) and 64 weights at a time are multiplied as bytes
+// (vpmaddubsw, vpmaddwd), with one float multiply-add per 64, on
+// activations laid out as Int8Chunk (isa.h).
+
+// Loads one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into v[4] and returns their largest magnitude.
+float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
+  alignas(32) float buf[32];
+  if (count < 32) {
+    std::memset(buf, 0, sizeof(buf));
+    std::memcpy(buf, x, count * sizeof(float));
+    x = buf;
+  }
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+  }
+  return HMax(amax);
+}
+
+// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into half `half` of `chunk`.
+void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
+  __m256 v[4];
+  const float max_abs = LoadBlock32(x, count, v);
+  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j)
+    q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
+  // The packs work within 128-bit lanes; the permute restores column order.
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                         _mm256_packs_epi32(q[2], q[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Even columns to the low 8 bytes of each lane, odd to the high 8.
+  const __m256i split = _mm256_shuffle_epi8(
+      bytes,
+      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
+  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->even + 16 * half),
+                  _mm256_castsi256_si128(grouped));
+  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->odd + 16 * half),
+                  _mm256_extracti128_si256(grouped, 1));
+  for (int i = 0; i < 4; ++i) chunk->scale[4 * half + i] = max_abs / 127.f;
+}
+
+}  // namespace
+
+void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
+                             int64_t chunks, Int8Chunk* out) {
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      Int8Chunk* chunk = out + j * chunks + c;
+      for (int half = 0; half < 2; ++half) {
+        const int64_t begin = c * 64 + half * 32;
+        QuantizeBlock(x + j * cols + Min(begin, cols),
+                      Clamp<int64_t>(cols - begin, 0, 32), half, chunk);
+      }
+      const __m256i sums = _mm256_madd_epi16(
+          _mm256_add_epi16(
+              _mm256_maddubs_epi16(
+                  ones8, _mm256_load_si256(
+                             reinterpret_cast<const __m256i*>(chunk->even))),
+              _mm256_maddubs_epi16(
+                  ones8, _mm256_load_si256(
+                             reinterpret_cast<const __m256i*>(chunk->odd)))),
+          ones16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(chunk->offset),
+                         _mm256_slli_epi32(sums, 3));
+    }
+  }
+}
+
+namespace {
+
+// Σ (nibble - 8) · x per int32 lane of one chunk (see Int8Chunk).
+inline __m256i Int4ChunkDot(__m256i w, const Int8Chunk& x) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(w, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+  // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
+  const __m256i pairs = _mm256_add_epi16(
+      _mm256_maddubs_epi16(
+          lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
+      _mm256_maddubs_epi16(
+          hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+  return _mm256_sub_epi32(
+      _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
+}
+
+struct Int4Rows {
+  const uint8_t* p;
+  int64_t row_bytes;
+  const uint16_t* scales;  // f16
+  int64_t groups;          // per row
+};
+
+// Weight scales of chunk c of a row, per lane: group size 64 has one, 32
+// has two (lanes 0-3 and 4-7).
+template <int G>
+inline __m256 Int4ChunkScale(const uint16_t* row_scales, int64_t c) {
+  if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
+  const __m128 two =
+      _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
+// `ldx` chunks per activation row. One row against one activation row is a
+// piece of a single sequential stream (see StreamRows); other tiles
+// prefetch kAhead lines ahead in each of their rows.
+template <int G, int R, int N, int kAhead = kPrefetchLines>
+void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
+              float* y, int64_t ldy) {
+  constexpr bool kStream = R == 1 && N == 1;
+  __m256 acc[R][N];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const uint8_t* rows[R];
+  const uint16_t* scales[R];
+  for (int i = 0; i < R; ++i) {
+    rows[i] = w.p + (r0 + i) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i) * w.groups;
+  }
+  const int64_t full = w.row_bytes / 32;
+  for (int64_t c = 0; c < full; ++c) {
+    if (kStream && c % 2 == 0) PrefetchStream(rows[0] + 32 * c);
+    if (!kStream && kAhead > 0 && c % 2 == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(rows[i] + 32 * c + 64 * kAhead),
+            _MM_HINT_T0);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m256i wv = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
+      const __m256 ws = Int4ChunkScale<G>(scales[i], c);
+      for (int j = 0; j < N; ++j) {
+        const Int8Chunk& xc = x[j * ldx + c];
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
+      }
+    }
+  }
+  if (w.row_bytes % 32 != 0) {
+    // An odd number of 32-groups: the last chunk has only its first half
+    // (the activations' second half is zero).
+    for (int i = 0; i < R; ++i) {
+      const __m256i wv = _mm256_zextsi128_si256(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(rows[i] + 32 * full)));
+      const __m256 ws = _mm256_set1_ps(_cvtsh_ss(scales[i][w.groups - 1]));
+      for (int j = 0; j < N; ++j) {
+        const Int8Chunk& xc = x[j * ldx + full];
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+  }
+}
+
+// Rows [rb, re) against n activation rows: one row as Int4Tile's single
+// stream (or tiles of four, see ForEachRowTile); more in tiles of four
+// weight rows, each against the activation rows three at a time, so the
+// weights are read from memory once whatever n is.
+template <int G>
+void Int4RowRange(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
+                  int64_t n, int64_t ldx, float* y, int64_t ldy) {
+  if (n == 1) {
+    ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
+                   [&](int64_t r0, auto rows) {
+                     constexpr int R = decltype(rows)::value;
+                     Int4Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, ldx,
+                                                              y + r0, ldy);
+                   });
+    return;
+  }
+  const auto tile = [&](int64_t r, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    for (int64_t j = 0; j < n; j += 3) {
+      const Int8Chunk* xj = x + j * ldx;
+      float* yj = y + j * ldy + r;
+      switch (Min<int64_t>(3, n - j)) {
+        case 1:
+          Int4Tile<G, R, 1>(w, r, xj, ldx, yj, ldy);
+          break;
+        case 2:
+          Int4Tile<G, R, 2>(w, r, xj, ldx, yj, ldy);
+          break;
+        default:
+          Int4Tile<G, R, 3>(w, r, xj, ldx, yj, ldy);
+          break;
+      }
+    }
+  };
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
+}
+
+// Activation rows against int4 weights, through Int8Chunk.
+template <int G>
+void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
+                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+  const int64_t chunks = (w.row_bytes + 31) / 32;
+  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
+  QuantizeActivationsInt8(x, n, cols, chunks, xq);
+  Int4RowRange<G>(w, rb, re, xq, n, chunks, y, ldy);
+}
+
+// int8 weights against few activation rows: widening every weight to float
+// costs three vector µops per 8 weights, so the activations are quantized
+// to int16 instead (blocks of 32 columns, scale = max|x| / 32767, round to
+// nearest even) and each block's 32 products are summed exactly in integers
+// (vpmovsxbw, vpmaddwd), leaving one convert and one float multiply-add per
+// 32 weights. int8 activations (as int4 uses) would be cheaper still, but
+// their 0.4% error flips near-tied greedy tokens (docs/PERFORMANCE.md);
+// int16's is 256 times smaller.
+struct Int8Rows {
+  const int8_t* p;
+  int64_t row_bytes;
+  const uint16_t* scales;  // f16
+  int64_t groups;          // per row
+};
+
+// Activation rows quantized for Int8Tile: `blocks` blocks of 32 per row.
+struct Int16Activations {
+  const int16_t* q;    // [n, blocks * 32]
+  const float* scale;  // [n, blocks]
+  int64_t blocks;
+};
+
+// Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) to int16 in column order into out[32]; returns the block scale.
+float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
+  __m256 v[4];
+  const float max_abs = LoadBlock32(x, count, v);
+  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 32767.f / max_abs : 0.f);
+  for (int j = 0; j < 4; j += 2) {
+    // vpackssdw interleaves 128-bit lanes; the permute restores the order.
+    const __m256i packed =
+        _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv)),
+                           _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * j),
+                        _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  return max_abs / 32767.f;
+}
+
+}  // namespace
+
+void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
+                              int16_t* q, float* scale) {
+  const int64_t blocks = (cols + 31) / 32;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      scale[j * blocks + b] = QuantizeBlock16(x + j * cols + 32 * b,
+                                              Min<int64_t>(cols - 32 * b, 32),
+                                              q + (j * blocks + b) * 32);
+    }
+  }
+}
+
+namespace {
+
+// Σ w · x over one block of 32 as 8 int32 lanes: at most 4 · 128 · 32767 each.
+inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
+  const __m256i lo = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  const __m256i hi = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16)));
+  return _mm256_add_epi32(
+      _mm256_madd_epi16(
+          lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+      _mm256_madd_epi16(
+          hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
+}
+
+// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N.
+// Weight groups of G columns span G / 32 activation blocks. Prefetches as
+// Int4Tile does.
+template <int G, int R, int N, int kAhead = kPrefetchLines>
+void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
+              float* y, int64_t ldy) {
+  constexpr bool kStream = R == 1 && N == 1;
+  constexpr int kBlocksPerGroup = G / 32;
+  __m256 acc[R][N];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int8_t* rows[R];
+  const uint16_t* scales[R];
+  for (int i = 0; i < R; ++i) {
+    rows[i] = w.p + (r0 + i) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i) * w.groups;
+  }
+  for (int64_t b = 0; b < x.blocks; ++b) {
+    if (kStream && b % 2 == 0) PrefetchStream(rows[0] + 32 * b);
+    if (!kStream && kAhead > 0 && b % 2 == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(rows[i] + 32 * b + 64 * kAhead),
+            _MM_HINT_T0);
+      }
+    }
+    __m256 xs[N];
+    for (int j = 0; j < N; ++j)
+      xs[j] = _mm256_broadcast_ss(x.scale + j * x.blocks + b);
+    for (int i = 0; i < R; ++i) {
+      const __m256 ws =
+          _mm256_set1_ps(_cvtsh_ss(scales[i][b / kBlocksPerGroup]));
+      for (int j = 0; j < N; ++j) {
+        const __m256i dot =
+            Int8BlockDot(rows[i] + 32 * b, x.q + (j * x.blocks + b) * 32);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                    _mm256_mul_ps(ws, xs[j]), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+  }
+}
+
+// As Int4RowRange, for int8 weights.
+template <int G>
+void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
+                  const Int16Activations& x, int64_t n, float* y, int64_t ldy) {
+  if (n == 1) {
+    ForEachRowTile(x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)), rb,
+                   re, [&](int64_t r0, auto rows) {
+                     constexpr int R = decltype(rows)::value;
+                     Int8Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, y + r0,
+                                                              ldy);
+                   });
+    return;
+  }
+  const auto tile = [&](int64_t r, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    for (int64_t j = 0; j < n; j += 3) {
+      const Int16Activations xj{x.q + j * x.blocks * 32, x.scale + j * x.blocks,
+                                x.blocks};
+      float* yj = y + j * ldy + r;
+      switch (Min<int64_t>(3, n - j)) {
+        case 1:
+          Int8Tile<G, R, 1>(w, r, xj, yj, ldy);
+          break;
+        case 2:
+          Int8Tile<G, R, 2>(w, r, xj, yj, ldy);
+          break;
+        default:
+          Int8Tile<G, R, 3>(w, r, xj, yj, ldy);
+          break;
+      }
+    }
+  };
+  int64_t r = rb;
+  for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
+  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
+}
+
+// Activation rows against int8 weights, through QuantizeBlock16.
+template <int G>
+void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
+                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+  // Only blocks holding real columns: with groups of 64 a row may end in a
+  // block of padding, whose zero weights need not be read.
+  const int64_t blocks = (cols + 31) / 32;
+  int16_t* q =
+      Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
+  float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
+  QuantizeActivationsInt16(x, n, cols, q, scale);
+  Int8RowRange<G>(w, rb, re, Int16Activations{q, scale, blocks}, n, y, ldy);
+}
+
+}  // namespace
+
+void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+  const Int8Rows rows{static_cast<const int8_t*>(w.data), groups * w.group_size,
+                      w.scales, groups};
+  if (w.group_size == 64) {
+    return Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+  }
+  return Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+}
+
+void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+  const Int4Rows rows{static_cast<const uint8_t*>(w.data),
+                      groups * w.group_size / 2, w.scales, groups};
+  if (w.group_size == 64) {
+    return Int4DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+  }
+  return Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+}
+
+}  // namespace ringmoe::kernels::avx2
