@@ -6,6 +6,7 @@
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
 
 namespace ringmoe::kernels::avx2 {
 
@@ -174,6 +175,36 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
   }
 }
 
+// fp8 against n <= 3 activation rows: within one block of rows every
+// weight of a column block shares one scale, so the activations take the
+// scales (times 2^8) once per row block and the weights widen with no
+// multiply (a block of 128 rows re-scales the activations once per 128
+// weight rows).
+void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
+                   int64_t re, float* y) {
+  const int64_t cols = w.cols;
+  const int64_t scales_per_row = (cols + w.block_cols - 1) / w.block_cols;
+  float* scaled = static_cast<float*>(ThreadScratch(
+      ScratchSlot::kScaledActivations, n * cols * int64_t{sizeof(float)}));
+  const Fp8UnscaledLoader weights{
+      {}, static_cast<const uint8_t*>(w.data), cols};
+  for (int64_t begin = rb; begin < re;) {
+    const int64_t block = begin / w.block_rows;
+    const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
+    const float* scales = w.block_scales + block * scales_per_row;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t k0 = 0; k0 < cols; k0 += w.block_cols) {
+        const float s = scales[k0 / w.block_cols] * 256.f;
+        const int64_t k1 = Min<int64_t>(cols, k0 + w.block_cols);
+        for (int64_t k = k0; k < k1; ++k)
+          scaled[j * cols + k] = x[j * cols + k] * s;
+      }
+    }
+    DirectRows(weights, scaled, n, cols, begin, end, y, w.rows);
+    begin = end;
+  }
+}
+
 }  // namespace
 
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
@@ -203,8 +234,7 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
     case WeightType::kInt4:
       return MatMulRowsInt4(x, n, w, row_begin, row_end, y);
     case WeightType::kFp8E4M3:
-      return DirectRows(MakeFp8Loader(w), x, n, cols, row_begin, row_end, y,
-                        w.rows);
+      return Fp8DirectRows(w, x, n, row_begin, row_end, y);
   }
 }
 

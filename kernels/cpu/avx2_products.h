@@ -80,8 +80,25 @@ struct F16Loader : ScalarTail<F16Loader> {
 // float8 e4m3fn weights: the sign, exponent and mantissa bits moved into
 // an IEEE half make the fp8 value times 2^-8 exactly (subnormals included;
 // NaN codes are not), so F16C widens them and the block scale times 2^8
-// restores the value: the same product as fp8 * scale in float32. A block
-// spans at least 8 columns, so 8 weights at a multiple of 8 share a scale.
+// restores the value. Each byte lands in the high half of a 16-bit lane; an
+// arithmetic shift right by one then puts the exponent and mantissa in
+// place and a copy of the sign in bit 14, which the mask clears.
+inline __m256 Fp8TimesTwoToMinus8(const uint8_t* p) {
+  const __m128i high =
+      _mm_unpacklo_epi8(_mm_setzero_si128(),
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtph_ps(_mm_and_si128(
+      _mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<int16_t>(0xbf80))));
+}
+
+inline float Fp8TimesTwoToMinus8(uint8_t b) {
+  return _cvtsh_ss(
+      static_cast<uint16_t>(((b & 0x7f) << 7) | ((b & 0x80) << 8)));
+}
+
+// Weights with their block scales: the same product as fp8 * scale in
+// float32. A block spans at least 8 columns, so 8 weights at a multiple of 8
+// share a scale.
 struct Fp8Loader : ScalarTail<Fp8Loader> {
   static constexpr int64_t kPerLine = 64;
   const uint8_t* p;
@@ -95,18 +112,26 @@ struct Fp8Loader : ScalarTail<Fp8Loader> {
     return scales[(r >> row_shift) * scales_per_row + (k >> col_shift)] * 256.f;
   }
   __m256 Load(int64_t r, int64_t k) const {
-    const __m128i b = _mm_cvtepu8_epi16(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * ld + k)));
-    const __m128i h = _mm_or_si128(
-        _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(0x3f80)),
-        _mm_and_si128(_mm_slli_epi16(b, 8),
-                      _mm_set1_epi16(static_cast<int16_t>(0x8000))));
-    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(Scale(r, k)));
+    return _mm256_mul_ps(Fp8TimesTwoToMinus8(p + r * ld + k),
+                         _mm256_set1_ps(Scale(r, k)));
   }
   float Scalar(int64_t r, int64_t k) const {
-    const uint16_t b = p[r * ld + k];
-    const auto h = static_cast<uint16_t>(((b & 0x7f) << 7) | ((b & 0x80) << 8));
-    return _cvtsh_ss(h) * Scale(r, k);
+    return Fp8TimesTwoToMinus8(p[r * ld + k]) * Scale(r, k);
+  }
+};
+
+// The weights alone (value times 2^-8), for products whose activations
+// carry the block scales (the decode products: see MatMulRowsDirect).
+struct Fp8UnscaledLoader : ScalarTail<Fp8UnscaledLoader> {
+  static constexpr int64_t kPerLine = 64;
+  const uint8_t* p;
+  int64_t ld;
+  const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
+  __m256 Load(int64_t r, int64_t k) const {
+    return Fp8TimesTwoToMinus8(p + r * ld + k);
+  }
+  float Scalar(int64_t r, int64_t k) const {
+    return Fp8TimesTwoToMinus8(p[r * ld + k]);
   }
 };
 
