@@ -24,9 +24,11 @@ echo "building $binary with $cxx"
 "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I. \
+  base/file.cc \
+  base/json.cc \
   engine/checkpoint/dtype.cc \
-  engine/checkpoint/json_strict.cc \
   engine/checkpoint/safetensors.cc \
+  engine/tokenizer/utf8.cc \
   tests/fuzz/safetensors_fuzzer.cc \
   $(pkg-config --cflags --libs absl_status absl_statusor absl_strings \
       absl_str_format absl_flat_hash_map absl_flat_hash_set) \

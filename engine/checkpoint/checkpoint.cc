@@ -1,13 +1,10 @@
 #include "engine/checkpoint/checkpoint.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <utility>
 
@@ -17,14 +14,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "base/status_macros.h"
-#include "engine/checkpoint/json_strict.h"
 #include "nlohmann/json.hpp"
 
 namespace ringmoe::checkpoint {
 namespace {
 
-using Json = nlohmann::json;
+using json::Json;
 
 constexpr char kIndexName[] = "model.safetensors.index.json";
 constexpr char kSingleName[] = "model.safetensors";
@@ -33,11 +31,6 @@ constexpr uint64_t kMaxIndexBytes = 256ull << 20;
 // {"metadata": {...}, "weight_map": {...}}; metadata's contents are not
 // ours to constrain, but unbounded nesting is never legitimate.
 constexpr int kIndexMaxDepth = 16;
-
-absl::Status ErrnoError(int err, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, ": ", std::strerror(err)));
-}
 
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty()) return std::string(name);
@@ -48,33 +41,6 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
 bool IsRegularFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          uint64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat(path, ": cannot open"));
-  std::string text;
-  char buffer[1 << 16];
-  absl::Status status;
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = ErrnoError(errno, absl::StrCat(path, ": read failed"));
-      break;
-    }
-    if (n == 0) break;
-    if (text.size() + n > max_bytes) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(path, ": larger than ", max_bytes, " bytes"));
-      break;
-    }
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
-  return text;
 }
 
 // The *.safetensors regular files directly in `dir`, sorted.
@@ -108,8 +74,8 @@ bool IsPlainFileName(absl::string_view name) {
 absl::StatusOr<std::map<std::string, std::string>> ReadIndex(
     const std::string& index_path) {
   ASSIGN_OR_RETURN(const std::string text,
-                   ReadSmallFile(index_path, kMaxIndexBytes));
-  absl::StatusOr<Json> json = ParseJsonStrict(text, kIndexMaxDepth);
+                   ReadFileToString(index_path, kMaxIndexBytes));
+  absl::StatusOr<Json> json = json::ParseStrict(text, kIndexMaxDepth);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": ", json.status().message()));

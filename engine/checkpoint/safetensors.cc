@@ -17,8 +17,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "base/status_macros.h"
-#include "engine/checkpoint/json_strict.h"
+#include "engine/tokenizer/utf8.h"
+#include "kernels/cpu/numeric.h"
 #include "nlohmann/json.hpp"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -28,7 +31,7 @@
 namespace ringmoe::checkpoint {
 namespace {
 
-using Json = nlohmann::json;
+using json::Json;
 
 constexpr absl::string_view kMetadataKey = "__metadata__";
 // Top-level object > tensor object > shape array: nothing legal goes deeper.
@@ -185,11 +188,6 @@ absl::Status ParseMetadata(const Json& value, absl::string_view file,
   return absl::OkStatus();
 }
 
-absl::Status ErrnoError(int err, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, ": ", std::strerror(err)));
-}
-
 // Little-endian loads from unaligned bytes.
 template <typename T>
 T Load(const uint8_t* p) {
@@ -198,72 +196,10 @@ T Load(const uint8_t* p) {
   return v;
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000 | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal half: renormalise into float's wider exponent range.
-    int e = -1;
-    do {
-      ++e;
-      mantissa <<= 1;
-    } while ((mantissa & 0x400) == 0);
-    bits = sign | static_cast<uint32_t>(112 - e) << 23 |
-           ((mantissa & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 absl::Status WrongDType(const TensorView& t, absl::string_view wanted) {
   return absl::InvalidArgumentError(
       absl::StrCat(t.file_path, ": tensor \"", t.name, "\" is ",
                    DTypeName(t.dtype), ", not ", wanted));
-}
-
-bool IsValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    int extra;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      extra = 1;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      extra = 2;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      extra = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= s.size()) return false;
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + k];
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
 }
 
 // The 8-byte length prefix and the padded JSON header for `tensors`.
@@ -274,7 +210,7 @@ absl::StatusOr<std::string> BuildHeader(
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     for (const auto& [key, value] : metadata) {
-      if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
+      if (!tokenizer::IsValidUtf8(key) || !tokenizer::IsValidUtf8(value)) {
         return absl::InvalidArgumentError(
             absl::StrCat("metadata entry \"", key, "\" is not valid UTF-8"));
       }
@@ -290,7 +226,8 @@ absl::StatusOr<std::string> BuildHeader(
           absl::StrCat("tensor \"", t.name, "\": ", what));
     };
     if (t.name == kMetadataKey) return error("name is reserved");
-    if (!IsValidUtf8(t.name)) return error("name is not valid UTF-8");
+    if (!tokenizer::IsValidUtf8(t.name))
+      return error("name is not valid UTF-8");
     if (!names.insert(t.name).second) return error("duplicate name");
     absl::StatusOr<uint64_t> bytes = ByteCount(t.dtype, t.shape);
     if (!bytes.ok()) return error(bytes.status().message());
@@ -337,7 +274,7 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(
         absl::StrCat(file, ": header of ", header_json.size(),
                      " bytes exceeds the limit of ", kMaxHeaderBytes));
   }
-  absl::StatusOr<Json> json = ParseJsonStrict(header_json, kHeaderMaxDepth);
+  absl::StatusOr<Json> json = json::ParseStrict(header_json, kHeaderMaxDepth);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": header: ", json.status().message()));
@@ -503,16 +440,13 @@ absl::StatusOr<std::vector<float>> CopyAsFloat32(const TensorView& tensor) {
       if (n > 0) std::memcpy(out.data(), p, n * sizeof(float));
       break;
     case DType::kBF16:
-      // BF16 is the high half of a float32.
       for (size_t i = 0; i < n; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(Load<uint16_t>(p + 2 * i))
-                              << 16;
-        std::memcpy(&out[i], &bits, sizeof(float));
+        out[i] = kernels::Bf16ToF32(Load<uint16_t>(p + 2 * i));
       }
       break;
     case DType::kF16:
       for (size_t i = 0; i < n; ++i) {
-        out[i] = HalfToFloat(Load<uint16_t>(p + 2 * i));
+        out[i] = kernels::F16ToF32(Load<uint16_t>(p + 2 * i));
       }
       break;
     default:

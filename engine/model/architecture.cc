@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model {
 namespace {
@@ -68,11 +68,12 @@ namespace internal {
 absl::Status ParseExperts(const nlohmann::json& config,
                           absl::string_view num_experts_key,
                           absl::string_view intermediate_key, ModelSpec* spec) {
-  ASSIGN_OR_RETURN(spec->num_experts, RequiredInt(config, num_experts_key));
+  ASSIGN_OR_RETURN(spec->num_experts,
+                   json::GetPositiveInt(config, num_experts_key));
   ASSIGN_OR_RETURN(spec->experts_per_token,
-                   RequiredInt(config, "num_experts_per_tok"));
+                   json::GetPositiveInt(config, "num_experts_per_tok"));
   ASSIGN_OR_RETURN(spec->expert_intermediate_size,
-                   RequiredInt(config, intermediate_key));
+                   json::GetPositiveInt(config, intermediate_key));
   return absl::OkStatus();
 }
 
@@ -83,7 +84,7 @@ void AllLayersMoe(ModelSpec* spec) {
 absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
                                      ModelSpec* spec) {
   ASSIGN_OR_RETURN(std::optional<int64_t> step,
-                   OptionalInt(config, "decoder_sparse_step"));
+                   json::GetOptionalInt(config, "decoder_sparse_step"));
   const int64_t sparse_step = step.value_or(1);
   if (sparse_step < 1) {
     return absl::InvalidArgumentError("decoder_sparse_step must be at least 1");
@@ -113,7 +114,7 @@ absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
   }
   if (any_dense) {
     ASSIGN_OR_RETURN(spec->dense_intermediate_size,
-                     RequiredInt(config, "intermediate_size"));
+                     json::GetPositiveInt(config, "intermediate_size"));
   }
   return absl::OkStatus();
 }
@@ -121,7 +122,7 @@ absl::Status ParseSparseLayerPattern(const nlohmann::json& config,
 absl::Status ParseNormTopkProb(const nlohmann::json& config, bool default_value,
                                ModelSpec* spec) {
   ASSIGN_OR_RETURN(std::optional<bool> norm,
-                   OptionalBool(config, "norm_topk_prob"));
+                   json::GetOptionalBool(config, "norm_topk_prob"));
   spec->routing.renormalize = norm.value_or(default_value);
   return absl::OkStatus();
 }
@@ -132,7 +133,7 @@ absl::Status ParseQwenMoeBlock(const nlohmann::json& config, ModelSpec* spec) {
   RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
   RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
   ASSIGN_OR_RETURN(std::optional<bool> sliding,
-                   OptionalBool(config, "use_sliding_window"));
+                   json::GetOptionalBool(config, "use_sliding_window"));
   if (sliding.value_or(false)) {
     return absl::UnimplementedError(
         "use_sliding_window: true is not supported for this architecture");

@@ -1,14 +1,12 @@
 #include "engine/model/config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture.h"
-#include "engine/model/json_fields.h"
 #include "nlohmann/json.hpp"
 
 namespace ringmoe::model {
@@ -16,8 +14,9 @@ namespace {
 
 absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
                                              int64_t max_positions) {
+  constexpr absl::string_view kPath = "rope_scaling";
   RopeScaling rope;
-  auto it = config.find("rope_scaling");
+  auto it = config.find(kPath);
   if (it == config.end() || it->is_null()) return rope;
   const nlohmann::json& s = *it;
   if (!s.is_object()) {
@@ -25,9 +24,9 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
         "field 'rope_scaling' must be an object or null");
   }
   ASSIGN_OR_RETURN(std::optional<std::string> type,
-                   OptionalString(s, "rope_type"));
+                   json::GetOptionalString(s, "rope_type", kPath));
   if (!type) {
-    ASSIGN_OR_RETURN(type, OptionalString(s, "type"));
+    ASSIGN_OR_RETURN(type, json::GetOptionalString(s, "type", kPath));
   }
   const std::string kind = type.value_or("default");
   if (kind == "default") return rope;
@@ -42,28 +41,32 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
         "rope_scaling type '", kind,
         "' is not supported (supported: default, linear, yarn, llama3)"));
   }
-  ASSIGN_OR_RETURN(std::optional<double> factor, OptionalDouble(s, "factor"));
+  ASSIGN_OR_RETURN(std::optional<double> factor,
+                   json::GetOptionalDouble(s, "factor", kPath));
   if (!factor || *factor <= 0) {
     return absl::InvalidArgumentError("rope_scaling needs a positive 'factor'");
   }
   rope.factor = *factor;
-  ASSIGN_OR_RETURN(std::optional<int64_t> original,
-                   OptionalInt(s, "original_max_position_embeddings"));
+  ASSIGN_OR_RETURN(
+      std::optional<int64_t> original,
+      json::GetOptionalInt(s, "original_max_position_embeddings", kPath));
   rope.original_max_position_embeddings = original.value_or(max_positions);
   ASSIGN_OR_RETURN(std::optional<double> beta_fast,
-                   OptionalDouble(s, "beta_fast"));
+                   json::GetOptionalDouble(s, "beta_fast", kPath));
   ASSIGN_OR_RETURN(std::optional<double> beta_slow,
-                   OptionalDouble(s, "beta_slow"));
+                   json::GetOptionalDouble(s, "beta_slow", kPath));
   ASSIGN_OR_RETURN(rope.attention_factor,
-                   OptionalDouble(s, "attention_factor"));
-  ASSIGN_OR_RETURN(std::optional<double> mscale, OptionalDouble(s, "mscale"));
+                   json::GetOptionalDouble(s, "attention_factor", kPath));
+  ASSIGN_OR_RETURN(std::optional<double> mscale,
+                   json::GetOptionalDouble(s, "mscale", kPath));
   ASSIGN_OR_RETURN(std::optional<double> mscale_all_dim,
-                   OptionalDouble(s, "mscale_all_dim"));
-  ASSIGN_OR_RETURN(std::optional<bool> truncate, OptionalBool(s, "truncate"));
+                   json::GetOptionalDouble(s, "mscale_all_dim", kPath));
+  ASSIGN_OR_RETURN(std::optional<bool> truncate,
+                   json::GetOptionalBool(s, "truncate", kPath));
   ASSIGN_OR_RETURN(std::optional<double> low,
-                   OptionalDouble(s, "low_freq_factor"));
+                   json::GetOptionalDouble(s, "low_freq_factor", kPath));
   ASSIGN_OR_RETURN(std::optional<double> high,
-                   OptionalDouble(s, "high_freq_factor"));
+                   json::GetOptionalDouble(s, "high_freq_factor", kPath));
   rope.beta_fast = beta_fast.value_or(32.0);
   rope.beta_slow = beta_slow.value_or(1.0);
   rope.mscale = mscale.value_or(0.0);
@@ -84,7 +87,8 @@ bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 // quantization_config: the block-scaled fp8 layout DeepSeek-V3 ships
 // (quant_method fp8, fmt e4m3, weight_block_size [rows, cols]).
 absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
-  auto it = config.find("quantization_config");
+  constexpr absl::string_view kPath = "quantization_config";
+  auto it = config.find(kPath);
   if (it == config.end() || it->is_null()) return absl::OkStatus();
   const nlohmann::json& q = *it;
   if (!q.is_object()) {
@@ -92,20 +96,21 @@ absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
         "field 'quantization_config' must be an object");
   }
   ASSIGN_OR_RETURN(std::optional<std::string> method,
-                   OptionalString(q, "quant_method"));
+                   json::GetOptionalString(q, "quant_method", kPath));
   if (method != "fp8") {
     return absl::UnimplementedError(
         absl::StrCat("quantization_config.quant_method '", method.value_or(""),
                      "' is not supported (supported: fp8)"));
   }
-  ASSIGN_OR_RETURN(std::optional<std::string> fmt, OptionalString(q, "fmt"));
+  ASSIGN_OR_RETURN(std::optional<std::string> fmt,
+                   json::GetOptionalString(q, "fmt", kPath));
   if (fmt.value_or("e4m3") != "e4m3") {
     return absl::UnimplementedError(
         absl::StrCat("quantization_config.fmt '", *fmt,
                      "' is not supported (supported: e4m3)"));
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> block,
-                   IntOrIntList(q, "weight_block_size"));
+                   json::GetIntOrIntList(q, "weight_block_size", kPath));
   if (block.size() != 2 || !IsPowerOfTwo(block[0]) || !IsPowerOfTwo(block[1]) ||
       block[1] < 8) {
     return absl::InvalidArgumentError(
@@ -117,41 +122,45 @@ absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
 }
 
 absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
-  ASSIGN_OR_RETURN(spec->vocab_size, RequiredInt(config, "vocab_size"));
-  ASSIGN_OR_RETURN(spec->hidden_size, RequiredInt(config, "hidden_size"));
-  ASSIGN_OR_RETURN(spec->num_layers, RequiredInt(config, "num_hidden_layers"));
-  ASSIGN_OR_RETURN(spec->num_heads, RequiredInt(config, "num_attention_heads"));
+  ASSIGN_OR_RETURN(spec->vocab_size,
+                   json::GetPositiveInt(config, "vocab_size"));
+  ASSIGN_OR_RETURN(spec->hidden_size,
+                   json::GetPositiveInt(config, "hidden_size"));
+  ASSIGN_OR_RETURN(spec->num_layers,
+                   json::GetPositiveInt(config, "num_hidden_layers"));
+  ASSIGN_OR_RETURN(spec->num_heads,
+                   json::GetPositiveInt(config, "num_attention_heads"));
   ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
-                   OptionalInt(config, "num_key_value_heads"));
+                   json::GetOptionalInt(config, "num_key_value_heads"));
   spec->num_kv_heads = kv_heads.value_or(spec->num_heads);
   ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
-                   OptionalInt(config, "head_dim"));
+                   json::GetOptionalInt(config, "head_dim"));
   spec->head_dim = head_dim.value_or(spec->hidden_size / spec->num_heads);
   ASSIGN_OR_RETURN(std::optional<int64_t> max_positions,
-                   OptionalInt(config, "max_position_embeddings"));
+                   json::GetOptionalInt(config, "max_position_embeddings"));
   spec->max_position_embeddings = max_positions.value_or(4096);
   ASSIGN_OR_RETURN(std::optional<double> eps,
-                   OptionalDouble(config, "rms_norm_eps"));
+                   json::GetOptionalDouble(config, "rms_norm_eps"));
   spec->rms_norm_eps = eps.value_or(1e-6);
   ASSIGN_OR_RETURN(std::optional<double> theta,
-                   OptionalDouble(config, "rope_theta"));
+                   json::GetOptionalDouble(config, "rope_theta"));
   spec->rope_theta = theta.value_or(10000.0);
   ASSIGN_OR_RETURN(spec->rope_scaling,
                    ParseRopeScaling(config, spec->max_position_embeddings));
   ASSIGN_OR_RETURN(std::optional<bool> tie,
-                   OptionalBool(config, "tie_word_embeddings"));
+                   json::GetOptionalBool(config, "tie_word_embeddings"));
   spec->tie_word_embeddings = tie.value_or(false);
   ASSIGN_OR_RETURN(std::optional<std::string> act,
-                   OptionalString(config, "hidden_act"));
+                   json::GetOptionalString(config, "hidden_act"));
   if (act && *act != "silu") {
     return absl::UnimplementedError(
         absl::StrCat("hidden_act '", *act, "' is not supported (only silu)"));
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> bos,
-                   OptionalInt(config, "bos_token_id"));
+                   json::GetOptionalInt(config, "bos_token_id"));
   if (bos) spec->bos_token_id = static_cast<int32_t>(*bos);
   ASSIGN_OR_RETURN(std::vector<int64_t> eos,
-                   IntOrIntList(config, "eos_token_id"));
+                   json::GetIntOrIntList(config, "eos_token_id"));
   spec->eos_token_ids.assign(eos.begin(), eos.end());
 
   if (spec->num_heads % spec->num_kv_heads != 0) {
@@ -179,14 +188,20 @@ absl::Status CheckMoeFields(const ModelSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad())
-    return absl::DataLossError(absl::StrCat("error reading ", path));
-  return buffer.str();
+// `text` as a JSON object; errors name `source`.
+absl::StatusOr<nlohmann::json> ParseObject(absl::string_view text,
+                                           absl::string_view source) {
+  absl::StatusOr<nlohmann::json> parsed = json::Parse(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a valid JSON object: ", parsed.status().message()));
+  }
+  if (!parsed->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a valid JSON object (a JSON ",
+                     parsed->type_name(), ")"));
+  }
+  return parsed;
 }
 
 absl::Status WithSource(const absl::Status& status, absl::string_view source) {
@@ -198,11 +213,7 @@ absl::Status WithSource(const absl::Status& status, absl::string_view source) {
 
 absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
                                            absl::string_view source) {
-  nlohmann::json config = nlohmann::json::parse(json_text, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a valid JSON object"));
-  }
+  ASSIGN_OR_RETURN(const nlohmann::json config, ParseObject(json_text, source));
   ModelSpec spec;
   auto archs = config.find("architectures");
   if (archs == config.end() || !archs->is_array() || archs->empty() ||
@@ -224,21 +235,19 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
 
 absl::StatusOr<ModelSpec> LoadModelConfig(const std::string& model_dir) {
   const std::string path = absl::StrCat(model_dir, "/config.json");
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
   ASSIGN_OR_RETURN(ModelSpec spec, ParseModelConfig(text, path));
   const std::string gen_path =
       absl::StrCat(model_dir, "/generation_config.json");
-  absl::StatusOr<std::string> gen_text = ReadFile(gen_path);
+  absl::StatusOr<std::string> gen_text = ReadFileToString(gen_path);
   if (!gen_text.ok()) return spec;
-  nlohmann::json gen = nlohmann::json::parse(*gen_text, nullptr, false);
-  if (gen.is_discarded() || !gen.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(gen_path, ": not a valid JSON object"));
-  }
-  absl::StatusOr<std::vector<int64_t>> eos = IntOrIntList(gen, "eos_token_id");
+  ASSIGN_OR_RETURN(const nlohmann::json gen, ParseObject(*gen_text, gen_path));
+  absl::StatusOr<std::vector<int64_t>> eos =
+      json::GetIntOrIntList(gen, "eos_token_id");
   if (!eos.ok()) return WithSource(eos.status(), gen_path);
   if (!eos->empty()) spec.eos_token_ids.assign(eos->begin(), eos->end());
-  absl::StatusOr<std::optional<int64_t>> bos = OptionalInt(gen, "bos_token_id");
+  absl::StatusOr<std::optional<int64_t>> bos =
+      json::GetOptionalInt(gen, "bos_token_id");
   if (!bos.ok()) return WithSource(bos.status(), gen_path);
   if (bos->has_value()) spec.bos_token_id = static_cast<int32_t>(**bos);
   return spec;

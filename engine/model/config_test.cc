@@ -1,9 +1,8 @@
 #include "engine/model/config.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 
+#include "base/file.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -13,10 +12,10 @@ namespace {
 constexpr char kTiny[] = "tests/testdata/moe-tiny/";
 
 std::string ReadConfig(const std::string& model) {
-  std::ifstream in(std::string(kTiny) + model + "/config.json");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text =
+      ReadFileToString(std::string(kTiny) + model + "/config.json");
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.value_or("");
 }
 
 TEST(ConfigTest, MixtralRenormalisesEveryLayerSparse) {

@@ -12,9 +12,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model::internal {
 namespace {
@@ -22,18 +22,19 @@ namespace {
 absl::Status ParseMla(const nlohmann::json& config, ModelSpec* spec) {
   MlaSpec mla;
   ASSIGN_OR_RETURN(std::optional<int64_t> q_lora,
-                   OptionalInt(config, "q_lora_rank"));
+                   json::GetOptionalInt(config, "q_lora_rank"));
   if (q_lora && *q_lora <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "field 'q_lora_rank' must be positive or null, got ", *q_lora));
   }
   mla.q_lora_rank = q_lora.value_or(0);
-  ASSIGN_OR_RETURN(mla.kv_lora_rank, RequiredInt(config, "kv_lora_rank"));
+  ASSIGN_OR_RETURN(mla.kv_lora_rank,
+                   json::GetPositiveInt(config, "kv_lora_rank"));
   ASSIGN_OR_RETURN(mla.qk_nope_head_dim,
-                   RequiredInt(config, "qk_nope_head_dim"));
+                   json::GetPositiveInt(config, "qk_nope_head_dim"));
   ASSIGN_OR_RETURN(mla.qk_rope_head_dim,
-                   RequiredInt(config, "qk_rope_head_dim"));
-  ASSIGN_OR_RETURN(mla.v_head_dim, RequiredInt(config, "v_head_dim"));
+                   json::GetPositiveInt(config, "qk_rope_head_dim"));
+  ASSIGN_OR_RETURN(mla.v_head_dim, json::GetPositiveInt(config, "v_head_dim"));
   if (mla.qk_rope_head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("field 'qk_rope_head_dim' must be even (rotary pairs), "
@@ -53,7 +54,7 @@ absl::Status ParseRouting(const nlohmann::json& config, bool v3,
                           ModelSpec* spec) {
   RoutingSpec& r = spec->routing;
   ASSIGN_OR_RETURN(std::optional<std::string> scoring,
-                   OptionalString(config, "scoring_func"));
+                   json::GetOptionalString(config, "scoring_func"));
   const std::string scoring_func = scoring.value_or(v3 ? "sigmoid" : "softmax");
   if (scoring_func == "softmax") {
     r.scoring = RouterScoring::kSoftmax;
@@ -65,12 +66,12 @@ absl::Status ParseRouting(const nlohmann::json& config, bool v3,
                      "' is not supported (supported: softmax, sigmoid)"));
   }
   ASSIGN_OR_RETURN(std::optional<std::string> method,
-                   OptionalString(config, "topk_method"));
+                   json::GetOptionalString(config, "topk_method"));
   const std::string topk_method = method.value_or(v3 ? "noaux_tc" : "greedy");
   ASSIGN_OR_RETURN(std::optional<int64_t> groups,
-                   OptionalInt(config, "n_group"));
+                   json::GetOptionalInt(config, "n_group"));
   ASSIGN_OR_RETURN(std::optional<int64_t> topk_groups,
-                   OptionalInt(config, "topk_group"));
+                   json::GetOptionalInt(config, "topk_group"));
   if (topk_method == "greedy") {
     r.num_groups = r.topk_groups = 1;
   } else if (topk_method == "group_limited_greedy" ||
@@ -106,10 +107,10 @@ absl::Status ParseRouting(const nlohmann::json& config, bool v3,
         "at least two (n_routed_experts / n_group >= 2)");
   }
   ASSIGN_OR_RETURN(std::optional<bool> norm,
-                   OptionalBool(config, "norm_topk_prob"));
+                   json::GetOptionalBool(config, "norm_topk_prob"));
   r.renormalize = norm.value_or(false);
   ASSIGN_OR_RETURN(std::optional<double> scaling,
-                   OptionalDouble(config, "routed_scaling_factor"));
+                   json::GetOptionalDouble(config, "routed_scaling_factor"));
   r.scaling_factor = scaling.value_or(1.0);
   if (!(r.scaling_factor > 0)) {
     return absl::InvalidArgumentError(
@@ -120,9 +121,9 @@ absl::Status ParseRouting(const nlohmann::json& config, bool v3,
 
 absl::Status ParseLayers(const nlohmann::json& config, ModelSpec* spec) {
   ASSIGN_OR_RETURN(std::optional<int64_t> first_dense,
-                   OptionalInt(config, "first_k_dense_replace"));
+                   json::GetOptionalInt(config, "first_k_dense_replace"));
   ASSIGN_OR_RETURN(std::optional<int64_t> freq,
-                   OptionalInt(config, "moe_layer_freq"));
+                   json::GetOptionalInt(config, "moe_layer_freq"));
   const int64_t dense = first_dense.value_or(0);
   const int64_t every = freq.value_or(1);
   if (dense < 0 || every < 1) {
@@ -137,7 +138,7 @@ absl::Status ParseLayers(const nlohmann::json& config, ModelSpec* spec) {
   }
   if (any_dense) {
     ASSIGN_OR_RETURN(spec->dense_intermediate_size,
-                     RequiredInt(config, "intermediate_size"));
+                     json::GetPositiveInt(config, "intermediate_size"));
   }
   return absl::OkStatus();
 }
@@ -155,20 +156,20 @@ class DeepseekArchitecture : public Architecture {
     RETURN_IF_ERROR(ParseExperts(config, "n_routed_experts",
                                  "moe_intermediate_size", spec));
     ASSIGN_OR_RETURN(std::optional<int64_t> shared,
-                     OptionalInt(config, "n_shared_experts"));
+                     json::GetOptionalInt(config, "n_shared_experts"));
     spec->shared_expert_intermediate_size =
         shared.value_or(0) * spec->expert_intermediate_size;
     RETURN_IF_ERROR(ParseRouting(config, v3_, spec));
     RETURN_IF_ERROR(ParseLayers(config, spec));
     RETURN_IF_ERROR(ParseMla(config, spec));
     ASSIGN_OR_RETURN(std::optional<bool> bias,
-                     OptionalBool(config, "attention_bias"));
+                     json::GetOptionalBool(config, "attention_bias"));
     if (bias.value_or(false)) {
       return absl::UnimplementedError(
           "attention_bias: true is not supported for DeepSeek models");
     }
     ASSIGN_OR_RETURN(std::optional<int64_t> mtp,
-                     OptionalInt(config, "num_nextn_predict_layers"));
+                     json::GetOptionalInt(config, "num_nextn_predict_layers"));
     if (mtp.value_or(0) > 0) {
       std::fprintf(stderr,
                    "ringmoe: %s: skipping %lld multi-token-prediction "

@@ -1,9 +1,9 @@
 // MixtralForCausalLM: every layer sparse, top-k weights always
 // renormalised, experts named w1 (gate), w3 (up), w2 (down).
 #include "absl/strings/str_cat.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model::internal {
 namespace {
@@ -18,7 +18,7 @@ class MixtralArchitecture : public Architecture {
         ParseExperts(config, "num_local_experts", "intermediate_size", spec));
     spec->routing.renormalize = true;
     ASSIGN_OR_RETURN(std::optional<int64_t> window,
-                     OptionalInt(config, "sliding_window"));
+                     json::GetOptionalInt(config, "sliding_window"));
     spec->sliding_window = window.value_or(0);
     AllLayersMoe(spec);
     return absl::OkStatus();

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <memory>
 
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -34,9 +34,7 @@ std::string EditedModel(
   const std::string src = "tests/testdata/moe-tiny/" + model;
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
   fs::create_directories(dir);
-  std::ifstream in(src + "/config.json");
-  std::string config((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+  std::string config = ReadFileToString(src + "/config.json").value_or("");
   if (edit_config) edit_config(config);
   std::ofstream(dir + "/config.json") << config;
   auto file = checkpoint::SafetensorsFile::Open(src + "/model.safetensors");
@@ -241,11 +239,7 @@ TEST(ModelWeightsTest, TiedEmbeddingFollowsLmHead) {
                        [](auto& t) { return t.name == "lm_head.weight"; }),
         tensors.end());
   });
-  std::string config;
-  {
-    std::ifstream in(dir + "/config.json");
-    config.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string config = ReadFileToString(dir + "/config.json").value_or("");
   const std::string untied = "\"tie_word_embeddings\": false";
   ASSERT_NE(config.find(untied), std::string::npos);
   config.replace(config.find(untied), untied.size(),

@@ -1,9 +1,9 @@
 // OlmoeForCausalLM: q/k RMSNorm over the whole projected vector (before the
 // split into heads and before RoPE), norm_topk_prob (default false),
 // optional clip_qkv and attention_bias. Every layer sparse.
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model::internal {
 namespace {
@@ -18,10 +18,10 @@ class OlmoeArchitecture : public Architecture {
         ParseExperts(config, "num_experts", "intermediate_size", spec));
     RETURN_IF_ERROR(ParseNormTopkProb(config, false, spec));
     ASSIGN_OR_RETURN(std::optional<bool> bias,
-                     OptionalBool(config, "attention_bias"));
+                     json::GetOptionalBool(config, "attention_bias"));
     spec->qkv_bias = spec->o_proj_bias = bias.value_or(false);
     ASSIGN_OR_RETURN(std::optional<double> clip,
-                     OptionalDouble(config, "clip_qkv"));
+                     json::GetOptionalDouble(config, "clip_qkv"));
     spec->clip_qkv = clip.value_or(0.0);
     spec->qk_norm = QkNorm::kWholeProjection;
     AllLayersMoe(spec);

@@ -1,9 +1,9 @@
 // Qwen2MoeForCausalLM: q/k/v biases, a shared expert scaled by a sigmoid
 // gate, norm_topk_prob (default false), dense layers via
 // decoder_sparse_step and mlp_only_layers.
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model::internal {
 namespace {
@@ -15,8 +15,9 @@ class Qwen2MoeArchitecture : public Architecture {
   absl::Status ParseConfig(const nlohmann::json& config,
                            ModelSpec* spec) const override {
     RETURN_IF_ERROR(ParseQwenMoeBlock(config, spec));
-    ASSIGN_OR_RETURN(std::optional<int64_t> shared,
-                     OptionalInt(config, "shared_expert_intermediate_size"));
+    ASSIGN_OR_RETURN(
+        std::optional<int64_t> shared,
+        json::GetOptionalInt(config, "shared_expert_intermediate_size"));
     spec->shared_expert_intermediate_size = shared.value_or(0);
     spec->shared_expert_gated = true;
     spec->qkv_bias = true;

@@ -1,9 +1,9 @@
 // Qwen3MoeForCausalLM: per-head q/k RMSNorm before RoPE, explicit head_dim,
 // norm_topk_prob, optional attention_bias (q, k, v and o), dense layers via
 // decoder_sparse_step and mlp_only_layers. No shared expert.
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/model/architecture_internal.h"
-#include "engine/model/json_fields.h"
 
 namespace ringmoe::model::internal {
 namespace {
@@ -16,7 +16,7 @@ class Qwen3MoeArchitecture : public Architecture {
                            ModelSpec* spec) const override {
     RETURN_IF_ERROR(ParseQwenMoeBlock(config, spec));
     ASSIGN_OR_RETURN(std::optional<bool> bias,
-                     OptionalBool(config, "attention_bias"));
+                     json::GetOptionalBool(config, "attention_bias"));
     spec->qkv_bias = spec->o_proj_bias = bias.value_or(false);
     spec->qk_norm = QkNorm::kPerHead;
     return absl::OkStatus();

@@ -6,10 +6,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace ringmoe::tokenizer {
+
+using json::FieldError;
+using json::FieldPath;
+using json::GetList;
+using json::GetMember;
+using json::GetOptionalBool;
+using json::GetOptionalString;
+using json::GetString;
+using json::IndexPath;
+using json::Json;
+
 namespace {
 
 // A merge candidate: the pair starting at symbol `pos`. It is stale once
@@ -33,17 +45,26 @@ struct Symbol {
 
 absl::Status CheckUnsupportedString(const Json& json, absl::string_view key,
                                     absl::string_view path) {
-  ASSIGN_OR_RETURN(const std::string value,
-                   GetOptionalString(json, key, path, ""));
-  if (!value.empty()) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                   GetOptionalString(json, key, path));
+  if (value.has_value() && !value->empty()) {
     return absl::UnimplementedError(absl::StrCat(FieldPath(path, key),
-                                                 ": non-empty value \"", value,
+                                                 ": non-empty value \"", *value,
                                                  "\" is not supported"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::StatusOr<int32_t> ParseTokenId(const Json& value,
+                                     absl::string_view path) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+      value.get<int64_t>() > INT32_MAX) {
+    return FieldError(path, "expected a non-negative 32-bit integer id");
+  }
+  return value.get<int32_t>();
+}
 
 absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& json,
                                             absl::string_view path) {
@@ -64,12 +85,15 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& json,
   }
 
   BpeModel model;
-  ASSIGN_OR_RETURN(model.byte_fallback_,
-                   GetOptionalBool(json, "byte_fallback", path, false));
-  ASSIGN_OR_RETURN(model.ignore_merges_,
-                   GetOptionalBool(json, "ignore_merges", path, false));
-  ASSIGN_OR_RETURN(model.fuse_unk_,
-                   GetOptionalBool(json, "fuse_unk", path, false));
+  ASSIGN_OR_RETURN(const std::optional<bool> byte_fallback,
+                   GetOptionalBool(json, "byte_fallback", path));
+  ASSIGN_OR_RETURN(const std::optional<bool> ignore_merges,
+                   GetOptionalBool(json, "ignore_merges", path));
+  ASSIGN_OR_RETURN(const std::optional<bool> fuse_unk,
+                   GetOptionalBool(json, "fuse_unk", path));
+  model.byte_fallback_ = byte_fallback.value_or(false);
+  model.ignore_merges_ = ignore_merges.value_or(false);
+  model.fuse_unk_ = fuse_unk.value_or(false);
 
   const std::string vocab_path = FieldPath(path, "vocab");
   ASSIGN_OR_RETURN(const Json* vocab, GetMember(json, "vocab", path));
@@ -80,7 +104,7 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& json,
   int32_t max_id = -1;
   for (const auto& [token, id_json] : vocab->items()) {
     ASSIGN_OR_RETURN(const int32_t id,
-                     GetId(id_json, FieldPath(vocab_path, token)));
+                     ParseTokenId(id_json, FieldPath(vocab_path, token)));
     model.vocab_[token] = id;
     max_id = std::max(max_id, id);
   }
@@ -113,13 +137,13 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& json,
     }
   }
 
-  ASSIGN_OR_RETURN(const std::string unk,
-                   GetOptionalString(json, "unk_token", path, ""));
-  if (!unk.empty()) {
-    const auto it = model.vocab_.find(unk);
+  ASSIGN_OR_RETURN(const std::optional<std::string> unk,
+                   GetOptionalString(json, "unk_token", path));
+  if (unk.has_value() && !unk->empty()) {
+    const auto it = model.vocab_.find(*unk);
     if (it == model.vocab_.end()) {
       return FieldError(FieldPath(path, "unk_token"),
-                        absl::StrCat("\"", unk, "\" is not in the vocab"));
+                        absl::StrCat("\"", *unk, "\" is not in the vocab"));
     }
     model.unk_id_ = it->second;
   }

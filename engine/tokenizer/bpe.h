@@ -10,15 +10,19 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer/json_util.h"
+#include "base/json.h"
 
 namespace ringmoe::tokenizer {
+
+// `value` (found at `path`) as a token id: a non-negative 32-bit integer.
+absl::StatusOr<int32_t> ParseTokenId(const json::Json& value,
+                                     absl::string_view path);
 
 // tokenizer.json's "model" of type BPE: vocabulary, ranked merges, byte
 // fallback (SentencePiece style), unk handling and ignore_merges.
 class BpeModel {
  public:
-  static absl::StatusOr<BpeModel> FromJson(const Json& json,
+  static absl::StatusOr<BpeModel> FromJson(const json::Json& json,
                                            absl::string_view path);
 
   // Appends the ids of `word`, which is written in the vocabulary's alphabet
@@ -45,7 +49,7 @@ class BpeModel {
            static_cast<uint32_t>(right);
   }
 
-  absl::Status LoadMerges(const Json& merges, absl::string_view path);
+  absl::Status LoadMerges(const json::Json& merges, absl::string_view path);
   // Appends the initial symbols of `word`: one per character, or per byte
   // when byte fallback applies, or unk.
   void AppendSymbols(absl::string_view word, std::vector<int32_t>* ids) const;

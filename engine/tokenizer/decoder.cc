@@ -8,11 +8,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace ringmoe::tokenizer {
+
+using json::FieldError;
+using json::FieldPath;
+using json::GetList;
+using json::GetMember;
+using json::GetString;
+using json::IndexPath;
+using json::Json;
+
 namespace {
 
 // The byte of a "<0xNN>" token.

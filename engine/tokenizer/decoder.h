@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer/json_util.h"
+#include "base/json.h"
 
 namespace ringmoe::tokenizer {
 
@@ -16,7 +16,7 @@ namespace ringmoe::tokenizer {
 class Decoder {
  public:
   // `json` is the "decoder" member, possibly null (tokens joined by spaces).
-  static absl::StatusOr<Decoder> FromJson(const Json& json,
+  static absl::StatusOr<Decoder> FromJson(const json::Json& json,
                                           absl::string_view path);
 
   // The text of `tokens` (vocabulary strings and added-token contents).
@@ -31,7 +31,7 @@ class Decoder {
     int stop = 0;
   };
 
-  static absl::Status Append(const Json& json, absl::string_view path,
+  static absl::Status Append(const json::Json& json, absl::string_view path,
                              std::vector<Step>* steps);
 
   std::vector<Step> steps_;

@@ -4,11 +4,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "unicode/bytestream.h"
 #include "unicode/stringpiece.h"
 
 namespace ringmoe::tokenizer {
+
+using json::FieldError;
+using json::FieldPath;
+using json::GetList;
+using json::GetMember;
+using json::GetString;
+using json::IndexPath;
+using json::Json;
+
 namespace {
 
 absl::StatusOr<const icu::Normalizer2*> GetUnicodeNormalizer(

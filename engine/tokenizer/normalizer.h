@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer/json_util.h"
+#include "base/json.h"
 #include "unicode/normalizer2.h"
 
 namespace ringmoe::tokenizer {
@@ -16,7 +16,7 @@ namespace ringmoe::tokenizer {
 class Normalizer {
  public:
   // `json` is the "normalizer" member, possibly null (no normalization).
-  static absl::StatusOr<Normalizer> FromJson(const Json& json,
+  static absl::StatusOr<Normalizer> FromJson(const json::Json& json,
                                              absl::string_view path);
 
   // True when Normalize is the identity.
@@ -32,7 +32,7 @@ class Normalizer {
     std::string content;
   };
 
-  static absl::Status Append(const Json& json, absl::string_view path,
+  static absl::Status Append(const json::Json& json, absl::string_view path,
                              std::vector<Step>* steps);
 
   std::vector<Step> steps_;

@@ -3,11 +3,24 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace ringmoe::tokenizer {
+
+using json::FieldError;
+using json::FieldPath;
+using json::GetList;
+using json::GetMember;
+using json::GetOptionalBool;
+using json::GetString;
+using json::IndexPath;
+using json::Json;
+
 namespace {
 
 struct MatchDataDeleter {
@@ -131,9 +144,9 @@ absl::Status PreTokenizer::Append(const Json& json, absl::string_view path) {
   if (type == "Split") {
     ASSIGN_OR_RETURN(const std::string behavior,
                      GetString(json, "behavior", path));
-    ASSIGN_OR_RETURN(const bool invert,
-                     GetOptionalBool(json, "invert", path, false));
-    if (behavior != "Isolated" || invert) {
+    ASSIGN_OR_RETURN(const std::optional<bool> invert,
+                     GetOptionalBool(json, "invert", path));
+    if (behavior != "Isolated" || invert.value_or(false)) {
       return absl::UnimplementedError(
           absl::StrCat(path,
                        ": only Split with behavior Isolated and "
@@ -152,11 +165,11 @@ absl::Status PreTokenizer::Append(const Json& json, absl::string_view path) {
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    ASSIGN_OR_RETURN(const bool use_regex,
-                     GetOptionalBool(json, "use_regex", path, true));
-    ASSIGN_OR_RETURN(const bool add_prefix_space,
-                     GetOptionalBool(json, "add_prefix_space", path, true));
-    if (use_regex || add_prefix_space) {
+    ASSIGN_OR_RETURN(const std::optional<bool> use_regex,
+                     GetOptionalBool(json, "use_regex", path));
+    ASSIGN_OR_RETURN(const std::optional<bool> add_prefix_space,
+                     GetOptionalBool(json, "add_prefix_space", path));
+    if (use_regex.value_or(true) || add_prefix_space.value_or(true)) {
       return absl::UnimplementedError(
           absl::StrCat(path,
                        ": ByteLevel pre-tokenizer needs use_regex and "

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer/json_util.h"
+#include "base/json.h"
 
 // PCRE2's compiled pattern type (pcre2_code with 8-bit code units).
 struct pcre2_real_code_8;
@@ -44,7 +44,7 @@ class PreTokenizer {
  public:
   // `json` is the "pre_tokenizer" member, possibly null (the whole text is one
   // pre-token).
-  static absl::StatusOr<PreTokenizer> FromJson(const Json& json,
+  static absl::StatusOr<PreTokenizer> FromJson(const json::Json& json,
                                                absl::string_view path);
 
   // Appends the pre-tokens of `text`, views into it, to `pieces`.
@@ -55,7 +55,7 @@ class PreTokenizer {
   bool byte_level() const { return byte_level_; }
 
  private:
-  absl::Status Append(const Json& json, absl::string_view path);
+  absl::Status Append(const json::Json& json, absl::string_view path);
 
   std::vector<std::shared_ptr<const Regex>> splits_;
   bool byte_level_ = false;

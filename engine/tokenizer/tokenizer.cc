@@ -2,8 +2,6 @@
 
 #include <array>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -13,17 +11,29 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/added_tokens.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/decoder.h"
-#include "engine/tokenizer/json_util.h"
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace ringmoe::tokenizer {
+
+using json::FieldError;
+using json::FieldPath;
+using json::GetList;
+using json::GetMember;
+using json::GetOptionalBool;
+using json::GetOptionalString;
+using json::GetString;
+using json::IndexPath;
+using json::Json;
+using json::ParseFile;
+
 namespace {
 
 // Pre-token -> ids. Text repeats words heavily, so most pre-tokens skip BPE.
@@ -72,22 +82,6 @@ enum class IdKind : uint8_t { kNone, kModel, kAdded, kSpecial };
 absl::Status Annotate(const absl::Status& status, absl::string_view file) {
   return absl::Status(status.code(),
                       absl::StrCat(file, ": ", status.message()));
-}
-
-absl::StatusOr<Json> ReadJsonFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) {
-    return absl::DataLossError(absl::StrCat(path, ": read error"));
-  }
-  try {
-    return Json::parse(contents.str());
-  } catch (const Json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": invalid JSON: ", e.what()));
-  }
 }
 
 const Json& MemberOrNull(const Json& object, const char* key) {
@@ -211,18 +205,21 @@ absl::Status Tokenizer::Impl::LoadAddedTokens(const Json& list) {
     const std::string path = IndexPath(kPath, i);
     const Json& token = list[i];
     ASSIGN_OR_RETURN(const Json* id_json, GetMember(token, "id", path));
-    ASSIGN_OR_RETURN(const int32_t id, GetId(*id_json, FieldPath(path, "id")));
+    ASSIGN_OR_RETURN(const int32_t id,
+                     ParseTokenId(*id_json, FieldPath(path, "id")));
     ASSIGN_OR_RETURN(const std::string content,
                      GetString(token, "content", path));
     if (content.empty()) return FieldError(FieldPath(path, "content"), "empty");
-    ASSIGN_OR_RETURN(const bool special,
-                     GetOptionalBool(token, "special", path, false));
-    ASSIGN_OR_RETURN(const bool normalized,
-                     GetOptionalBool(token, "normalized", path, !special));
+    ASSIGN_OR_RETURN(const std::optional<bool> special_option,
+                     GetOptionalBool(token, "special", path));
+    const bool special = special_option.value_or(false);
+    ASSIGN_OR_RETURN(const std::optional<bool> normalized_option,
+                     GetOptionalBool(token, "normalized", path));
+    const bool normalized = normalized_option.value_or(!special);
     for (const char* option : {"lstrip", "rstrip", "single_word"}) {
-      ASSIGN_OR_RETURN(const bool value,
-                       GetOptionalBool(token, option, path, false));
-      if (value) {
+      ASSIGN_OR_RETURN(const std::optional<bool> value,
+                       GetOptionalBool(token, option, path));
+      if (value.value_or(false)) {
         return absl::UnimplementedError(
             absl::StrCat(FieldPath(path, option),
                          ": true is not supported (token \"", content, "\")"));
@@ -302,7 +299,7 @@ absl::Status Tokenizer::Impl::LoadPostProcessor(const Json& json,
     ASSIGN_OR_RETURN(const Json* ids, GetList(*entry, "ids", entry_path));
     for (const Json& id_json : *ids) {
       ASSIGN_OR_RETURN(const int32_t id,
-                       GetId(id_json, FieldPath(entry_path, "ids")));
+                       ParseTokenId(id_json, FieldPath(entry_path, "ids")));
       (seen_sequence ? suffix_ids : prefix_ids).push_back(id);
     }
   }
@@ -325,16 +322,18 @@ absl::Status Tokenizer::Impl::LoadConfig(const Json& config) {
   // Python transformers' LlamaTokenizerFast rebuilds the post-processor from
   // add_bos_token / add_eos_token, whatever tokenizer.json says. DeepSeek-V3
   // relies on it: its tokenizer.json adds no BOS, its config asks for one.
-  ASSIGN_OR_RETURN(const std::string tokenizer_class,
-                   GetOptionalString(config, "tokenizer_class", "", ""));
+  ASSIGN_OR_RETURN(const std::optional<std::string> tokenizer_class,
+                   GetOptionalString(config, "tokenizer_class"));
   if (tokenizer_class != "LlamaTokenizer" &&
       tokenizer_class != "LlamaTokenizerFast") {
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const bool add_bos,
-                   GetOptionalBool(config, "add_bos_token", "", true));
-  ASSIGN_OR_RETURN(const bool add_eos,
-                   GetOptionalBool(config, "add_eos_token", "", false));
+  ASSIGN_OR_RETURN(const std::optional<bool> add_bos_option,
+                   GetOptionalBool(config, "add_bos_token"));
+  ASSIGN_OR_RETURN(const std::optional<bool> add_eos_option,
+                   GetOptionalBool(config, "add_eos_token"));
+  const bool add_bos = add_bos_option.value_or(true);
+  const bool add_eos = add_eos_option.value_or(false);
   if (add_bos && !bos_id.has_value()) {
     return FieldError("add_bos_token", "true but there is no bos_token");
   }
@@ -391,7 +390,7 @@ Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
     const std::string& tokenizer_json_path) {
-  ASSIGN_OR_RETURN(const Json json, ReadJsonFile(tokenizer_json_path));
+  ASSIGN_OR_RETURN(const Json json, ParseFile(tokenizer_json_path));
   auto impl = std::make_unique<Impl>();
   if (absl::Status s = impl->Load(json); !s.ok()) {
     return Annotate(s, tokenizer_json_path);
@@ -402,7 +401,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
           .string();
   std::error_code error;
   if (std::filesystem::exists(config_path, error)) {
-    ASSIGN_OR_RETURN(const Json config, ReadJsonFile(config_path));
+    ASSIGN_OR_RETURN(const Json config, ParseFile(config_path));
     if (absl::Status s = impl->LoadConfig(config); !s.ok()) {
       return Annotate(s, config_path);
     }

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "engine/checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -35,14 +35,6 @@ struct Seed {
   std::string name;
   std::string bytes;
 };
-
-bool ReadFile(const std::filesystem::path& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out->assign(std::istreambuf_iterator<char>(in),
-              std::istreambuf_iterator<char>());
-  return true;
-}
 
 bool Collect(const std::string& arg, std::vector<Seed>* seeds) {
   std::error_code ec;
@@ -59,10 +51,13 @@ bool Collect(const std::string& arg, std::vector<Seed>* seeds) {
   for (const auto& path : paths) {
     Seed seed;
     seed.name = path.filename().string();
-    if (!ReadFile(path, &seed.bytes)) {
+    absl::StatusOr<std::string> bytes =
+        ringmoe::ReadFileToString(path.string());
+    if (!bytes.ok()) {
       std::fprintf(stderr, "cannot read %s\n", path.c_str());
       return false;
     }
+    seed.bytes = *std::move(bytes);
     seeds->push_back(std::move(seed));
   }
   return true;
