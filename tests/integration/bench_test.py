@@ -89,6 +89,12 @@ class BenchTest(unittest.TestCase):
         self.assertEqual(out.returncode, 1)
         self.assertIn("must be positive", out.stderr)
 
+    def test_bad_ring_section_size_is_refused(self):
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--ring_section_experts=-2")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--ring_section_experts must be >= 0", out.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
