@@ -50,16 +50,15 @@ double Median(std::vector<double> v) {
 
 // The share of the weight bytes of `work`'s products that each kernel path
 // read, by path name.
-nlohmann::json PathShares(const kernels::ProductWork& work) {
+nlohmann::json PathShares(const backend::Work& work) {
   int64_t total = 0;
-  for (int64_t bytes : work.weight_bytes_by_path) total += bytes;
+  for (const auto& [kernel, bytes] : work.weight_bytes_by_kernel) {
+    total += bytes;
+  }
   nlohmann::json shares = nlohmann::json::object();
-  for (auto path : {kernels::KernelPath::kScalar, kernels::KernelPath::kAvx2,
-                    kernels::KernelPath::kAvx512}) {
-    const int64_t bytes = work.weight_bytes_by_path[static_cast<int>(path)];
+  for (const auto& [kernel, bytes] : work.weight_bytes_by_kernel) {
     if (bytes > 0) {
-      shares[kernels::KernelPathName(path)] =
-          static_cast<double>(bytes) / static_cast<double>(total);
+      shares[kernel] = static_cast<double>(bytes) / static_cast<double>(total);
     }
   }
   return shares;
@@ -148,7 +147,7 @@ int RunBench() {
   std::vector<float> logits;
   runtime::SequenceId next_id = 0;
   // One prefill of the whole batch; returns the sequence ids it used.
-  auto prefill = [&](kernels::ProductWork* work)
+  auto prefill = [&](backend::Work* work)
       -> absl::StatusOr<std::vector<runtime::SequenceId>> {
     std::vector<runtime::SequenceChunk> chunks;
     std::vector<runtime::SequenceId> ids;
@@ -173,11 +172,11 @@ int RunBench() {
   const double peak_flops = kernels::MeasurePeakFlops(engine.pool());
 
   std::vector<double> prefill_seconds;
-  kernels::ProductWork prefill_work;
+  backend::Work prefill_work;
   std::vector<runtime::SequenceId> ids;
   for (int r = 0; r < reps; ++r) {
     if (!ids.empty()) release(ids);
-    kernels::ProductWork work;
+    backend::Work work;
     const auto start = std::chrono::steady_clock::now();
     auto step_ids = prefill(&work);
     prefill_seconds.push_back(SecondsSince(start));
@@ -192,7 +191,7 @@ int RunBench() {
   std::vector<int64_t> step_bytes;
   std::vector<double> probes = {kernels::MeasureReadBandwidth(engine.pool())};
   std::vector<double> round_ratios;
-  kernels::ProductWork decode_work;
+  backend::Work decode_work;
   std::vector<std::vector<int32_t>> next(batch);
   for (int round = 0; round < rounds; ++round) {
     double round_seconds = 0, round_bytes = 0;
@@ -205,15 +204,16 @@ int RunBench() {
             static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
         chunks.push_back({ids[b], next[b], false});
       }
-      kernels::ProductWork work;
+      backend::Work work;
       const auto start = std::chrono::steady_clock::now();
       absl::Status status = engine.Step(chunks, &logits, &work);
       step_seconds.push_back(SecondsSince(start));
       if (!status.ok()) return Fail("bench", status);
       step_bytes.push_back(work.weight_bytes);
       decode_work.weight_bytes += work.weight_bytes;
-      for (int p = 0; p < 3; ++p)
-        decode_work.weight_bytes_by_path[p] += work.weight_bytes_by_path[p];
+      for (const auto& [kernel, bytes] : work.weight_bytes_by_kernel) {
+        decode_work.weight_bytes_by_kernel[kernel] += bytes;
+      }
       round_seconds += step_seconds.back();
       round_bytes += static_cast<double>(work.weight_bytes);
     }

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "engine/backend/host_weight.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::model {
 namespace {
@@ -23,27 +25,29 @@ class Binder {
   Binder(const checkpoint::Checkpoint& ckpt, const Fp8BlockSpec& fp8)
       : ckpt_(ckpt), fp8_(fp8) {}
 
-  absl::StatusOr<kernels::Matrix> Matrix(const std::string& name, int64_t rows,
-                                         int64_t cols) {
+  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows,
+                                int64_t cols) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {rows, cols}));
     if (t->dtype == DType::kF8E4M3) return Fp8Matrix(*t, rows, cols);
-    ASSIGN_OR_RETURN(kernels::WeightType type, WeightTypeOf(*t));
-    return kernels::Matrix{t->data, type, rows, cols};
+    ASSIGN_OR_RETURN(backend::WeightType type, WeightTypeOf(*t));
+    Weight w;
+    w.data = t->data;
+    w.type = type;
+    w.rows = rows;
+    w.cols = cols;
+    return w;
   }
 
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name,
-                                            int64_t size) {
+  absl::StatusOr<model::Vector> Vector(const std::string& name, int64_t size) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {size}));
-    RETURN_IF_ERROR(WeightTypeOf(*t).status());
-    return checkpoint::CopyAsFloat32(*t);
+    return Widened(*t);
   }
 
   // A [1, size] tensor read as a vector (Linear(hidden, 1) weights).
-  absl::StatusOr<std::vector<float>> RowVector(const std::string& name,
-                                               int64_t size) {
+  absl::StatusOr<model::Vector> RowVector(const std::string& name,
+                                          int64_t size) {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {1, size}));
-    RETURN_IF_ERROR(WeightTypeOf(*t).status());
-    return checkpoint::CopyAsFloat32(*t);
+    return Widened(*t);
   }
 
   absl::StatusOr<MlpWeights> Mlp(const MlpTensorNames& names, int64_t hidden,
@@ -59,15 +63,27 @@ class Binder {
     return ckpt_.Find(name) != nullptr;
   }
 
-  // Buffers the bound matrices point into, for ModelWeights::converted.
+  // Buffers the bound weights point into, for ModelWeights::owned.
   std::vector<std::unique_ptr<uint8_t[]>> TakeOwned() {
     return std::move(owned_);
   }
 
  private:
+  // The tensor's values as float32, in a buffer of their own.
+  absl::StatusOr<model::Vector> Widened(const TensorView& t) {
+    RETURN_IF_ERROR(WeightTypeOf(t).status());
+    ASSIGN_OR_RETURN(const std::vector<float> values,
+                     checkpoint::CopyAsFloat32(t));
+    auto copy = std::make_unique<uint8_t[]>(values.size() * sizeof(float));
+    std::memcpy(copy.get(), values.data(), values.size() * sizeof(float));
+    owned_.push_back(std::move(copy));
+    return model::Vector{reinterpret_cast<const float*>(owned_.back().get()),
+                         static_cast<int64_t>(values.size())};
+  }
+
   // An F8_E4M3 weight and its block scales, kept as stored.
-  absl::StatusOr<kernels::Matrix> Fp8Matrix(const TensorView& t, int64_t rows,
-                                            int64_t cols) {
+  absl::StatusOr<Weight> Fp8Matrix(const TensorView& t, int64_t rows,
+                                   int64_t cols) {
     if (fp8_.block_rows == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "checkpoint ", ckpt_.dir(), ": tensor '", t.name,
@@ -89,7 +105,11 @@ class Binder {
           "checkpoint ", ckpt_.dir(), ": tensor '", scale_name, "' has dtype ",
           checkpoint::DTypeName(scales->dtype), ", expected F32"));
     }
-    kernels::Matrix m{t.data, kernels::WeightType::kFp8E4M3, rows, cols};
+    Weight m;
+    m.data = t.data;
+    m.type = backend::WeightType::kFp8E4M3;
+    m.rows = rows;
+    m.cols = cols;
     m.block_scales = AlignedFloats(*scales);
     m.block_rows = static_cast<int32_t>(fp8_.block_rows);
     m.block_cols = static_cast<int32_t>(fp8_.block_cols);
@@ -112,14 +132,14 @@ class Binder {
     return t;
   }
 
-  absl::StatusOr<kernels::WeightType> WeightTypeOf(const TensorView& t) const {
+  absl::StatusOr<backend::WeightType> WeightTypeOf(const TensorView& t) const {
     switch (t.dtype) {
       case DType::kF32:
-        return kernels::WeightType::kF32;
+        return backend::WeightType::kF32;
       case DType::kBF16:
-        return kernels::WeightType::kBF16;
+        return backend::WeightType::kBF16;
       case DType::kF16:
-        return kernels::WeightType::kF16;
+        return backend::WeightType::kF16;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "checkpoint ", ckpt_.dir(), ": tensor '", t.name, "' has dtype ",
@@ -271,7 +291,7 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
 // Bytes rounded up so every matrix in a shared buffer starts on a cache line.
 int64_t Aligned(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
-int64_t ConvertedBytes(const kernels::Matrix& m, kernels::WeightType type,
+int64_t ConvertedBytes(const Weight& m, backend::WeightType type,
                        int32_t group) {
   return Aligned(kernels::QuantizedDataBytes(type, m.rows, m.cols, group)) +
          Aligned(kernels::QuantizedScaleCount(type, m.rows, m.cols, group) *
@@ -279,21 +299,21 @@ int64_t ConvertedBytes(const kernels::Matrix& m, kernels::WeightType type,
 }
 
 // Converts `matrices` into one new buffer and points them into it.
-std::unique_ptr<uint8_t[]> ConvertTogether(
-    const std::vector<kernels::Matrix*>& matrices, kernels::WeightType type,
-    int32_t group) {
+std::unique_ptr<uint8_t[]> ConvertTogether(const std::vector<Weight*>& matrices,
+                                           backend::WeightType type,
+                                           int32_t group) {
   int64_t total = 0;
-  for (const kernels::Matrix* m : matrices)
-    total += ConvertedBytes(*m, type, group);
+  for (const Weight* m : matrices) total += ConvertedBytes(*m, type, group);
   // operator new[] on uint8_t only guarantees 16-byte alignment; the kernels
   // use unaligned loads, so that suffices.
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[total]);
   uint8_t* p = buffer.get();
-  for (kernels::Matrix* m : matrices) {
+  for (Weight* m : matrices) {
     const int64_t data =
         Aligned(kernels::QuantizedDataBytes(type, m->rows, m->cols, group));
-    *m = kernels::QuantizeMatrix(*m, type, group, p,
-                                 reinterpret_cast<uint16_t*>(p + data));
+    *m = backend::AsWeight(
+        kernels::QuantizeMatrix(backend::AsMatrix(*m), type, group, p,
+                                reinterpret_cast<uint16_t*>(p + data)));
     p += ConvertedBytes(*m, type, group);
   }
   return buffer;
@@ -301,9 +321,9 @@ std::unique_ptr<uint8_t[]> ConvertTogether(
 
 }  // namespace
 
-std::vector<kernels::Matrix*> AttentionMatrices(LayerWeights* layer) {
-  std::vector<kernels::Matrix*> out;
-  for (kernels::Matrix* m :
+std::vector<Weight*> AttentionMatrices(LayerWeights* layer) {
+  std::vector<Weight*> out;
+  for (Weight* m :
        {&layer->q, &layer->k, &layer->v, &layer->o, &layer->mla.q,
         &layer->mla.q_a, &layer->mla.q_b, &layer->mla.kv_a, &layer->mla.kv_b}) {
     if (m->data != nullptr) out.push_back(m);
@@ -311,9 +331,8 @@ std::vector<kernels::Matrix*> AttentionMatrices(LayerWeights* layer) {
   return out;
 }
 
-std::vector<const kernels::Matrix*> AttentionMatrices(
-    const LayerWeights& layer) {
-  std::vector<kernels::Matrix*> matrices =
+std::vector<const Weight*> AttentionMatrices(const LayerWeights& layer) {
+  std::vector<Weight*> matrices =
       AttentionMatrices(const_cast<LayerWeights*>(&layer));
   return {matrices.begin(), matrices.end()};
 }
@@ -321,20 +340,20 @@ std::vector<const kernels::Matrix*> AttentionMatrices(
 absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights) {
   if (!conversion.mlp_type) return absl::OkStatus();
-  const kernels::WeightType type = *conversion.mlp_type;
-  if (type == kernels::WeightType::kFp8E4M3) {
+  const backend::WeightType type = *conversion.mlp_type;
+  if (type == backend::WeightType::kFp8E4M3) {
     return absl::InvalidArgumentError(
         "fp8_e4m3 is a checkpoint format, not a conversion target");
   }
-  if ((type == kernels::WeightType::kInt8 ||
-       type == kernels::WeightType::kInt4) &&
+  if ((type == backend::WeightType::kInt8 ||
+       type == backend::WeightType::kInt4) &&
       conversion.group_size != 32 && conversion.group_size != 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         kernels::WeightTypeName(type), " group size must be 32 or 64, got ",
         conversion.group_size));
   }
   // Each unit converts into one buffer: an MLP, or a layer's attention.
-  std::vector<std::vector<kernels::Matrix*>> units;
+  std::vector<std::vector<Weight*>> units;
   auto add_mlp = [&](MlpWeights& mlp) {
     units.push_back({&mlp.gate, &mlp.up, &mlp.down});
   };
@@ -350,7 +369,7 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
   ParallelFor(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
     buffers[i] = ConvertTogether(units[i], type, conversion.group_size);
   });
-  for (auto& b : buffers) weights->converted.push_back(std::move(b));
+  for (auto& b : buffers) weights->owned.push_back(std::move(b));
   if (conversion.lm_head && tied) weights->embed_tokens = weights->lm_head;
   return absl::OkStatus();
 }
@@ -378,7 +397,7 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     ASSIGN_OR_RETURN(LayerWeights layer, BindLayer(spec, arch, l, bind));
     weights.layers.push_back(std::move(layer));
   }
-  weights.converted = bind.TakeOwned();
+  weights.owned = bind.TakeOwned();
   return weights;
 }
 
@@ -404,18 +423,14 @@ void PrefaultRange(const void* data, int64_t bytes) {
   }
 }
 
-void PrefaultMatrix(const kernels::Matrix& m) {
-  PrefaultRange(m.data, kernels::QuantizedDataBytes(m.type, m.rows, m.cols,
-                                                    m.group_size));
-  PrefaultRange(m.scales, kernels::QuantizedScaleCount(m.type, m.rows, m.cols,
-                                                       m.group_size) *
-                              static_cast<int64_t>(sizeof(uint16_t)));
-  PrefaultRange(m.block_scales, kernels::BlockScaleCount(m) *
-                                    static_cast<int64_t>(sizeof(float)));
+void PrefaultMatrix(const Weight& m) {
+  PrefaultRange(m.data, backend::DataBytes(m));
+  PrefaultRange(m.scales, backend::GroupScaleBytes(m));
+  PrefaultRange(m.block_scales, backend::BlockScaleBytes(m));
 }
 
 void PrefaultMlp(const MlpWeights& mlp) {
-  for (const kernels::Matrix* m : {&mlp.gate, &mlp.up, &mlp.down}) {
+  for (const Weight* m : {&mlp.gate, &mlp.up, &mlp.down}) {
     PrefaultMatrix(*m);
   }
 }
@@ -425,7 +440,7 @@ void PrefaultMlp(const MlpWeights& mlp) {
 void PrefaultWeights(const ModelWeights& weights) {
   PrefaultMatrix(weights.lm_head);
   for (const LayerWeights& layer : weights.layers) {
-    for (const kernels::Matrix* m : AttentionMatrices(layer)) {
+    for (const Weight* m : AttentionMatrices(layer)) {
       PrefaultMatrix(*m);
     }
     PrefaultMatrix(layer.router);

@@ -1,7 +1,8 @@
 // ModelWeights: every tensor the forward pass reads, bound by name from a
 // checkpoint and checked for shape and dtype before anything runs. Matrices
-// are zero-copy views into the memory-mapped checkpoint; the small vectors
-// (norms, biases) are widened to float32 once.
+// are zero-copy views (backend::Weight) into the memory-mapped checkpoint,
+// kept in the format it stores; the small vectors (norms, biases) are
+// widened to float32 once.
 #ifndef RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 #define RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 
@@ -12,74 +13,71 @@
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
+#include "engine/backend/weight.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model_spec.h"
-#include "kernels/cpu/ops.h"
 
 namespace ringmoe::model {
 
-// down(silu(gate(x)) * up(x)).
-struct MlpWeights {
-  kernels::Matrix gate;  // [intermediate, hidden]
-  kernels::Matrix up;    // [intermediate, hidden]
-  kernels::Matrix down;  // [hidden, intermediate]
-};
+using backend::MlpWeights;
+using backend::Vector;
+using backend::Weight;
 
 // Multi-head latent attention (spec.mla).
 struct MlaWeights {
-  kernels::Matrix q;             // [heads * qk_head_dim, hidden], no q_lora
-  kernels::Matrix q_a;           // [q_lora_rank, hidden]
-  std::vector<float> q_a_norm;   // [q_lora_rank]
-  kernels::Matrix q_b;           // [heads * qk_head_dim, q_lora_rank]
-  kernels::Matrix kv_a;          // [kv_lora_rank + qk_rope_head_dim, hidden]
-  std::vector<float> kv_a_norm;  // [kv_lora_rank]
-  kernels::Matrix kv_b;  // [heads * (qk_nope_head_dim + v_head_dim), kv_lora]
+  Weight q;          // [heads * qk_head_dim, hidden], no q_lora
+  Weight q_a;        // [q_lora_rank, hidden]
+  Vector q_a_norm;   // [q_lora_rank]
+  Weight q_b;        // [heads * qk_head_dim, q_lora_rank]
+  Weight kv_a;       // [kv_lora_rank + qk_rope_head_dim, hidden]
+  Vector kv_a_norm;  // [kv_lora_rank]
+  Weight kv_b;       // [heads * (qk_nope_head_dim + v_head_dim), kv_lora]
 };
 
 struct LayerWeights {
-  std::vector<float> input_norm;
-  std::vector<float> post_attention_norm;
+  Vector input_norm;
+  Vector post_attention_norm;
   // Grouped-query attention; o also serves MLA.
-  kernels::Matrix q, k, v, o;
+  Weight q, k, v, o;
   MlaWeights mla;
   // Empty when the architecture has none.
-  std::vector<float> q_bias, k_bias, v_bias, o_bias;
-  std::vector<float> q_norm, k_norm;
+  Vector q_bias, k_bias, v_bias, o_bias;
+  Vector q_norm, k_norm;
 
   bool is_moe = true;
-  kernels::Matrix router;  // [num_experts, hidden]
+  Weight router;  // [num_experts, hidden]
   // [num_experts], added to the scores for selection only; empty if none.
-  std::vector<float> expert_score_bias;
+  Vector expert_score_bias;
   std::vector<MlpWeights> experts;
   bool has_shared_expert = false;
   MlpWeights shared_expert;
   // [hidden]: one logit per token; empty when the shared expert is ungated.
-  std::vector<float> shared_expert_gate;
+  Vector shared_expert_gate;
   MlpWeights dense_mlp;  // when !is_moe
 };
 
 struct ModelWeights {
-  kernels::Matrix embed_tokens;  // [vocab, hidden]
-  kernels::Matrix lm_head;       // [vocab, hidden]; embed_tokens when tied
-  std::vector<float> final_norm;
+  Weight embed_tokens;  // [vocab, hidden]
+  Weight lm_head;       // [vocab, hidden]; embed_tokens when tied
+  Vector final_norm;
   std::vector<LayerWeights> layers;
-  // Buffers of converted weights (ConvertWeights); the matrices above point
-  // into them. Each MLP's three matrices, data and scales, share one buffer
-  // so an expert stays a self-contained region.
-  std::vector<std::unique_ptr<uint8_t[]>> converted;
+  // Memory the weights above point into other than the checkpoint's
+  // mapping: the widened vectors, copies of misaligned scales and converted
+  // weights (ConvertWeights; each MLP's three matrices, data and scales,
+  // share one buffer so an expert stays a self-contained region).
+  std::vector<std::unique_ptr<uint8_t[]>> owned;
 };
 
 // Every attention matrix of `layer` that is bound (GQA's or MLA's).
-std::vector<kernels::Matrix*> AttentionMatrices(LayerWeights* layer);
-std::vector<const kernels::Matrix*> AttentionMatrices(
-    const LayerWeights& layer);
+std::vector<Weight*> AttentionMatrices(LayerWeights* layer);
+std::vector<const Weight*> AttentionMatrices(const LayerWeights& layer);
 
 // How weights are stored after loading.
 struct WeightConversion {
   // Type of every MLP matrix (experts, shared experts, dense MLPs); nullopt
   // keeps the checkpoint's.
-  std::optional<kernels::WeightType> mlp_type;
+  std::optional<backend::WeightType> mlp_type;
   // Also convert the attention projections (q, k, v, o) to mlp_type.
   bool attention = false;
   // Also convert lm_head (and the embedding, where tied to it) to mlp_type:

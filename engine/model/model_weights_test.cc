@@ -13,10 +13,12 @@
 
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "engine/backend/host_weight.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/config.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::model {
 namespace {
@@ -127,24 +129,25 @@ TEST(ModelWeightsTest, Fp8WeightsKeepTheirStoredFormat) {
   auto weights =
       BindDir("tests/testdata/moe-tiny/deepseek_v3_fp8", &checkpoint);
   ASSERT_TRUE(weights.ok()) << weights.status();
-  const kernels::Matrix& kv_a = weights->layers[1].mla.kv_a;  // [40, 64]
+  const Weight& kv_a = weights->layers[1].mla.kv_a;  // [40, 64]
   EXPECT_EQ(kv_a.type, kernels::WeightType::kFp8E4M3);
   EXPECT_EQ(kv_a.block_rows, 32);
-  EXPECT_EQ(kernels::BlockScaleCount(kv_a), 4);  // partial edge blocks
-  const kernels::Matrix& expert = weights->layers[2].experts[7].down;
+  EXPECT_EQ(backend::BlockScaleBytes(kv_a), 4 * 4);  // partial edge blocks
+  const Weight& expert = weights->layers[2].experts[7].down;
   EXPECT_EQ(expert.type, kernels::WeightType::kFp8E4M3);
-  EXPECT_EQ(kernels::MatrixBytes(expert), 64 * 40 + 4 * 4);
+  EXPECT_EQ(backend::StoredBytes(expert), 64 * 40 + 4 * 4);
   // The router and norms stay as stored too (BF16 / F32).
   EXPECT_EQ(weights->layers[1].router.type, kernels::WeightType::kBF16);
-  EXPECT_EQ(weights->layers[1].expert_score_bias.size(), 16u);
+  EXPECT_EQ(weights->layers[1].expert_score_bias.size, 16);
   // Same values as the BF16 directory: fp8 * scale is exact there.
   std::unique_ptr<checkpoint::Checkpoint> bf16_checkpoint;
   auto bf16 = BindDir("tests/testdata/moe-tiny/deepseek_v3", &bf16_checkpoint);
   ASSERT_TRUE(bf16.ok());
   std::vector<float> a(40), b(40);
   for (int64_t r = 0; r < 64; ++r) {
-    kernels::ReadRow(expert, r, a.data());
-    kernels::ReadRow(bf16->layers[2].experts[7].down, r, b.data());
+    kernels::ReadRow(backend::AsMatrix(expert), r, a.data());
+    kernels::ReadRow(backend::AsMatrix(bf16->layers[2].experts[7].down), r,
+                     b.data());
     EXPECT_EQ(a, b) << "row " << r;
   }
 }
@@ -265,7 +268,7 @@ int64_t MinorFaults() {
 }
 
 // Reads every byte of `m`'s data.
-uint64_t SumBytes(const kernels::Matrix& m) {
+uint64_t SumBytes(const Weight& m) {
   const auto* p = static_cast<const volatile uint8_t*>(m.data);
   uint64_t sum = 0;
   const int64_t bytes =

@@ -5,14 +5,13 @@
 namespace ringmoe::moe {
 
 absl::Status ResidentExperts::Run(int layer, absl::Span<const ExpertTask> tasks,
-                                  absl::Span<const MlpTask> alongside,
-                                  const ComputeContext& compute) {
-  std::vector<MlpTask> mlps(alongside.begin(), alongside.end());
+                                  absl::Span<const backend::MlpTask> alongside,
+                                  backend::Backend& backend) {
+  std::vector<backend::MlpTask> mlps(alongside.begin(), alongside.end());
   for (const ExpertTask& t : tasks) {
-    mlps.push_back(
-        {&weights_.layers[layer].experts[t.expert], t.x, t.n, t.out});
+    mlps.push_back({&weights_.layers[layer].experts[t.expert], t.x, t.out});
   }
-  RunMlps(mlps, compute);
+  backend.RunMlps(mlps);
   return absl::OkStatus();
 }
 

@@ -13,18 +13,17 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/backend/backend.h"
 #include "engine/model/model_weights.h"
-#include "engine/moe/mlp.h"
 #include "engine/moe/routing.h"
 
 namespace ringmoe::moe {
 
 // Expert `expert` applied to x[n, hidden], written to out[n, hidden].
 struct ExpertTask {
-  int32_t expert;
-  const float* x;
-  int64_t n;
-  float* out;
+  int32_t expert = 0;
+  backend::Tensor x;
+  backend::Tensor out;
 };
 
 class ExpertExecutor {
@@ -45,12 +44,13 @@ class ExpertExecutor {
 
   // Runs every task of `layer` (distinct experts), and `alongside` (MLPs
   // whose weights are resident, such as a shared expert) in the same loops
-  // as some of them. Every output is exactly what RunMlps computes from the
-  // expert's stored weights. Fails, naming what could not be loaded, when a
-  // weight load fails; outputs are then unspecified.
+  // as some of them, on `backend`. Every output is exactly what
+  // Backend::RunMlps computes from the expert's stored weights. Fails,
+  // naming what could not be loaded, when a weight load fails; outputs are
+  // then unspecified.
   virtual absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
-                           absl::Span<const MlpTask> alongside,
-                           const ComputeContext& compute) = 0;
+                           absl::Span<const backend::MlpTask> alongside,
+                           backend::Backend& backend) = 0;
 
   // The step ends (also after a failure: drops whatever it still holds).
   virtual void EndStep() = 0;
@@ -67,8 +67,8 @@ class ResidentExperts : public ExpertExecutor {
   bool WantsPredictions() const override { return false; }
   void Predict(int, const Routing&) override {}
   absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
-                   absl::Span<const MlpTask> alongside,
-                   const ComputeContext& compute) override;
+                   absl::Span<const backend::MlpTask> alongside,
+                   backend::Backend& backend) override;
   void EndStep() override {}
 
  private:

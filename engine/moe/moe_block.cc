@@ -1,7 +1,6 @@
 #include "engine/moe/moe_block.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -13,27 +12,28 @@ Routing RouteLayer(const model::ModelSpec& spec,
                    const model::LayerWeights& layer, const float* router_logits,
                    int64_t n) {
   const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
-  return router.Route(router_logits, n,
-                      layer.expert_score_bias.empty()
-                          ? nullptr
-                          : layer.expert_score_bias.data());
+  return router.Route(
+      router_logits, n,
+      layer.expert_score_bias.empty() ? nullptr : layer.expert_score_bias.data);
 }
 
-absl::Status RunFeedForward(const float* x, int64_t n,
+absl::Status RunFeedForward(const backend::Tensor& x,
                             const model::ModelSpec& spec,
                             const model::LayerWeights& layer, int layer_index,
-                            const FeedForwardContext& context, float* out) {
-  const ComputeContext& compute = context.compute;
-  const int64_t hidden = spec.hidden_size;
+                            const FeedForwardContext& context,
+                            const backend::Tensor& out) {
+  backend::Backend& backend = *context.backend;
+  const int64_t n = x.rows, hidden = spec.hidden_size;
   if (!layer.is_moe) {
-    const MlpTask dense{&layer.dense_mlp, x, n, out};
-    RunMlps({&dense, 1}, compute);
+    const backend::MlpTask dense{&layer.dense_mlp, x, out};
+    backend.RunMlps({&dense, 1});
     return absl::OkStatus();
   }
+  const backend::Backend::Buffer logits =
+      backend.NewTensor(n, spec.num_experts);
+  backend.MatMul({{x, &layer.router, logits}});
   std::vector<float> router_logits(n * spec.num_experts);
-  const kernels::MatMulJob router{x, n, layer.router, router_logits.data()};
-  kernels::MatMulBatch({&router, 1}, compute.pool);
-  if (compute.work != nullptr) compute.work->Add({&router, 1});
+  backend.CopyToHost(logits, router_logits.data());
   const Routing routing = RouteLayer(spec, layer, router_logits.data(), n);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
@@ -43,53 +43,42 @@ absl::Status RunFeedForward(const float* x, int64_t n,
     }
   }
 
-  // Gather each expert's tokens into contiguous rows; the shared expert (if
-  // any) runs beside them on all tokens.
-  int64_t rows = 0;
-  for (const ExpertAssignment& a : assignments) rows += a.tokens.size();
-  std::vector<float> gathered(rows * hidden), expert_out(rows * hidden);
+  // Each expert's tokens gathered into contiguous rows; the shared expert
+  // (if any) runs beside them on all tokens.
+  std::vector<int32_t> token_of;
+  for (const ExpertAssignment& a : assignments) {
+    token_of.insert(token_of.end(), a.tokens.begin(), a.tokens.end());
+  }
+  const int64_t rows = static_cast<int64_t>(token_of.size());
+  const backend::Backend::Buffer gathered = backend.NewTensor(rows, hidden);
+  const backend::Backend::Buffer expert_out = backend.NewTensor(rows, hidden);
+  backend.GatherRows(x, token_of, gathered);
   std::vector<ExpertTask> tasks;
   int64_t row = 0;
   for (const ExpertAssignment& a : assignments) {
     const int64_t m = static_cast<int64_t>(a.tokens.size());
-    for (int64_t i = 0; i < m; ++i) {
-      std::copy_n(x + a.tokens[i] * hidden, hidden,
-                  gathered.data() + (row + i) * hidden);
-    }
-    tasks.push_back({a.expert, gathered.data() + row * hidden, m,
-                     expert_out.data() + row * hidden});
+    tasks.push_back({a.expert, gathered.tensor().Rows(row, m),
+                     expert_out.tensor().Rows(row, m)});
     row += m;
   }
-  std::vector<float> shared;
-  std::vector<MlpTask> alongside;
+  backend::Backend::Buffer shared;
+  std::vector<backend::MlpTask> alongside;
   if (layer.has_shared_expert) {
-    shared.resize(n * hidden);
-    alongside.push_back({&layer.shared_expert, x, n, shared.data()});
+    shared = backend.NewTensor(n, hidden);
+    alongside.push_back({&layer.shared_expert, x, shared});
   }
-  RETURN_IF_ERROR(context.experts->Run(layer_index, tasks, alongside, compute));
+  RETURN_IF_ERROR(context.experts->Run(layer_index, tasks, alongside, backend));
 
-  std::fill(out, out + n * hidden, 0.f);
-  row = 0;
+  std::vector<float> weight_of;
   for (const ExpertAssignment& a : assignments) {
-    for (size_t i = 0; i < a.tokens.size(); ++i, ++row) {
-      float* dst = out + a.tokens[i] * hidden;
-      const float* src = expert_out.data() + row * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] += a.weights[i] * src[d];
-    }
+    weight_of.insert(weight_of.end(), a.weights.begin(), a.weights.end());
   }
+  backend.SetZero(out);
+  backend.AddScaledRows(expert_out, token_of, weight_of, out);
   if (layer.has_shared_expert && layer.shared_expert_gate.empty()) {
-    for (int64_t i = 0; i < n * hidden; ++i) out[i] += shared[i];
+    backend.Add(out, shared);
   } else if (layer.has_shared_expert) {
-    for (int64_t t = 0; t < n; ++t) {
-      float logit = 0.f;
-      for (int64_t d = 0; d < hidden; ++d) {
-        logit += x[t * hidden + d] * layer.shared_expert_gate[d];
-      }
-      const float gate = 1.f / (1.f + std::exp(-logit));
-      for (int64_t d = 0; d < hidden; ++d) {
-        out[t * hidden + d] += gate * shared[t * hidden + d];
-      }
-    }
+    backend.AddSigmoidGated(shared, x, layer.shared_expert_gate, out);
   }
   return absl::OkStatus();
 }

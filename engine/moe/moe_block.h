@@ -10,37 +10,36 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "base/thread_pool.h"
+#include "engine/backend/backend.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
 #include "engine/moe/expert_usage.h"
-#include "engine/moe/mlp.h"
 #include "engine/moe/routing.h"
-#include "kernels/cpu/ops.h"
 
 namespace ringmoe::moe {
 
 // The experts and weights `layer`'s router picks for n tokens from their
-// router logits ([n, num_experts]).
+// router logits ([n, num_experts], host memory).
 Routing RouteLayer(const model::ModelSpec& spec,
                    const model::LayerWeights& layer, const float* router_logits,
                    int64_t n);
 
 // What the feed-forward block runs with.
 struct FeedForwardContext {
-  ComputeContext compute;
-  ExpertExecutor* experts = nullptr;  // runs the routed experts; required
-  ExpertUsage* usage = nullptr;       // counts tokens per expert; may be null
+  backend::Backend* backend = nullptr;  // runs everything else; required
+  ExpertExecutor* experts = nullptr;    // runs the routed experts; required
+  ExpertUsage* usage = nullptr;         // counts tokens per expert; may be null
 };
 
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the
 // normalised hidden states x[n, hidden] (not including the residual). The
 // executor's failure (to load streamed expert weights) is returned.
-absl::Status RunFeedForward(const float* x, int64_t n,
+absl::Status RunFeedForward(const backend::Tensor& x,
                             const model::ModelSpec& spec,
                             const model::LayerWeights& layer, int layer_index,
-                            const FeedForwardContext& context, float* out);
+                            const FeedForwardContext& context,
+                            const backend::Tensor& out);
 
 }  // namespace ringmoe::moe
 

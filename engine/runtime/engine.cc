@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/status_macros.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
 
@@ -48,8 +49,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
         static_cast<int>(engine->spec_.num_layers),
         static_cast<int>(engine->spec_.num_experts));
   }
+  engine->backend_ = std::make_unique<backend::CpuBackend>(engine->pool_.get());
   engine->runner_ = std::make_unique<ModelRunner>(
-      engine->spec_, engine->weights_, engine->pool_.get(),
+      engine->spec_, engine->weights_, engine->backend_.get(),
       engine->streamed_experts_.get(), engine->expert_usage_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
@@ -63,8 +65,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
 }
 
 absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
-                          std::vector<float>* logits,
-                          kernels::ProductWork* work) {
+                          std::vector<float>* logits, backend::Work* work) {
   return runner_->Forward(chunks, kv_cache_.get(), logits, work);
 }
 

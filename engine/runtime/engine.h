@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/thread_pool.h"
+#include "engine/backend/backend.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
@@ -57,7 +58,8 @@ class Engine {
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
 
   const model::ModelWeights& weights() const { return weights_; }
-  // The forward pass's threads (also used for load-time conversion).
+  // The CPU's threads: the forward pass's on the CPU backend, and load-time
+  // conversion's.
   ThreadPool* pool() const { return pool_.get(); }
 
   // Where the weights live (what is resident, what streams) and the ring's
@@ -69,8 +71,7 @@ class Engine {
 
   // Runs one step (see ModelRunner::Forward).
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
-                    std::vector<float>* logits,
-                    kernels::ProductWork* work = nullptr);
+                    std::vector<float>* logits, backend::Work* work = nullptr);
 
  private:
   Engine() = default;
@@ -79,6 +80,7 @@ class Engine {
   model::ModelSpec spec_;
   model::ModelWeights weights_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<backend::Backend> backend_;
   memory_ring::RingStats ring_stats_;
   memory_ring::PlacementPlan placement_;
   std::unique_ptr<StreamedExperts> streamed_experts_;

@@ -12,7 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "kernels/cpu/ops.h"
+#include "engine/backend/backend.h"
 
 namespace ringmoe::runtime {
 
@@ -53,7 +53,7 @@ class KvCache {
     std::vector<const float*> k_blocks;
     std::vector<const float*> v_blocks;
     int64_t block_size = 0;
-    kernels::KvBlocks blocks() const {
+    backend::KvBlocks blocks() const {
       return {k_blocks.data(), v_blocks.data(), block_size};
     }
   };

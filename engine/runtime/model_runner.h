@@ -5,18 +5,19 @@
 #define RINGMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "base/thread_pool.h"
+#include "engine/backend/backend.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
 #include "engine/moe/expert_usage.h"
+#include "engine/runtime/attention.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/rope.h"
-#include "kernels/cpu/ops.h"
 
 namespace ringmoe::runtime {
 
@@ -31,12 +32,11 @@ struct SequenceChunk {
 
 class ModelRunner {
  public:
-  // `spec`, `weights`, `pool` (null: single-threaded), `experts` (null:
-  // every expert resident in `weights`) and `usage` (null: not counted) must
-  // outlive the runner.
+  // `spec`, `weights`, `backend` (runs the step; required), `experts` (null:
+  // every expert resident in `weights`) and `usage` (null: not counted)
+  // must outlive the runner.
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
-              ThreadPool* pool = nullptr,
-              moe::ExpertExecutor* experts = nullptr,
+              backend::Backend* backend, moe::ExpertExecutor* experts = nullptr,
               moe::ExpertUsage* usage = nullptr);
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -50,43 +50,25 @@ class ModelRunner {
   // FLOPs (products and attention).
   absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
                        std::vector<float>* logits,
-                       kernels::ProductWork* work = nullptr) const;
+                       backend::Work* work = nullptr) const;
 
   const model::ModelSpec& spec() const { return spec_; }
 
  private:
-  // The tokens of one step and what their attention reads and extends.
-  struct Batch {
-    const std::vector<SequenceId>& seq_of;
-    const std::vector<int64_t>& position_of;
-    int64_t n;
-    KvCache* cache;
-    kernels::ProductWork* work;
-  };
-
   absl::Status Reserve(absl::Span<const SequenceChunk> chunks,
                        KvCache* cache) const;
-  // out[n, hidden] = layer l's attention of x[n, hidden]: grouped-query
-  // attention, or multi-head latent attention (spec.mla). Both write the
-  // batch's keys and values into the cache first.
-  void GqaAttention(int64_t l, const Batch& batch, const float* x,
-                    float* out) const;
-  void MlaAttention(int64_t l, const Batch& batch, const float* x,
-                    float* out) const;
-  // attended[n, num_heads * head_dim] = each token's queries q[n, num_heads
-  // * head_dim] attending causally (within the sliding window) over its
-  // sequence's cached keys and values of layer l, on the thread pool.
-  void AttendCached(int64_t l, const Batch& batch, const float* q,
-                    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                    float scale, float* attended) const;
+  // The decoder layers over the step's hidden states x (in place).
+  absl::Status RunLayers(const AttentionStep& step,
+                         const backend::Tensor& x) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;
-  ThreadPool* pool_;
+  backend::Backend* backend_;
   moe::ResidentExperts resident_experts_;
   moe::ExpertExecutor* experts_;  // never null
   moe::ExpertUsage* usage_;
   Rope rope_;
+  std::vector<std::unique_ptr<Attention>> attention_;  // one per layer
 };
 
 }  // namespace ringmoe::runtime

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/architecture.h"
@@ -54,7 +55,8 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
                                      conversion.lm_head, conversion.group},
                                     &pool, &*weights)
                   .ok());
-  ModelRunner runner(*spec, *weights, &pool);
+  backend::CpuBackend cpu(&pool);
+  ModelRunner runner(*spec, *weights, &cpu);
   auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
   EXPECT_TRUE(golden.ok());
   const int64_t vocab = spec->vocab_size;

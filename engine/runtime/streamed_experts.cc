@@ -133,22 +133,17 @@ void StreamedExperts::CopyResidentIntoMemory(
     if (src == nullptr || bytes == 0) return src;
     auto buffer = std::make_unique<uint8_t[]>(bytes);
     std::memcpy(buffer.get(), src, bytes);
-    weights->converted.push_back(std::move(buffer));
-    return weights->converted.back().get();
+    weights->owned.push_back(std::move(buffer));
+    return weights->owned.back().get();
   };
   // Data and scales separately: they need not be adjacent in the checkpoint.
-  auto copy = [&](kernels::Matrix* m) {
+  auto copy = [&](backend::Weight* m) {
     if (m->data == nullptr) return;
-    m->data = owned_copy(
-        m->data,
-        kernels::QuantizedDataBytes(m->type, m->rows, m->cols, m->group_size));
-    m->scales = static_cast<const uint16_t*>(owned_copy(
-        m->scales,
-        kernels::QuantizedScaleCount(m->type, m->rows, m->cols, m->group_size) *
-            static_cast<int64_t>(sizeof(uint16_t))));
-    m->block_scales = static_cast<const float*>(owned_copy(
-        m->block_scales,
-        kernels::BlockScaleCount(*m) * static_cast<int64_t>(sizeof(float))));
+    m->data = owned_copy(m->data, backend::DataBytes(*m));
+    m->scales = static_cast<const uint16_t*>(
+        owned_copy(m->scales, backend::GroupScaleBytes(*m)));
+    m->block_scales = static_cast<const float*>(
+        owned_copy(m->block_scales, backend::BlockScaleBytes(*m)));
   };
   auto copy_mlp = [&](model::MlpWeights* mlp) {
     copy(&mlp->gate);
@@ -164,7 +159,7 @@ void StreamedExperts::CopyResidentIntoMemory(
   }
   for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
     model::LayerWeights& layer = weights->layers[l];
-    for (kernels::Matrix* m : model::AttentionMatrices(&layer)) copy(m);
+    for (backend::Weight* m : model::AttentionMatrices(&layer)) copy(m);
     copy(&layer.router);
     if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
     if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
@@ -201,7 +196,7 @@ model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
                                           const uint8_t* base) const {
   model::MlpWeights view = weights_.layers[layer].experts[expert];
   const StreamedExpert& streamed = streamed_[layer][expert];
-  kernels::Matrix* matrices[] = {&view.gate, &view.up, &view.down};
+  backend::Weight* matrices[] = {&view.gate, &view.up, &view.down};
   for (int i = 0; i < 3; ++i) {
     matrices[i]->data =
         base + streamed.pieces[streamed.data_piece[i]].dst_offset;
@@ -259,22 +254,22 @@ void StreamedExperts::Predict(int layer,
 
 absl::Status StreamedExperts::Run(int layer,
                                   absl::Span<const moe::ExpertTask> tasks,
-                                  absl::Span<const moe::MlpTask> alongside,
-                                  const moe::ComputeContext& compute) {
+                                  absl::Span<const backend::MlpTask> alongside,
+                                  backend::Backend& backend) {
   LayerState& st = layers_[layer];
-  std::vector<moe::MlpTask> now(alongside.begin(), alongside.end());
+  std::vector<backend::MlpTask> now(alongside.begin(), alongside.end());
   std::vector<const moe::ExpertTask*> task_of(spec_.num_experts, nullptr);
   std::vector<int32_t> missed;
   for (const moe::ExpertTask& t : tasks) {
     const int32_t e = t.expert;
     if (!Streams(layer, e)) {
-      now.push_back({&weights_.layers[layer].experts[e], t.x, t.n, t.out});
+      now.push_back({&weights_.layers[layer].experts[e], t.x, t.out});
       continue;
     }
     if (const uint8_t* cached =
             cache_ ? cache_->Lookup(CacheKey(layer, e)) : nullptr) {
       st.views[e] = ViewAt(layer, e, cached);
-      now.push_back({&st.views[e], t.x, t.n, t.out});
+      now.push_back({&st.views[e], t.x, t.out});
       continue;
     }
     task_of[e] = &t;
@@ -286,8 +281,8 @@ absl::Status StreamedExperts::Run(int layer,
     }
   }
   // What needs no ring computes while the first section loads.
-  moe::RunMlps(now, compute);
-  absl::Status status = RunStreamed(layer, task_of, std::move(missed), compute);
+  backend.RunMlps(now);
+  absl::Status status = RunStreamed(layer, task_of, std::move(missed), backend);
   if (!status.ok()) {
     failed_ = true;
     return absl::Status(status.code(),
@@ -300,7 +295,7 @@ absl::Status StreamedExperts::Run(int layer,
 
 absl::Status StreamedExperts::RunStreamed(
     int layer, absl::Span<const moe::ExpertTask* const> task_of,
-    std::vector<int32_t> missed, const moe::ComputeContext& compute) {
+    std::vector<int32_t> missed, backend::Backend& backend) {
   std::vector<Section>& sections = layers_[layer].sections;
   size_t next_miss = 0;
   for (Section& section : sections) {
@@ -320,7 +315,7 @@ absl::Status StreamedExperts::RunStreamed(
         ring_->Acquire(section.ticket,
                        PiecesFor(layer, extra, section.experts.size())));
     section.experts.insert(section.experts.end(), extra.begin(), extra.end());
-    RunSlot(layer, section.experts, slot, task_of, compute);
+    RunSlot(layer, section.experts, slot, task_of, backend);
     ring_->Release(section.ticket);
   }
   // Misses the sections had no room for take turns in one more slot. Its
@@ -339,7 +334,7 @@ absl::Status StreamedExperts::RunStreamed(
     } else {
       ASSIGN_OR_RETURN(slot, ring_->Refill(ticket, PiecesFor(layer, group)));
     }
-    RunSlot(layer, group, slot, task_of, compute);
+    RunSlot(layer, group, slot, task_of, backend);
   }
   if (ticket >= 0) ring_->Release(ticket);
   return absl::OkStatus();
@@ -348,16 +343,16 @@ absl::Status StreamedExperts::RunStreamed(
 void StreamedExperts::RunSlot(int layer, absl::Span<const int32_t> experts,
                               const uint8_t* slot,
                               absl::Span<const moe::ExpertTask* const> task_of,
-                              const moe::ComputeContext& compute) {
+                              backend::Backend& backend) {
   LayerState& st = layers_[layer];
-  std::vector<moe::MlpTask> mlps;
+  std::vector<backend::MlpTask> mlps;
   for (size_t i = 0; i < experts.size(); ++i) {
     const moe::ExpertTask* t = task_of[experts[i]];
     if (t == nullptr) continue;
     st.views[t->expert] = ViewAt(layer, t->expert, slot + i * expert_stride_);
-    mlps.push_back({&st.views[t->expert], t->x, t->n, t->out});
+    mlps.push_back({&st.views[t->expert], t->x, t->out});
   }
-  moe::RunMlps(mlps, compute);
+  backend.RunMlps(mlps);
   if (!expert_mode_ || !cache_) return;
   // A failed copy into the cache only costs a later transfer.
   for (size_t i = 0; i < experts.size(); ++i) {

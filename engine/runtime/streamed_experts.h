@@ -68,8 +68,8 @@ class StreamedExperts : public moe::ExpertExecutor {
   bool WantsPredictions() const override { return expert_mode_; }
   void Predict(int layer, const moe::Routing& predicted) override;
   absl::Status Run(int layer, absl::Span<const moe::ExpertTask> tasks,
-                   absl::Span<const moe::MlpTask> alongside,
-                   const moe::ComputeContext& compute) override;
+                   absl::Span<const backend::MlpTask> alongside,
+                   backend::Backend& backend) override;
   void EndStep() override;
 
  private:
@@ -113,13 +113,13 @@ class StreamedExperts : public moe::ExpertExecutor {
   absl::Status RunStreamed(int layer,
                            absl::Span<const moe::ExpertTask* const> task_of,
                            std::vector<int32_t> missed,
-                           const moe::ComputeContext& compute);
+                           backend::Backend& backend);
   // Runs the tasks of the experts in `slot` (slot order `experts`) and
   // offers them to the expert cache.
   void RunSlot(int layer, absl::Span<const int32_t> experts,
                const uint8_t* slot,
                absl::Span<const moe::ExpertTask* const> task_of,
-               const moe::ComputeContext& compute);
+               backend::Backend& backend);
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
   // Copies every matrix that stays resident into owned memory.
   void CopyResidentIntoMemory(model::ModelWeights* weights) const;

@@ -1,25 +1,13 @@
-// Weight storage formats and the Matrix view the CPU kernels read.
+// The Matrix view of a weight (kernels/weight_format.h) the CPU kernels
+// read.
 #ifndef RINGMOE_KERNELS_CPU_MATRIX_H_
 #define RINGMOE_KERNELS_CPU_MATRIX_H_
 
 #include <cstdint>
 
-namespace ringmoe::kernels {
+#include "kernels/weight_format.h"
 
-// Quantized types pad each row with zeros to whole groups of `group_size`
-// (32 or 64) columns and carry one scale per group, an IEEE half (the
-// rounding of which quantization absorbs, see QuantizeMatrix):
-// kInt8: one value per byte, w = q * scale (q in [-127, 127]).
-// kInt4: two values per byte (element 2i in the low nibble of byte i),
-// w = (nibble - 8) * scale.
-// kFp8E4M3: one float8 e4m3fn per byte (sign, 4 exponent bits of bias 7, 3
-// mantissa bits, subnormals, no infinities, 0x7f/0xff NaN), scaled per
-// block of block_rows x block_cols weights as DeepSeek-V3 ships it: w[i, j] =
-// fp8(q[i, j]) * block_scales[(i / block_rows) * ceil(cols / block_cols) +
-// j / block_cols] (float32, the checkpoint's `weight_scale_inv`). Block
-// sizes are powers of two, block_cols at least 8; edge blocks may be
-// partial. A product kernel reads it directly; nothing converts it.
-enum class WeightType : uint8_t { kF32, kBF16, kF16, kInt8, kInt4, kFp8E4M3 };
+namespace ringmoe::kernels {
 
 // A row-major weight matrix [rows, cols] in PyTorch's [out, in] order.
 // int8 and int4 carry their scales beside the data:

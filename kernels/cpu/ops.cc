@@ -101,56 +101,8 @@ KernelPath VectorPath() {
   return UseAvx2() ? KernelPath::kAvx2 : KernelPath::kScalar;
 }
 
-const char* WeightTypeName(WeightType type) {
-  switch (type) {
-    case WeightType::kF32:
-      return "f32";
-    case WeightType::kBF16:
-      return "bf16";
-    case WeightType::kF16:
-      return "f16";
-    case WeightType::kInt8:
-      return "int8";
-    case WeightType::kInt4:
-      return "int4";
-    case WeightType::kFp8E4M3:
-      return "fp8_e4m3";
-  }
-  return "?";
-}
-
-int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size) {
-  switch (type) {
-    case WeightType::kF32:
-      return cols * 4;
-    case WeightType::kBF16:
-    case WeightType::kF16:
-      return cols * 2;
-    case WeightType::kInt8:
-      return GroupsPerRow(cols, group_size) * group_size;
-    case WeightType::kInt4:
-      return GroupsPerRow(cols, group_size) * group_size / 2;
-    case WeightType::kFp8E4M3:
-      return cols;
-  }
-  return 0;
-}
-
-int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
-                           int32_t group_size) {
-  return rows * RowBytes(type, cols, group_size);
-}
-
-int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
-                            int32_t group_size) {
-  if (type == WeightType::kInt8 || type == WeightType::kInt4)
-    return rows * GroupsPerRow(cols, group_size);
-  return 0;
-}
-
 int64_t BlockScaleCount(const Matrix& w) {
-  if (w.type != WeightType::kFp8E4M3) return 0;
-  return CeilDiv(w.rows, w.block_rows) * CeilDiv(w.cols, w.block_cols);
+  return BlockScaleCount(w.type, w.rows, w.cols, w.block_rows, w.block_cols);
 }
 
 int64_t MatrixBytes(const Matrix& w) {

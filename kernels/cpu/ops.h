@@ -16,9 +16,6 @@
 
 namespace ringmoe::kernels {
 
-// "f32", "bf16", "f16", "int8", "int4" or "fp8_e4m3".
-const char* WeightTypeName(WeightType type);
-
 // The instruction-set path a kernel takes.
 enum class KernelPath { kScalar, kAvx2, kAvx512 };
 // "scalar", "avx2" or "avx512".
@@ -32,18 +29,11 @@ KernelPath ProductPath(WeightType type, int64_t n);
 // embedding, SiLU, dot and axpy): AVX2 where UseAvx2(), else scalar.
 KernelPath VectorPath();
 
-// Bytes of one row's data (padding included) and of the whole matrix
-// (data plus scales): what a product reads from memory.
-int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size);
+// Bytes of the whole matrix (data plus scales): what a product reads from
+// memory.
 int64_t MatrixBytes(const Matrix& w);
 // Block scales of a kFp8E4M3 matrix (0 for every other type).
 int64_t BlockScaleCount(const Matrix& w);
-
-// Bytes of the data and of the scales that QuantizeMatrix writes.
-int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
-                           int32_t group_size);
-int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
-                            int32_t group_size);
 
 // Converts `src` (any type) to `type` (any but kFp8E4M3), writing
 // QuantizedDataBytes bytes to `data` and QuantizedScaleCount f16 scales to

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu_backend.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/architecture.h"
@@ -41,7 +42,8 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
     auto weights = model::BindModelWeights(spec_, **arch, *checkpoint_);
     ASSERT_TRUE(weights.ok()) << weights.status();
     weights_ = std::move(*weights);
-    runner_ = std::make_unique<runtime::ModelRunner>(spec_, weights_);
+    runner_ =
+        std::make_unique<runtime::ModelRunner>(spec_, weights_, &backend_);
 
     auto golden =
         checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
@@ -93,6 +95,7 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
   model::ModelSpec spec_;
   std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
   model::ModelWeights weights_;
+  backend::CpuBackend backend_{nullptr};
   std::unique_ptr<runtime::ModelRunner> runner_;
   std::vector<GoldenCase> cases_;
 };

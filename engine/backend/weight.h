@@ -1,0 +1,66 @@
+// The engine's weights: views of stored bytes in one of the storage formats
+// (kernels/weight_format.h), in host memory or on a device. A backend reads
+// the ones in its memory space; nothing above the backend looks inside.
+#ifndef RINGMOE_ENGINE_BACKEND_WEIGHT_H_
+#define RINGMOE_ENGINE_BACKEND_WEIGHT_H_
+
+#include <cstdint>
+
+#include "kernels/weight_format.h"
+
+namespace ringmoe::backend {
+
+using kernels::WeightType;
+
+// Which memory a pointer points into.
+enum class MemorySpace : uint8_t {
+  kHost,    // the process's memory (a checkpoint mapping, a host ring slot)
+  kDevice,  // the backend's device memory (a GPU)
+};
+
+// A row-major weight matrix [rows, cols] in PyTorch's [out, in] order. int8
+// and int4 carry f16 group scales beside the data ([rows, ceil(cols /
+// group_size)]); fp8 its float32 block scales ([ceil(rows / block_rows),
+// ceil(cols / block_cols)]) wherever they lie. Every pointer is in `memory`.
+struct Weight {
+  const void* data = nullptr;
+  WeightType type = WeightType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint16_t* scales = nullptr;     // int8 and int4 only
+  int32_t group_size = 0;               // int8 and int4 only
+  const float* block_scales = nullptr;  // kFp8E4M3 only
+  int32_t block_rows = 0;
+  int32_t block_cols = 0;
+  MemorySpace memory = MemorySpace::kHost;
+
+  bool empty() const { return data == nullptr; }
+};
+
+// Bytes of the data, of the group scales and of the block scales, and all
+// of them: what moving or reading the whole weight costs.
+int64_t DataBytes(const Weight& w);
+int64_t GroupScaleBytes(const Weight& w);
+int64_t BlockScaleBytes(const Weight& w);
+int64_t StoredBytes(const Weight& w);
+
+// A float32 vector (a norm's weight, a bias) in `memory`; empty when the
+// model has none.
+struct Vector {
+  const float* data = nullptr;
+  int64_t size = 0;
+  MemorySpace memory = MemorySpace::kHost;
+
+  bool empty() const { return size == 0; }
+};
+
+// down(silu(gate(x)) * up(x)): an expert, a shared expert, a dense MLP.
+struct MlpWeights {
+  Weight gate;  // [intermediate, hidden]
+  Weight up;    // [intermediate, hidden]
+  Weight down;  // [hidden, intermediate]
+};
+
+}  // namespace ringmoe::backend
+
+#endif  // RINGMOE_ENGINE_BACKEND_WEIGHT_H_
