@@ -18,6 +18,25 @@ const std::vector<const Architecture*>& Registry() {
 
 }  // namespace
 
+ModelTensorNames Architecture::ModelTensors() const {
+  return {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+}
+
+LayerNormTensorNames Architecture::LayerNormTensors(int layer) const {
+  return {LayerTensor(layer, "input_layernorm.weight"),
+          LayerTensor(layer, "post_attention_layernorm.weight")};
+}
+
+GqaTensorNames Architecture::GqaTensors(int layer) const {
+  auto attn = [layer](absl::string_view suffix) {
+    return LayerTensor(layer, absl::StrCat("self_attn.", suffix));
+  };
+  return {attn("q_proj.weight"), attn("k_proj.weight"), attn("v_proj.weight"),
+          attn("o_proj.weight"), attn("q_proj.bias"),   attn("k_proj.bias"),
+          attn("v_proj.bias"),   attn("o_proj.bias"),   attn("q_norm.weight"),
+          attn("k_norm.weight")};
+}
+
 std::string Architecture::RouterTensor(int layer) const {
   return LayerTensor(layer, "mlp.gate.weight");
 }

@@ -23,6 +23,28 @@ struct MlpTensorNames {
   std::string down;
 };
 
+// The tensors of one grouped-query attention block. Biases and q/k norms
+// are read when the spec says the model has them.
+struct GqaTensorNames {
+  std::string q_proj, k_proj, v_proj, o_proj;
+  std::string q_bias, k_bias, v_bias, o_bias;
+  std::string q_norm, k_norm;
+};
+
+// The tensors outside the layers.
+struct ModelTensorNames {
+  std::string embed_tokens;
+  std::string final_norm;
+  std::string lm_head;  // may be absent when the embeddings are tied
+};
+
+// A layer's two RMSNorm weights: before attention and before the
+// feed-forward block.
+struct LayerNormTensorNames {
+  std::string input;
+  std::string post_attention;
+};
+
 // The tensors of one multi-head latent attention block. q_proj is used
 // when the spec has no q_lora_rank, q_a_proj / q_a_norm / q_b_proj when it
 // has one.
@@ -49,9 +71,12 @@ class Architecture {
   virtual absl::Status ParseConfig(const nlohmann::json& config,
                                    ModelSpec* spec) const = 0;
 
-  // Tensor names. The attention and norm names are shared by every
-  // architecture here; the defaults below are the `mlp.` layout that
+  // Tensor names. The defaults are the Llama-style `model.layers.N.`
+  // layout with `self_attn.` attention and the `mlp.` MoE block that
   // Qwen2-MoE, Qwen3-MoE and OLMoE use.
+  virtual ModelTensorNames ModelTensors() const;
+  virtual LayerNormTensorNames LayerNormTensors(int layer) const;
+  virtual GqaTensorNames GqaTensors(int layer) const;
   virtual std::string RouterTensor(int layer) const;
   virtual MlpTensorNames ExpertTensors(int layer, int expert) const;
   // Empty names: the architecture has no shared expert.

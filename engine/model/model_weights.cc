@@ -164,45 +164,31 @@ class Binder {
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
 };
 
-absl::Status BindGqa(const ModelSpec& spec, int l, Binder& bind,
-                     LayerWeights* out) {
+absl::Status BindGqa(const ModelSpec& spec, const Architecture& arch, int l,
+                     Binder& bind, LayerWeights* out) {
   const int64_t h = spec.hidden_size;
+  const GqaTensorNames names = arch.GqaTensors(l);
   LayerWeights& layer = *out;
-  ASSIGN_OR_RETURN(layer.q,
-                   bind.Matrix(LayerTensor(l, "self_attn.q_proj.weight"),
-                               spec.q_width(), h));
-  ASSIGN_OR_RETURN(layer.k,
-                   bind.Matrix(LayerTensor(l, "self_attn.k_proj.weight"),
-                               spec.kv_width(), h));
-  ASSIGN_OR_RETURN(layer.v,
-                   bind.Matrix(LayerTensor(l, "self_attn.v_proj.weight"),
-                               spec.kv_width(), h));
-  ASSIGN_OR_RETURN(layer.o,
-                   bind.Matrix(LayerTensor(l, "self_attn.o_proj.weight"), h,
-                               spec.q_width()));
+  ASSIGN_OR_RETURN(layer.q, bind.Matrix(names.q_proj, spec.q_width(), h));
+  ASSIGN_OR_RETURN(layer.k, bind.Matrix(names.k_proj, spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.v, bind.Matrix(names.v_proj, spec.kv_width(), h));
+  ASSIGN_OR_RETURN(layer.o, bind.Matrix(names.o_proj, h, spec.q_width()));
   if (spec.qkv_bias) {
-    ASSIGN_OR_RETURN(
-        layer.q_bias,
-        bind.Vector(LayerTensor(l, "self_attn.q_proj.bias"), spec.q_width()));
-    ASSIGN_OR_RETURN(
-        layer.k_bias,
-        bind.Vector(LayerTensor(l, "self_attn.k_proj.bias"), spec.kv_width()));
-    ASSIGN_OR_RETURN(
-        layer.v_bias,
-        bind.Vector(LayerTensor(l, "self_attn.v_proj.bias"), spec.kv_width()));
+    ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(names.q_bias, spec.q_width()));
+    ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(names.k_bias, spec.kv_width()));
+    ASSIGN_OR_RETURN(layer.v_bias, bind.Vector(names.v_bias, spec.kv_width()));
   }
   if (spec.o_proj_bias) {
-    ASSIGN_OR_RETURN(layer.o_bias,
-                     bind.Vector(LayerTensor(l, "self_attn.o_proj.bias"), h));
+    ASSIGN_OR_RETURN(layer.o_bias, bind.Vector(names.o_bias, h));
   }
   if (spec.qk_norm != QkNorm::kNone) {
     const bool per_head = spec.qk_norm == QkNorm::kPerHead;
-    ASSIGN_OR_RETURN(layer.q_norm,
-                     bind.Vector(LayerTensor(l, "self_attn.q_norm.weight"),
-                                 per_head ? spec.head_dim : spec.q_width()));
-    ASSIGN_OR_RETURN(layer.k_norm,
-                     bind.Vector(LayerTensor(l, "self_attn.k_norm.weight"),
-                                 per_head ? spec.head_dim : spec.kv_width()));
+    ASSIGN_OR_RETURN(
+        layer.q_norm,
+        bind.Vector(names.q_norm, per_head ? spec.head_dim : spec.q_width()));
+    ASSIGN_OR_RETURN(
+        layer.k_norm,
+        bind.Vector(names.k_norm, per_head ? spec.head_dim : spec.kv_width()));
   }
   return absl::OkStatus();
 }
@@ -274,16 +260,15 @@ absl::StatusOr<LayerWeights> BindLayer(const ModelSpec& spec,
                                        const Architecture& arch, int l,
                                        Binder& bind) {
   const int64_t h = spec.hidden_size;
+  const LayerNormTensorNames norms = arch.LayerNormTensors(l);
   LayerWeights layer;
-  ASSIGN_OR_RETURN(layer.input_norm,
-                   bind.Vector(LayerTensor(l, "input_layernorm.weight"), h));
-  ASSIGN_OR_RETURN(
-      layer.post_attention_norm,
-      bind.Vector(LayerTensor(l, "post_attention_layernorm.weight"), h));
+  ASSIGN_OR_RETURN(layer.input_norm, bind.Vector(norms.input, h));
+  ASSIGN_OR_RETURN(layer.post_attention_norm,
+                   bind.Vector(norms.post_attention, h));
   if (spec.mla) {
     RETURN_IF_ERROR(BindMla(spec, arch, l, bind, &layer));
   } else {
-    RETURN_IF_ERROR(BindGqa(spec, l, bind, &layer));
+    RETURN_IF_ERROR(BindGqa(spec, arch, l, bind, &layer));
   }
   return BindFeedForward(spec, arch, l, bind, std::move(layer));
 }
@@ -378,19 +363,20 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint) {
   Binder bind(checkpoint, spec.fp8);
+  const ModelTensorNames names = arch.ModelTensors();
   ModelWeights weights;
-  ASSIGN_OR_RETURN(weights.embed_tokens,
-                   bind.Matrix("model.embed_tokens.weight", spec.vocab_size,
-                               spec.hidden_size));
+  ASSIGN_OR_RETURN(
+      weights.embed_tokens,
+      bind.Matrix(names.embed_tokens, spec.vocab_size, spec.hidden_size));
   ASSIGN_OR_RETURN(weights.final_norm,
-                   bind.Vector("model.norm.weight", spec.hidden_size));
-  // Tied checkpoints usually omit lm_head.weight; some still write it.
-  if (spec.tie_word_embeddings && !bind.Has("lm_head.weight")) {
+                   bind.Vector(names.final_norm, spec.hidden_size));
+  // Tied checkpoints usually omit lm_head; some still write it.
+  if (spec.tie_word_embeddings && !bind.Has(names.lm_head)) {
     weights.lm_head = weights.embed_tokens;
   } else {
     ASSIGN_OR_RETURN(
         weights.lm_head,
-        bind.Matrix("lm_head.weight", spec.vocab_size, spec.hidden_size));
+        bind.Matrix(names.lm_head, spec.vocab_size, spec.hidden_size));
   }
   weights.layers.reserve(spec.num_layers);
   for (int l = 0; l < spec.num_layers; ++l) {
