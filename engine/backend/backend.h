@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/weight.h"
 #include "engine/model/model_spec.h"
@@ -115,6 +116,12 @@ class Backend {
 
   // Work counted from now on accumulates into `work` (null: not counted).
   virtual void set_work(Work* work) = 0;
+
+  // The weight (vector) in this backend's weight memory: `host` itself when
+  // the backend reads host memory, else a copy the backend owns until it is
+  // destroyed. Fails when the device has no room.
+  virtual absl::StatusOr<Weight> Upload(const Weight& host) = 0;
+  virtual absl::StatusOr<Vector> Upload(const Vector& host) = 0;
 
   // Memory for n floats (uninitialised) and its release.
   virtual float* Allocate(int64_t n) = 0;

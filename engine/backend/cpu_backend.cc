@@ -25,6 +25,22 @@ kernels::KvBlocks AsKernelBlocks(const KvBlocks& kv) {
 
 }  // namespace
 
+absl::StatusOr<Weight> CpuBackend::Upload(const Weight& host) {
+  if (host.memory != MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        "the CPU backend reads weights in host memory only");
+  }
+  return host;
+}
+
+absl::StatusOr<Vector> CpuBackend::Upload(const Vector& host) {
+  if (host.memory != MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        "the CPU backend reads vectors in host memory only");
+  }
+  return host;
+}
+
 float* CpuBackend::Allocate(int64_t n) {
   return new float[static_cast<size_t>(std::max<int64_t>(n, 1))];
 }

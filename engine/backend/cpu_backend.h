@@ -21,6 +21,8 @@ class CpuBackend : public Backend {
   MemorySpace weight_memory() const override { return MemorySpace::kHost; }
   void set_work(Work* work) override { work_ = work; }
 
+  absl::StatusOr<Weight> Upload(const Weight& host) override;
+  absl::StatusOr<Vector> Upload(const Vector& host) override;
   float* Allocate(int64_t n) override;
   void Free(float* data) override;
   void CopyToHost(const Tensor& src, float* dst) override;

@@ -339,5 +339,18 @@ TEST(CpuBackendTest, MlaAbsorbAndExpandMatchADoubleReference) {
   ExpectNear(values, want_values, 1e-5, "expanded values");
 }
 
+TEST(CpuBackendTest, UploadKeepsHostWeightsAndRefusesDeviceOnes) {
+  CpuBackend backend(nullptr);
+  std::vector<float> data(6, 1.f);
+  Weight w = F32Weight(data, 2, 3);
+  absl::StatusOr<Weight> uploaded = backend.Upload(w);
+  ASSERT_TRUE(uploaded.ok());
+  EXPECT_EQ(uploaded->data, w.data);
+  w.memory = MemorySpace::kDevice;
+  EXPECT_FALSE(backend.Upload(w).ok());
+  const Vector v{data.data(), 6, MemorySpace::kDevice};
+  EXPECT_FALSE(backend.Upload(v).ok());
+}
+
 }  // namespace
 }  // namespace ringmoe::backend

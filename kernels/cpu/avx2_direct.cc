@@ -183,7 +183,6 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
 void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
                    int64_t re, float* y) {
   const int64_t cols = w.cols;
-  const int64_t scales_per_row = (cols + w.block_cols - 1) / w.block_cols;
   float* scaled = static_cast<float*>(ThreadScratch(
       ScratchSlot::kScaledActivations, n * cols * int64_t{sizeof(float)}));
   const Fp8UnscaledLoader weights{
@@ -191,21 +190,35 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   for (int64_t begin = rb; begin < re;) {
     const int64_t block = begin / w.block_rows;
     const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
-    const float* scales = w.block_scales + block * scales_per_row;
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t k0 = 0; k0 < cols; k0 += w.block_cols) {
-        const float s = scales[k0 / w.block_cols] * 256.f;
-        const int64_t k1 = Min<int64_t>(cols, k0 + w.block_cols);
-        for (int64_t k = k0; k < k1; ++k)
-          scaled[j * cols + k] = x[j * cols + k] * s;
-      }
-    }
+    ScaleFp8Activations(w, block, x, n, scaled);
     DirectRows(weights, scaled, n, cols, begin, end, y, w.rows);
     begin = end;
   }
 }
 
 }  // namespace
+
+void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
+                         int64_t n, float* scaled) {
+  const int64_t cols = w.cols;
+  const float* scales =
+      w.block_scales + row_block * ((cols + w.block_cols - 1) / w.block_cols);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t k0 = 0; k0 < cols; k0 += w.block_cols) {
+      const __m256 s = _mm256_set1_ps(scales[k0 / w.block_cols] * 256.f);
+      const int64_t k1 = Min<int64_t>(cols, k0 + w.block_cols);
+      int64_t k = k0;
+      for (; k + 8 <= k1; k += 8) {
+        _mm256_storeu_ps(scaled + j * cols + k,
+                         _mm256_mul_ps(_mm256_loadu_ps(x + j * cols + k), s));
+      }
+      for (; k < k1; ++k) {
+        scaled[j * cols + k] =
+            x[j * cols + k] * (scales[k0 / w.block_cols] * 256.f);
+      }
+    }
+  }
+}
 
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {

@@ -2,9 +2,10 @@
 // translation unit alone is compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni; ops.cc calls into it only when UseAvx512() holds.
 //
-// int8 and int4 only: at one activation row their AVX2 kernels do several
+// int8, int4 and fp8: at one activation row their AVX2 kernels do several
 // vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for int4)
-// halve that, on activations quantized exactly as the AVX2 path does. bf16
+// halve that, on activations quantized (int8, int4) or scaled (fp8)
+// exactly as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md). Rows are read as in avx2_quantized.cc: one after
@@ -76,6 +77,58 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
   }
   if (b < blocks) {
     for (int i = 0; i < R; ++i) acc[i][0] = block(i, b, acc[i][0]);
+  }
+  for (int i = 0; i < R; ++i)
+    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+// fp8 against one activation row scaled by avx2::ScaleFp8Activations, so
+// a weight widens with no multiply: 32 bytes are one zero-extension to 16
+// bits, a shift that puts each byte in the high half, an arithmetic shift
+// by one and a mask (the f16 bits of the weight times 2^-8, as
+// Fp8TimesTwoToMinus8 on the AVX2 path), then two f16 conversions and two
+// FMAs into a row's two accumulators.
+template <int R>
+void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
+             float* y) {
+  const uint8_t* row = w + r0 * cols;
+  const __m512i clear_copied_sign = _mm512_set1_epi16(~(1 << 14));
+  const auto widen = [&](__m256i bytes) {
+    const __m512i high = _mm512_slli_epi16(_mm512_cvtepu8_epi16(bytes), 8);
+    return _mm512_and_si512(_mm512_srai_epi16(high, 1), clear_copied_sign);
+  };
+  const auto chunk = [&](__m512i f16, __m512 x_lo, __m512 x_hi, __m512* acc) {
+    acc[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(f16)), x_lo,
+                             acc[0]);
+    acc[1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1)),
+                             x_hi, acc[1]);
+  };
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 64 <= cols; k += 64) {
+    PrefetchRows<R>(row + k, cols, 0);
+    for (int half = 0; half < 64; half += 32) {
+      const __m512 x_lo = _mm512_loadu_ps(x + k + half);
+      const __m512 x_hi = _mm512_loadu_ps(x + k + half + 16);
+      for (int i = 0; i < R; ++i) {
+        chunk(widen(_mm256_loadu_si256(
+                  reinterpret_cast<const __m256i*>(row + i * cols + k + half))),
+              x_lo, x_hi, acc[i]);
+      }
+    }
+  }
+  for (; k < cols; k += 32) {
+    const int64_t left = Min<int64_t>(32, cols - k);
+    const __mmask32 bytes = static_cast<__mmask32>((uint64_t{1} << left) - 1);
+    const __m512 x_lo =
+        _mm512_maskz_loadu_ps(static_cast<__mmask16>(bytes & 0xffff), x + k);
+    const __m512 x_hi =
+        _mm512_maskz_loadu_ps(static_cast<__mmask16>(bytes >> 16), x + k + 16);
+    for (int i = 0; i < R; ++i) {
+      chunk(widen(_mm256_maskz_loadu_epi8(bytes, row + i * cols + k)), x_lo,
+            x_hi, acc[i]);
+    }
   }
   for (int i = 0; i < R; ++i)
     y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
@@ -226,6 +279,20 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
               Int4Tile<32, R>(data, row_bytes, w.scales, groups, pairs, r, y);
             }
           });
+      break;
+    }
+    case WeightType::kFp8E4M3: {
+      float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, cols);
+      const auto* data = static_cast<const uint8_t*>(w.data);
+      for (int64_t begin = row_begin; begin < row_end;) {
+        const int64_t block = begin / w.block_rows;
+        const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
+        avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+        ForEachRowTile(cols * 4, begin, end, [&](int64_t r, auto rows) {
+          Fp8Tile<decltype(rows)::value>(data, cols, scaled, r, y);
+        });
+        begin = end;
+      }
       break;
     }
     default:

@@ -65,6 +65,13 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
                               int16_t* q, float* scale);
 
+// The activations of an fp8 product for the weight rows of row block
+// `row_block` (w.block_rows rows that share one scale per column block):
+// scaled[j * w.cols + k] = x[j * w.cols + k] * 2^8 * that block's scale of
+// column k, for j < n, so that the weights widen with no multiply
+// (Fp8TimesTwoToMinus8).
+void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
+                         int64_t n, float* scaled);
 // Σ a[i] * b[i].
 float Dot(const float* a, const float* b, int64_t n);
 // y[i] += alpha * x[i].

@@ -34,8 +34,31 @@ ThreadPool& Pool() {
 struct WeightCopies {
   std::vector<std::unique_ptr<uint8_t[]>> data;
   std::vector<std::unique_ptr<uint16_t[]>> scales;
+  std::vector<float> block_scales;  // fp8: shared by every copy
   std::vector<Matrix> matrices;
 };
+
+// An fp8 matrix as DeepSeek-V3 ships them: random codes (NaN excluded) of
+// magnitude like the others' weights, 128 x 128 blocks of scales.
+constexpr int32_t kFp8Block = 128;
+Matrix MakeFp8(int64_t rows, int64_t cols, std::mt19937* rng,
+               WeightCopies* out) {
+  constexpr int32_t kBlock = kFp8Block;
+  out->block_scales.assign(
+      ((rows + kBlock - 1) / kBlock) * ((cols + kBlock - 1) / kBlock),
+      1.f / 4096);
+  out->data.emplace_back(new uint8_t[rows * cols]);
+  out->scales.emplace_back(new uint16_t[1]);
+  std::uniform_int_distribution<int> code(0, 254);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const int c = code(*rng);
+    out->data.back()[i] = static_cast<uint8_t>((c & 0x7f) == 0x7f ? 0 : c);
+  }
+  Matrix m{out->data.back().get(), WeightType::kFp8E4M3, rows, cols};
+  m.block_scales = out->block_scales.data();
+  m.block_rows = m.block_cols = kBlock;
+  return m;
+}
 
 WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
                         int64_t total_bytes) {
@@ -47,11 +70,15 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
   const Matrix src{f32.data(), WeightType::kF32, rows, cols};
   const int64_t data_bytes = QuantizedDataBytes(type, rows, cols, kGroup);
   const int64_t num_scales = QuantizedScaleCount(type, rows, cols, kGroup);
-  const int64_t copies = std::max<int64_t>(
-      1,
-      total_bytes / MatrixBytes({nullptr, type, rows, cols, nullptr, kGroup}));
+  Matrix shape{nullptr, type, rows, cols, nullptr, kGroup};
+  shape.block_rows = shape.block_cols = kFp8Block;
+  const int64_t copies = std::max<int64_t>(1, total_bytes / MatrixBytes(shape));
   WeightCopies out;
   for (int64_t c = 0; c < copies; ++c) {
+    if (c == 0 && type == WeightType::kFp8E4M3) {
+      out.matrices.push_back(MakeFp8(rows, cols, &rng, &out));
+      continue;
+    }
     out.data.emplace_back(new uint8_t[data_bytes]);
     out.scales.emplace_back(new uint16_t[std::max<int64_t>(1, num_scales)]);
     if (c == 0) {
@@ -115,7 +142,7 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
   // (2048, 768) and DeepSeek-V3 (7168, 2048) expert projections.
   const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {768, 2048},
                                {2048, 768},   {2048, 7168},  {7168, 2048}};
-  for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type) {
+  for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type) {
     for (const auto& s : shapes) {
       for (int64_t n : ns) b->Args({type, s[0], s[1], n});
     }
@@ -143,7 +170,7 @@ BENCHMARK(BM_MatMulAvx2)->Apply([](auto* b) {
 void BM_MatMulInCache(benchmark::State& state) { MatMul(state, 0); }
 BENCHMARK(BM_MatMulInCache)
     ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type)
+      for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
 
@@ -154,7 +181,7 @@ void BM_MatMulInCacheAvx2(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMulInCacheAvx2)
     ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kInt4); ++type)
+      for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
 

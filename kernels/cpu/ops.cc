@@ -90,7 +90,9 @@ int64_t DirectProductRows(WeightType type) {
 }
 
 KernelPath ProductPath(WeightType type, int64_t n) {
-  if (n == 1 && (type == WeightType::kInt8 || type == WeightType::kInt4) &&
+  if (n == 1 &&
+      (type == WeightType::kInt8 || type == WeightType::kInt4 ||
+       type == WeightType::kFp8E4M3) &&
       UseAvx512()) {
     return KernelPath::kAvx512;
   }

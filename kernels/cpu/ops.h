@@ -22,7 +22,7 @@ enum class KernelPath { kScalar, kAvx2, kAvx512 };
 const char* KernelPathName(KernelPath path);
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX-512 for one row
-// against int8 or int4 weights where UseAvx512(), else AVX2 where
+// against int8, int4 or fp8 weights where UseAvx512(), else AVX2 where
 // UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
 KernelPath ProductPath(WeightType type, int64_t n);
 // The path of every other kernel here (attention, norms, softmax, rotary

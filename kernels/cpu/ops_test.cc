@@ -109,11 +109,11 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
   const KernelPath best = ProductPath(WeightType::kInt8, 1);
   EXPECT_EQ(VectorPath(),
             best == KernelPath::kAvx512 ? KernelPath::kAvx2 : best);
-  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
-                       WeightType::kFp8E4M3}) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
     EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
   }
-  for (WeightType t : {WeightType::kInt8, WeightType::kInt4}) {
+  for (WeightType t :
+       {WeightType::kInt8, WeightType::kInt4, WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
     EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
   }
@@ -415,8 +415,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The AVX-512 one-row products (where the CPU has them) against the same
 // references as the AVX2 path, and against the AVX2 path itself: int8 and
-// int4 share its quantized activations, so they differ from it only in the
-// order of float sums. bf16 checks the pass-through to the AVX2 path.
+// int4 share its quantized activations and fp8 its scaled ones, so they
+// differ from it only in the order of float sums. bf16 checks the pass-through
+// to the AVX2 path.
 class Avx512Test : public ::testing::TestWithParam<WeightType> {};
 
 TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
@@ -453,7 +454,8 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
 
 INSTANTIATE_TEST_SUITE_P(DecodeTypes, Avx512Test,
                          ::testing::Values(WeightType::kBF16, WeightType::kInt8,
-                                           WeightType::kInt4),
+                                           WeightType::kInt4,
+                                           WeightType::kFp8E4M3),
                          [](const auto& info) {
                            return std::string(WeightTypeName(info.param));
                          });
