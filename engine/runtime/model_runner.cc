@@ -241,6 +241,7 @@ void ModelRunner::AttendCached(int64_t l, const Batch& batch, const float* q,
   const std::vector<SequenceId>& seq_of = batch.seq_of;
   const std::vector<int64_t>& position_of = batch.position_of;
   const int64_t qw = num_heads * head_dim;
+  const int64_t window = spec_.SlidingWindow(l);
   // Every token's keys are in the cache before any token attends, so a
   // chunk's tokens see each other causally. With at least as many tokens as
   // threads (prefill, batched decode), work items are runs of up to
@@ -268,9 +269,7 @@ void ModelRunner::AttendCached(int64_t l, const Batch& batch, const float* q,
   int64_t parts = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t end = position_of[i] + 1;
-    const int64_t first = spec_.sliding_window > 0
-                              ? std::max<int64_t>(0, end - spec_.sliding_window)
-                              : 0;
+    const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
     if (batch.work != nullptr) {
       batch.work->flops += 4.0 * num_heads * head_dim * (end - first);
     }
@@ -305,8 +304,7 @@ void ModelRunner::AttendCached(int64_t l, const Batch& batch, const float* q,
     const kernels::KvBlocks blocks = views[view_of[it.token]].blocks();
     if (n >= threads) {
       kernels::AttendQueryBlock(qi, it.count, num_heads, num_kv_heads, head_dim,
-                                blocks, position_of[it.token],
-                                spec_.sliding_window, scale,
+                                blocks, position_of[it.token], window, scale,
                                 attended + it.token * qw);
     } else if (it.part < 0) {
       kernels::AttendOneQuery(qi, num_heads, num_kv_heads, head_dim, blocks,
