@@ -22,9 +22,10 @@ ABSL_FLAG(bool, quantize_lm_head, false,
 ABSL_FLAG(int, weight_group_size, 32,
           "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
-          "KV-cache capacity in tokens over all sequences; 0 = "
-          "max(4096, max_position_embeddings).");
-ABSL_FLAG(int64_t, kv_block_size, 16, "Positions per KV-cache block.");
+          "KV-cache capacity in tokens (of full-attention sequences) over all "
+          "sequences; 0 = max(4096, max_position_embeddings).");
+ABSL_FLAG(int64_t, kv_block_size, 16,
+          "Positions per KV-cache block (a block holds one layer's).");
 ABSL_FLAG(std::string, host_memory_budget, "",
           "RAM for weights with --device=cpu, e.g. 1GiB or 512MiB; empty = "
           "no limit. Experts that do not fit stream from the checkpoint "

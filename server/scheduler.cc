@@ -46,8 +46,6 @@ struct Scheduler::Sequence {
 
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 }  // namespace
@@ -62,6 +60,7 @@ Scheduler::Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
   };
   max_prompt_tokens_ = limit(options_.max_prompt_tokens);
   max_new_tokens_ = limit(options_.max_new_tokens);
+  max_step_tokens_ = std::max(1, options_.max_batch_tokens);
   kv_block_size_ = engine_->kv_cache().block_size();
   kv_blocks_ = engine_->kv_cache().num_blocks();
   if (metrics_) {
@@ -135,7 +134,10 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
           who, "stop strings need a tokenizer, and the model has none"));
     }
   }
-  const int64_t blocks = CeilDiv(prompt_len + max_tokens, kv_block_size_);
+  // Sliding-window layers give blocks back as the sequence grows, so what
+  // it holds at most depends on the step size as well as on its length.
+  const int64_t blocks = engine_->kv_cache().MaxBlocksHeld(
+      prompt_len + max_tokens, max_step_tokens_);
   if (blocks > kv_blocks_) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, "the prompt plus max_tokens needs ", blocks,
@@ -298,9 +300,8 @@ void Scheduler::Preempt(Sequence* seq) {
 bool Scheduler::Iterate() {
   DropFinishedOrCancelled(absl::Now());
   runtime::KvCache& kv = engine_->kv_cache();
-  const int64_t block_size = kv.block_size();
   int64_t free_blocks = kv.num_free_blocks();
-  int64_t budget = std::max(1, options_.max_batch_tokens);
+  int64_t budget = max_step_tokens_;
   std::vector<Sequence*> plan;
   bool preempted_any = false;
 
@@ -313,9 +314,6 @@ bool Scheduler::Iterate() {
     }
     return nullptr;
   };
-  auto held_blocks = [&](const Sequence* s) {
-    return CeilDiv(kv.Length(s->id), block_size);
-  };
 
   // 1. One decode token per sequence past its prompt, oldest first.
   for (auto& owned : running_) {
@@ -325,12 +323,12 @@ bool Scheduler::Iterate() {
     while (need > free_blocks) {
       Sequence* v = victim(s);
       if (v == nullptr) break;
-      free_blocks += held_blocks(v);
+      free_blocks += kv.BlocksHeld(v->id);
       Preempt(v);
       preempted_any = true;
     }
     if (need > free_blocks) {
-      free_blocks += held_blocks(s);
+      free_blocks += kv.BlocksHeld(s->id);
       Preempt(s);
       preempted_any = true;
       continue;
@@ -346,8 +344,7 @@ bool Scheduler::Iterate() {
     Sequence* s = owned.get();
     if (budget == 0) break;
     if (s->preempted || s->planned > 0 || s->remaining() <= 1) continue;
-    const int64_t room =
-        held_blocks(s) * block_size - s->computed + free_blocks * block_size;
+    const int64_t room = kv.GrowLimit(s->id, free_blocks) - s->computed;
     const int64_t n = std::min({s->remaining(), budget, room});
     if (n <= 0) continue;
     free_blocks -= kv.BlocksNeeded(s->id, s->computed + n);
@@ -373,8 +370,8 @@ bool Scheduler::Iterate() {
     while (!preempted_any && budget > 0 && !waiting_.empty() &&
            static_cast<int>(running_.size()) < options_.max_running_sequences) {
       Sequence* s = waiting_.front().get();
-      if (CeilDiv(static_cast<int64_t>(s->tokens.size()), block_size) >
-          free_blocks)
+      if (kv.MaxBlocksHeld(static_cast<int64_t>(s->tokens.size()),
+                           max_step_tokens_) > free_blocks)
         break;
       const int64_t n = std::min(s->remaining(), budget);
       free_blocks -= kv.BlocksNeeded(s->id, n);

@@ -8,7 +8,8 @@
 //   2. prompt chunks of sequences still prefilling, within the step's token
 //      budget (max_batch_tokens),
 //   3. new requests from the queue, admitted while there are sequence slots
-//      and free KV-cache blocks for their whole prompt.
+//      and free KV-cache blocks for their whole prompt (the most its prefill
+//      holds at once: sliding-window layers give blocks back as it goes).
 // When a running sequence needs a KV block and none is free, the most
 // recently admitted sequence is preempted: its blocks are released and it
 // goes back to the front of the queue, to be recomputed (prompt plus the
@@ -130,7 +131,7 @@ class Scheduler {
   int max_new_tokens() const { return max_new_tokens_; }
   int context_tokens() const { return context_tokens_; }
   // The KV cache's shape, fixed at load (the cache itself belongs to the
-  // engine thread).
+  // engine thread): positions per block, and blocks, each of one layer.
   int64_t kv_block_size() const { return kv_block_size_; }
   int64_t kv_blocks() const { return kv_blocks_; }
 
@@ -163,6 +164,8 @@ class Scheduler {
   int context_tokens_ = 0;
   int max_prompt_tokens_ = 0;
   int max_new_tokens_ = 0;
+  // Tokens per engine step: the most positions one Grow adds.
+  int64_t max_step_tokens_ = 0;
   int64_t kv_block_size_ = 0;
   int64_t kv_blocks_ = 0;
 

@@ -1,6 +1,8 @@
 #include "server/scheduler.h"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/checkpoint/safetensors.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 
@@ -114,6 +117,81 @@ TEST(SchedulerTest, ConcurrentRequestsMatchGoldenWithChunksAndPreemption) {
       prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
   EXPECT_EQ(text.find("ringmoe_preemptions_total 0"), std::string::npos)
       << "the cache was meant to run out of blocks";
+}
+
+// The tiny Mixtral with sliding_window set: a model directory of its own
+// (under the test's temporary directory) sharing the weights.
+std::string WindowedModel(int64_t window) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / absl::StrCat("mixtral_window", window);
+  fs::create_directories(dir);
+  auto config = nlohmann::json::parse(
+      std::ifstream(std::string(kModel) + "/config.json"));
+  config["sliding_window"] = window;
+  std::ofstream(dir / "config.json") << config.dump();
+  if (!fs::exists(dir / "model.safetensors")) {
+    fs::create_symlink(fs::absolute(std::string(kModel) + "/model.safetensors"),
+                       dir / "model.safetensors");
+  }
+  return dir.string();
+}
+
+std::vector<std::vector<int32_t>> Serve(runtime::Engine* engine,
+                                        const std::vector<Case>& cases,
+                                        int max_tokens) {
+  SchedulerOptions options;
+  options.max_batch_tokens = 8;
+  Scheduler scheduler(engine, options, nullptr);
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (const Case& c : cases) {
+    collectors.push_back(std::make_unique<Collector>());
+    EXPECT_TRUE(
+        scheduler.Submit(Greedy(c.ids, max_tokens, collectors.back().get()))
+            .ok());
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& c : collectors) {
+    EXPECT_TRUE(c->Wait());
+    EXPECT_TRUE(c->last.status.ok()) << c->last.status;
+    out.push_back(c->ids);
+  }
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  return out;
+}
+
+TEST(SchedulerTest, SlidingWindowModelServesLongRequestsFromASmallCache) {
+  // Window 8, steps of at most 8 tokens: a layer never holds more than 2
+  // blocks of 16 at once, so a cache of 32 tokens (2 layers x 2 blocks)
+  // serves 48 + 32 positions, which full attention would need 10 blocks for;
+  // two such requests take turns.
+  const std::string model = WindowedModel(8);
+  const std::vector<Case> cases = {GoldenCases()[3], GoldenCases()[4]};
+  runtime::EngineOptions roomy;
+  roomy.model_dir = model;
+  auto reference = runtime::Engine::Load(roomy);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<std::vector<int32_t>> want =
+      Serve(reference->get(), cases, 32);
+
+  runtime::EngineOptions small = roomy;
+  small.kv_cache_tokens = 32;
+  auto engine = runtime::Engine::Load(small);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->kv_cache().num_blocks(), 4);
+  EXPECT_EQ(Serve(engine->get(), cases, 32), want);
+  EXPECT_EQ((*engine)->kv_cache().num_free_blocks(), 4);
+
+  // The same cache cannot hold the request at all under full attention.
+  auto full = LoadEngine(32);
+  Scheduler scheduler(full.get(), {}, nullptr);
+  Collector refused;
+  const absl::Status status =
+      scheduler.Submit(Greedy(cases[1].ids, 32, &refused)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("needs 10 KV-cache blocks"),
+            std::string::npos)
+      << status;
 }
 
 TEST(SchedulerTest, LogitsOnlyReturnsTheLastRow) {

@@ -153,9 +153,77 @@ absl::Status ParseQwenMoeBlock(const nlohmann::json& config, ModelSpec* spec) {
   RETURN_IF_ERROR(ParseSparseLayerPattern(config, spec));
   ASSIGN_OR_RETURN(std::optional<bool> sliding,
                    json::GetOptionalBool(config, "use_sliding_window"));
+  // Qwen configs carry a sliding_window whether or not it is used; only
+  // use_sliding_window turns it on.
+  int64_t window = 0;
+  int64_t first_sliding_layer = 0;
   if (sliding.value_or(false)) {
-    return absl::UnimplementedError(
-        "use_sliding_window: true is not supported for this architecture");
+    ASSIGN_OR_RETURN(window, ParseSlidingWindow(config));
+    if (window == 0) {
+      return absl::InvalidArgumentError(
+          "use_sliding_window is true but sliding_window is null or 0");
+    }
+    ASSIGN_OR_RETURN(std::optional<int64_t> max_window_layers,
+                     json::GetOptionalInt(config, "max_window_layers"));
+    // transformers' default for Qwen2MoeConfig and Qwen3MoeConfig.
+    first_sliding_layer = max_window_layers.value_or(28);
+    if (first_sliding_layer < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field 'max_window_layers' must be at least 0, got ",
+                       first_sliding_layer));
+    }
+  }
+  return SetLayerWindows(config, window, first_sliding_layer, spec);
+}
+
+absl::StatusOr<int64_t> ParseSlidingWindow(const nlohmann::json& config) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                   json::GetOptionalInt(config, "sliding_window"));
+  if (window.value_or(0) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field 'sliding_window' must be positive or null, got ", *window));
+  }
+  return window.value_or(0);
+}
+
+absl::Status SetLayerWindows(const nlohmann::json& config, int64_t window,
+                             int64_t first_sliding_layer, ModelSpec* spec) {
+  constexpr absl::string_view kKey = "layer_types";
+  spec->layer_sliding_window.assign(spec->num_layers, 0);
+  auto it = config.find(kKey);
+  if (it == config.end() || it->is_null()) {
+    for (int64_t l = first_sliding_layer; l < spec->num_layers; ++l) {
+      spec->layer_sliding_window[l] = window;
+    }
+    return absl::OkStatus();
+  }
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != spec->num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field 'layer_types' must be a list of num_hidden_layers (",
+        spec->num_layers, ") layer types, got ", it->dump().substr(0, 80)));
+  }
+  for (int64_t l = 0; l < spec->num_layers; ++l) {
+    const nlohmann::json& type = (*it)[l];
+    const std::string path = json::IndexPath(kKey, l);
+    if (!type.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field '", path, "' must be a string, got ", type.dump()));
+    }
+    const std::string& name = type.get_ref<const std::string&>();
+    if (name == "full_attention") continue;
+    if (name != "sliding_attention") {
+      return absl::UnimplementedError(
+          absl::StrCat(path, " is '", name,
+                       "' (supported: full_attention, sliding_attention)"));
+    }
+    if (window <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path,
+                       " is 'sliding_attention' but the model has no sliding "
+                       "window (sliding_window null or absent, or not used by "
+                       "this architecture or its settings)"));
+    }
+    spec->layer_sliding_window[l] = window;
   }
   return absl::OkStatus();
 }

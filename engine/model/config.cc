@@ -176,7 +176,7 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::Status CheckMoeFields(const ModelSpec& spec) {
+absl::Status CheckArchitectureFields(const ModelSpec& spec) {
   if (spec.experts_per_token > spec.num_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_experts_per_tok (", spec.experts_per_token,
@@ -184,6 +184,10 @@ absl::Status CheckMoeFields(const ModelSpec& spec) {
   }
   if (static_cast<int64_t>(spec.layer_is_moe.size()) != spec.num_layers) {
     return absl::InternalError("layer kinds not set by the architecture");
+  }
+  if (static_cast<int64_t>(spec.layer_sliding_window.size()) !=
+      spec.num_layers) {
+    return absl::InternalError("layer windows not set by the architecture");
   }
   return absl::OkStatus();
 }
@@ -228,7 +232,7 @@ absl::StatusOr<ModelSpec> ParseModelConfig(absl::string_view json_text,
   absl::Status status = ParseCommon(config, &spec);
   if (status.ok()) status = ParseQuantization(config, &spec);
   if (status.ok()) status = (*arch)->ParseConfig(config, &spec);
-  if (status.ok()) status = CheckMoeFields(spec);
+  if (status.ok()) status = CheckArchitectureFields(spec);
   if (!status.ok()) return WithSource(status, source);
   return spec;
 }

@@ -89,6 +89,171 @@ struct BadConfig {
   std::string expected;
 };
 
+// Parses `model`'s tiny config after `edit`.
+absl::StatusOr<ModelSpec> ParseEdited(
+    const std::string& model,
+    const std::function<void(nlohmann::json&)>& edit) {
+  auto json = nlohmann::json::parse(ReadConfig(model));
+  edit(json);
+  return ParseModelConfig(json.dump(), model + "/config.json");
+}
+
+TEST(ConfigTest, MixtralWindowAppliesToEveryLayer) {
+  auto full = LoadModelConfig(std::string(kTiny) + "mixtral");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->layer_sliding_window, std::vector<int64_t>({0, 0}));
+  auto absent = ParseEdited(
+      "mixtral", [](nlohmann::json& j) { j.erase("sliding_window"); });
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->layer_sliding_window, std::vector<int64_t>({0, 0}));
+  auto windowed = ParseEdited(
+      "mixtral", [](nlohmann::json& j) { j["sliding_window"] = 4096; });
+  ASSERT_TRUE(windowed.ok()) << windowed.status();
+  EXPECT_EQ(windowed->layer_sliding_window, std::vector<int64_t>({4096, 4096}));
+  EXPECT_EQ(windowed->SlidingWindow(1), 4096);
+}
+
+TEST(ConfigTest, QwenWindowsFromMaxWindowLayersOn) {
+  for (const char* model : {"qwen2_moe", "qwen3_moe"}) {
+    auto spec = ParseEdited(model, [](nlohmann::json& j) {
+      j["num_hidden_layers"] = 6;
+      j["use_sliding_window"] = true;
+      j["sliding_window"] = 64;
+      j["max_window_layers"] = 4;
+    });
+    ASSERT_TRUE(spec.ok()) << model << ": " << spec.status();
+    EXPECT_EQ(spec->layer_sliding_window,
+              std::vector<int64_t>({0, 0, 0, 0, 64, 64}))
+        << model;
+    // transformers' default max_window_layers is 28.
+    auto by_default = ParseEdited(model, [](nlohmann::json& j) {
+      j["num_hidden_layers"] = 30;
+      j["use_sliding_window"] = true;
+      j["sliding_window"] = 64;
+      j.erase("max_window_layers");
+    });
+    ASSERT_TRUE(by_default.ok()) << model << ": " << by_default.status();
+    std::vector<int64_t> want(30, 0);
+    want[28] = want[29] = 64;
+    EXPECT_EQ(by_default->layer_sliding_window, want) << model;
+    // sliding_window alone does nothing.
+    auto unused = ParseEdited(model, [](nlohmann::json& j) {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = 64;
+      j["max_window_layers"] = 0;
+    });
+    ASSERT_TRUE(unused.ok()) << model << ": " << unused.status();
+    EXPECT_EQ(unused->layer_sliding_window, std::vector<int64_t>({0, 0}))
+        << model;
+  }
+}
+
+TEST(ConfigTest, LayerTypesDecideWhereTheyArePresent) {
+  auto mixtral = ParseEdited("mixtral", [](nlohmann::json& j) {
+    j["sliding_window"] = 8;
+    j["layer_types"] = {"sliding_attention", "full_attention"};
+  });
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->layer_sliding_window, std::vector<int64_t>({8, 0}));
+  // Over Qwen's max_window_layers rule, which would slide neither layer.
+  auto qwen = ParseEdited("qwen2_moe", [](nlohmann::json& j) {
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 16;
+    j["max_window_layers"] = 28;
+    j["layer_types"] = {"full_attention", "sliding_attention"};
+  });
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_EQ(qwen->layer_sliding_window, std::vector<int64_t>({0, 16}));
+  for (const char* model : {"olmoe", "deepseek_v3"}) {
+    auto full = ParseEdited(model, [](nlohmann::json& j) {
+      j["layer_types"] = std::vector<std::string>(
+          j["num_hidden_layers"].get<int>(), "full_attention");
+    });
+    ASSERT_TRUE(full.ok()) << model << ": " << full.status();
+    EXPECT_EQ(full->layer_sliding_window,
+              std::vector<int64_t>(full->num_layers, 0))
+        << model;
+  }
+}
+
+TEST(ConfigTest, BadWindowConfigsNameTheKey) {
+  const std::vector<std::pair<std::string, BadConfig>> cases = {
+      {"mixtral",
+       {"negative window", [](nlohmann::json& j) { j["sliding_window"] = -4; },
+        "'sliding_window' must be positive or null, got -4"}},
+      {"mixtral",
+       {"short layer_types",
+        [](nlohmann::json& j) { j["layer_types"] = {"full_attention"}; },
+        "'layer_types' must be a list of num_hidden_layers (2)"}},
+      {"mixtral",
+       {"layer_types not a list",
+        [](nlohmann::json& j) { j["layer_types"] = "full_attention"; },
+        "'layer_types' must be a list"}},
+      {"mixtral",
+       {"unknown layer type",
+        [](nlohmann::json& j) {
+          j["sliding_window"] = 8;
+          j["layer_types"] = {"full_attention", "chunked_attention"};
+        },
+        "layer_types[1] is 'chunked_attention' (supported: full_attention, "
+        "sliding_attention)"}},
+      {"mixtral",
+       {"layer type not a string",
+        [](nlohmann::json& j) {
+          j["layer_types"] = {"full_attention", 3};
+        },
+        "'layer_types[1]' must be a string, got 3"}},
+      {"mixtral",
+       {"sliding without a window",
+        [](nlohmann::json& j) {
+          j["layer_types"] = {"sliding_attention", "full_attention"};
+        },
+        "layer_types[0] is 'sliding_attention' but the model has no sliding "
+        "window"}},
+      {"qwen2_moe",
+       {"qwen window null",
+        [](nlohmann::json& j) {
+          j["use_sliding_window"] = true;
+          j["sliding_window"] = nullptr;
+        },
+        "use_sliding_window is true but sliding_window is null or 0"}},
+      {"qwen3_moe",
+       {"qwen max_window_layers",
+        [](nlohmann::json& j) {
+          j["use_sliding_window"] = true;
+          j["sliding_window"] = 64;
+          j["max_window_layers"] = -1;
+        },
+        "'max_window_layers' must be at least 0, got -1"}},
+      {"qwen3_moe",
+       {"qwen layer_types without use_sliding_window",
+        [](nlohmann::json& j) {
+          j["sliding_window"] = 64;
+          j["layer_types"] = {"sliding_attention", "full_attention"};
+        },
+        "layer_types[0] is 'sliding_attention' but the model has no sliding "
+        "window"}},
+      {"olmoe",
+       {"olmoe sliding",
+        [](nlohmann::json& j) {
+          j["sliding_window"] = 8;
+          j["layer_types"] = std::vector<std::string>(
+              j["num_hidden_layers"].get<int>(), "sliding_attention");
+        },
+        "layer_types[0] is 'sliding_attention' but the model has no sliding "
+        "window"}},
+  };
+  for (const auto& [model, c] : cases) {
+    auto spec = ParseEdited(model, c.edit);
+    ASSERT_FALSE(spec.ok()) << c.name;
+    EXPECT_NE(spec.status().message().find(c.expected), std::string::npos)
+        << c.name << ": " << spec.status();
+    EXPECT_NE(spec.status().message().find(model + "/config.json"),
+              std::string::npos)
+        << c.name;
+  }
+}
+
 TEST(ConfigTest, DeepseekV3LatentAttentionAndGroupedSigmoidRouting) {
   for (const char* dir : {"deepseek_v3", "deepseek_v3_fp8"}) {
     auto spec = LoadModelConfig(std::string(kTiny) + dir);

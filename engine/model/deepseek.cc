@@ -162,6 +162,8 @@ class DeepseekArchitecture : public Architecture {
     RETURN_IF_ERROR(ParseRouting(config, v3_, spec));
     RETURN_IF_ERROR(ParseLayers(config, spec));
     RETURN_IF_ERROR(ParseMla(config, spec));
+    // DeepSeek attends fully; a layer_types list may only agree.
+    RETURN_IF_ERROR(SetLayerWindows(config, /*window=*/0, 0, spec));
     ASSIGN_OR_RETURN(std::optional<bool> bias,
                      json::GetOptionalBool(config, "attention_bias"));
     if (bias.value_or(false)) {

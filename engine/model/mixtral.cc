@@ -1,5 +1,6 @@
 // MixtralForCausalLM: every layer sparse, top-k weights always
-// renormalised, experts named w1 (gate), w3 (up), w2 (down).
+// renormalised, experts named w1 (gate), w3 (up), w2 (down); sliding_window,
+// when set, applies to every layer.
 #include "absl/strings/str_cat.h"
 #include "base/json.h"
 #include "base/status_macros.h"
@@ -17,9 +18,8 @@ class MixtralArchitecture : public Architecture {
     RETURN_IF_ERROR(
         ParseExperts(config, "num_local_experts", "intermediate_size", spec));
     spec->routing.renormalize = true;
-    ASSIGN_OR_RETURN(std::optional<int64_t> window,
-                     json::GetOptionalInt(config, "sliding_window"));
-    spec->sliding_window = window.value_or(0);
+    ASSIGN_OR_RETURN(const int64_t window, ParseSlidingWindow(config));
+    RETURN_IF_ERROR(SetLayerWindows(config, window, 0, spec));
     AllLayersMoe(spec);
     return absl::OkStatus();
   }

@@ -99,10 +99,14 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;       // q/k/v projections carry biases
-  bool o_proj_bias = false;    // the output projection carries a bias
-  double clip_qkv = 0.0;       // > 0: clamp q, k, v to [-clip, clip] (OLMoE)
-  int64_t sliding_window = 0;  // > 0: attend to the last N positions only
+  bool qkv_bias = false;     // q/k/v projections carry biases
+  bool o_proj_bias = false;  // the output projection carries a bias
+  double clip_qkv = 0.0;     // > 0: clamp q, k, v to [-clip, clip] (OLMoE)
+  // Per layer: the attention window W, or 0 for full attention. Under a
+  // window the query at position p attends positions [p + 1 - W, p] clipped
+  // at 0 (W positions, its own included), so the KV cache can drop a
+  // layer's keys once every later query is past them.
+  std::vector<int64_t> layer_sliding_window;
   QkNorm qk_norm = QkNorm::kNone;
   // Rotary pairs: dimensions (2i, 2i+1) (DeepSeek) instead of (i, i + d/2).
   bool rope_interleaved = false;
@@ -128,6 +132,9 @@ struct ModelSpec {
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
 
+  int64_t SlidingWindow(int64_t layer) const {
+    return layer_sliding_window[layer];
+  }
   int64_t q_width() const { return num_heads * head_dim; }
   int64_t kv_width() const { return num_kv_heads * head_dim; }
   // Floats per position and layer the KV cache holds for keys and for

@@ -24,6 +24,8 @@ class OlmoeArchitecture : public Architecture {
                      json::GetOptionalDouble(config, "clip_qkv"));
     spec->clip_qkv = clip.value_or(0.0);
     spec->qk_norm = QkNorm::kWholeProjection;
+    // transformers' OLMoE attends fully; a layer_types list may only agree.
+    RETURN_IF_ERROR(SetLayerWindows(config, /*window=*/0, 0, spec));
     AllLayersMoe(spec);
     return absl::OkStatus();
   }

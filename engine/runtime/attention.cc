@@ -103,7 +103,7 @@ class GqaAttention : public Attention {
     job.kv_heads = kv_heads;
     job.head_dim = head_dim;
     job.scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-    job.window = spec_.sliding_window;
+    job.window = spec_.SlidingWindow(layer);
     job.sequences = cached.blocks;
     job.sequence_of = cached.index_of;
     job.position_of = step.position_of;
@@ -173,7 +173,7 @@ class MlaAttention : public Attention {
     job.kv_heads = 1;
     job.head_dim = row;
     job.scale = scale_;
-    job.window = spec_.sliding_window;
+    job.window = spec_.SlidingWindow(layer);
     job.sequences = cached.blocks;
     job.sequence_of = cached.index_of;
     job.position_of = step.position_of;

@@ -58,9 +58,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
       options.kv_cache_tokens > 0
           ? options.kv_cache_tokens
           : std::max<int64_t>(4096, engine->spec_.max_position_embeddings);
+  // A block holds `block` positions of one layer: room for `tokens`
+  // positions of every layer, one full-attention sequence of that length.
   engine->kv_cache_ = std::make_unique<KvCache>(
-      engine->spec_.num_layers, engine->spec_.cache_key_width(),
-      engine->spec_.cache_value_width(), block, (tokens + block - 1) / block);
+      KvCacheLayers(engine->spec_), block,
+      engine->spec_.num_layers * ((tokens + block - 1) / block));
   return engine;
 }
 

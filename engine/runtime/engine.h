@@ -27,8 +27,10 @@ namespace ringmoe::runtime {
 
 struct EngineOptions {
   std::string model_dir;
-  // KV-cache capacity in tokens over all sequences; 0 picks the model's
-  // max_position_embeddings (one full-length sequence), at least 4096.
+  // KV-cache capacity in tokens over all sequences, counted as positions of
+  // every layer (sliding-window layers give blocks back, so sequences of
+  // such models fit more); 0 picks the model's max_position_embeddings (one
+  // full-length sequence), at least 4096.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_size = 16;
   // Threads for the forward pass, the caller's included; 0 = all cores.

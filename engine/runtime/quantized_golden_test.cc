@@ -68,8 +68,7 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
     auto greedy = checkpoint::CopyAsInt64(*(*golden)->Find(prefix + "greedy"));
     EXPECT_TRUE(ids64.ok() && want.ok() && greedy.ok());
     const std::vector<int32_t> ids(ids64->begin(), ids64->end());
-    KvCache cache(spec->num_layers, spec->cache_key_width(),
-                  spec->cache_value_width(), 8, 128);
+    KvCache cache(KvCacheLayers(*spec), 8, spec->num_layers * 128);
     std::vector<float> logits;
     EXPECT_TRUE(runner.Forward({{0, ids, true}}, &cache, &logits).ok());
     for (size_t t = 0; t < ids.size(); ++t) {

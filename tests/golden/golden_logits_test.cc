@@ -1,10 +1,12 @@
 // The forward pass against the independent float64 reference logits and
 // greedy continuations of tests/testdata/moe-tiny (see its README).
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -66,10 +68,8 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
   }
 
   runtime::KvCache NewCache() const {
-    return runtime::KvCache(spec_.num_layers, spec_.cache_key_width(),
-                            spec_.cache_value_width(),
-                            /*block_size=*/8,
-                            /*num_blocks=*/128);
+    return runtime::KvCache(runtime::KvCacheLayers(spec_), /*block_size=*/8,
+                            /*num_blocks=*/spec_.num_layers * 128);
   }
 
   // Relative error and max abs difference of one position's logits.
@@ -191,6 +191,50 @@ TEST_P(GoldenModelTest, AllCasesBatchedInOneStep) {
   }
   for (int i = 0; i < kNumCases; ++i) {
     EXPECT_EQ(generated[i], cases_[i].greedy) << "batched case " << i;
+  }
+}
+
+// Sliding windows on alternate layers: the prompt prefilled at once, on a
+// cache that keeps every position, gives the same logits as the prompt fed
+// in chunks of 3 and then token by token through a cache just large enough
+// (MaxBlocksHeld), where the windowed layers give their blocks back and
+// later positions reuse them.
+TEST_P(GoldenModelTest, SlidingWindowLogitsDoNotDependOnReturnedBlocks) {
+  constexpr int64_t kWindow = 5, kBlock = 4, kChunk = 3;
+  model::ModelSpec spec = spec_;
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    spec.layer_sliding_window[l] = l % 2 == 0 ? kWindow : 0;
+  }
+  runtime::ModelRunner runner(spec, weights_, &backend_);
+  const std::vector<runtime::KvCache::Layer> layers =
+      runtime::KvCacheLayers(spec);
+  for (int i = 0; i < kNumCases; ++i) {
+    const std::vector<int32_t>& ids = cases_[i].input_ids;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    runtime::KvCache roomy(layers, kBlock, spec.num_layers * 64);
+    std::vector<float> want;
+    ASSERT_TRUE(runner.Forward({{0, ids, true}}, &roomy, &want).ok());
+    runtime::KvCache tight(
+        layers, kBlock,
+        runtime::KvCache(layers, kBlock, 0).MaxBlocksHeld(n, kChunk));
+    std::vector<float> got;
+    for (int64_t t = 0; t < n;) {
+      const int64_t count = t < n / 2 ? std::min(kChunk, n / 2 - t) : 1;
+      const absl::Span<const int32_t> chunk =
+          absl::MakeConstSpan(ids).subspan(t, count);
+      ASSERT_TRUE(runner.Forward({{0, chunk, true}}, &tight, &got).ok())
+          << "case " << i << " position " << t;
+      for (int64_t j = 0; j < count; ++j) {
+        ExpectClose(&got[j * spec.vocab_size], &want[(t + j) * spec.vocab_size],
+                    "windowed case " + std::to_string(i) + " position " +
+                        std::to_string(t + j));
+      }
+      t += count;
+    }
+    if (n > 2 * kWindow + kBlock) {
+      EXPECT_LT(tight.BlocksHeld(0), spec.num_layers * ((n + 3) / kBlock))
+          << "case " << i << ": no block was given back";
+    }
   }
 }
 
