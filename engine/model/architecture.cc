@@ -1,5 +1,6 @@
 #include "engine/model/architecture.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/json.h"
@@ -39,6 +40,15 @@ GqaTensorNames Architecture::GqaTensors(int layer) const {
 
 std::string Architecture::RouterTensor(int layer) const {
   return LayerTensor(layer, "mlp.gate.weight");
+}
+
+std::string Architecture::RouterBiasTensor(int layer) const {
+  std::string name = RouterTensor(layer);
+  constexpr absl::string_view kWeight = "weight";
+  if (absl::EndsWith(name, kWeight)) {
+    name.replace(name.size() - kWeight.size(), kWeight.size(), "bias");
+  }
+  return name;
 }
 
 MlpTensorNames Architecture::ExpertTensors(int layer, int expert) const {

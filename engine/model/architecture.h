@@ -78,6 +78,9 @@ class Architecture {
   virtual LayerNormTensorNames LayerNormTensors(int layer) const;
   virtual GqaTensorNames GqaTensors(int layer) const;
   virtual std::string RouterTensor(int layer) const;
+  // The router's bias (spec.routing.router_bias); by default the router's
+  // name with `bias` for its trailing `weight`.
+  virtual std::string RouterBiasTensor(int layer) const;
   virtual MlpTensorNames ExpertTensors(int layer, int expert) const;
   // Empty names: the architecture has no shared expert.
   virtual MlpTensorNames SharedExpertTensors(int layer) const;

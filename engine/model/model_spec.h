@@ -48,8 +48,18 @@ enum class GroupScoring {
   kMax,        // its best score (DeepSeek-V2 group_limited_greedy)
   kTopTwoSum,  // the sum of its two best scores (DeepSeek-V3 noaux_tc)
 };
+// When the k experts are chosen.
+enum class RouterOrder {
+  kScoreThenTopK,    // scores of all experts, then the top k of them
+  kTopKThenSoftmax,  // the top k logits, then a softmax over those k only
+                     // (gpt-oss; scoring is ignored)
+};
 struct RoutingSpec {
   RouterScoring scoring = RouterScoring::kSoftmax;
+  RouterOrder order = RouterOrder::kScoreThenTopK;
+  // The router is a linear layer with a bias (LayerWeights::router_bias),
+  // added to every token's logits.
+  bool router_bias = false;
   // Experts come in num_groups contiguous groups; only the topk_groups best
   // groups are eligible. 1 / 1: plain top-k.
   int64_t num_groups = 1;

@@ -205,6 +205,10 @@ absl::StatusOr<LayerWeights> BindFeedForward(const ModelSpec& spec,
   }
   ASSIGN_OR_RETURN(layer.router,
                    bind.Matrix(arch.RouterTensor(l), spec.num_experts, h));
+  if (spec.routing.router_bias) {
+    ASSIGN_OR_RETURN(layer.router_bias,
+                     bind.Vector(arch.RouterBiasTensor(l), spec.num_experts));
+  }
   if (spec.routing.selection_bias) {
     ASSIGN_OR_RETURN(
         layer.expert_score_bias,

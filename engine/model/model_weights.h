@@ -46,7 +46,8 @@ struct LayerWeights {
   Vector q_norm, k_norm;
 
   bool is_moe = true;
-  Weight router;  // [num_experts, hidden]
+  Weight router;       // [num_experts, hidden]
+  Vector router_bias;  // [num_experts]; empty when the router has none
   // [num_experts], added to the scores for selection only; empty if none.
   Vector expert_score_bias;
   std::vector<MlpWeights> experts;

@@ -8,12 +8,19 @@
 
 namespace ringmoe::moe {
 
-Routing RouteLayer(const model::ModelSpec& spec,
-                   const model::LayerWeights& layer, const float* router_logits,
-                   int64_t n) {
+Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
+                    const model::ModelSpec& spec,
+                    const model::LayerWeights& layer) {
+  const int64_t n = x.rows;
+  const backend::Backend::Buffer logits =
+      backend.NewTensor(n, spec.num_experts);
+  backend.MatMul({{x, &layer.router, logits}});
+  if (!layer.router_bias.empty()) backend.AddBias(logits, layer.router_bias);
+  std::vector<float> host(n * spec.num_experts);
+  backend.CopyToHost(logits, host.data());
   const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
   return router.Route(
-      router_logits, n,
+      host.data(), n,
       layer.expert_score_bias.empty() ? nullptr : layer.expert_score_bias.data);
 }
 
@@ -29,12 +36,7 @@ absl::Status RunFeedForward(const backend::Tensor& x,
     backend.RunMlps({&dense, 1});
     return absl::OkStatus();
   }
-  const backend::Backend::Buffer logits =
-      backend.NewTensor(n, spec.num_experts);
-  backend.MatMul({{x, &layer.router, logits}});
-  std::vector<float> router_logits(n * spec.num_experts);
-  backend.CopyToHost(logits, router_logits.data());
-  const Routing routing = RouteLayer(spec, layer, router_logits.data(), n);
+  const Routing routing = RouteTokens(backend, x, spec, layer);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
   if (context.usage != nullptr) {

@@ -19,11 +19,13 @@
 
 namespace ringmoe::moe {
 
-// The experts and weights `layer`'s router picks for n tokens from their
-// router logits ([n, num_experts], host memory).
-Routing RouteLayer(const model::ModelSpec& spec,
-                   const model::LayerWeights& layer, const float* router_logits,
-                   int64_t n);
+// The experts and weights `layer`'s router picks for the n tokens of x
+// ([n, hidden], normalised hidden states): the router product (plus the
+// router's bias) on the backend, then Router on the host. The MoE block
+// and the memory ring's next-layer prediction both route with it.
+Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
+                    const model::ModelSpec& spec,
+                    const model::LayerWeights& layer);
 
 // What the feed-forward block runs with.
 struct FeedForwardContext {

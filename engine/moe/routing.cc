@@ -25,10 +25,13 @@ Routing Router::Route(const float* router_logits, int64_t num_tokens,
   std::vector<float> eligible_scores;
   std::vector<int32_t> eligible, kept_groups(spec_.topk_groups), best(2),
       chosen(k);
+  const bool top_k_first = spec_.order == model::RouterOrder::kTopKThenSoftmax;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* logits = router_logits + t * experts;
     std::copy_n(logits, experts, scores.begin());
-    if (spec_.scoring == model::RouterScoring::kSoftmax) {
+    if (top_k_first) {
+      // Chosen by logit; only the chosen ones' softmax is needed.
+    } else if (spec_.scoring == model::RouterScoring::kSoftmax) {
       kernels::Softmax(scores.data(), experts);
     } else {
       for (float& s : scores) s = 1.f / (1.f + std::exp(-s));
@@ -74,8 +77,9 @@ Routing Router::Route(const float* router_logits, int64_t num_tokens,
     for (int64_t j = 0; j < k; ++j) {
       out_experts[j] = eligible[chosen[j]];
       weights[j] = scores[out_experts[j]];
-      sum += weights[j];
     }
+    if (top_k_first) kernels::Softmax(weights, k);
+    for (int64_t j = 0; j < k; ++j) sum += weights[j];
     const auto scaling = static_cast<float>(spec_.scaling_factor);
     for (int64_t j = 0; j < k; ++j) {
       if (spec_.renormalize) weights[j] /= sum + 1e-20f;

@@ -25,8 +25,10 @@ class Router {
   // groups divide the experts, the kept groups hold top_k experts).
   Router(int64_t num_experts, int64_t top_k, const model::RoutingSpec& spec);
 
-  // Per token of router_logits ([num_tokens, num_experts]):
-  // 1. scores: softmax over all experts, or the sigmoid of each logit;
+  // Per token of router_logits ([num_tokens, num_experts], the router
+  // bias already added):
+  // 1. scores: softmax over all experts, or the sigmoid of each logit; the
+  //    logits themselves when the order is kTopKThenSoftmax;
   // 2. selection scores: scores + selection_bias[e] (when the spec has a
   //    selection bias; null otherwise), used for choosing only;
   // 3. with groups, each of the num_groups contiguous groups is scored by
@@ -34,8 +36,9 @@ class Router {
   //    only the topk_groups best groups stay eligible;
   // 4. the top_k eligible experts by selection score, best first (ties to
   //    the lower index; a group's ties too);
-  // 5. weights: their scores, divided by their sum (+1e-20) when
-  //    renormalising, times scaling_factor.
+  // 5. weights: their scores (kTopKThenSoftmax: the softmax of the k
+  //    chosen logits), divided by their sum (+1e-20) when renormalising,
+  //    times scaling_factor.
   Routing Route(const float* router_logits, int64_t num_tokens,
                 const float* selection_bias) const;
 

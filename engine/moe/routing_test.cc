@@ -16,6 +16,7 @@ namespace ringmoe::moe {
 namespace {
 
 using model::GroupScoring;
+using model::RouterOrder;
 using model::RouterScoring;
 using model::RoutingSpec;
 
@@ -42,8 +43,10 @@ Expected Reference(const float* logits, int experts, int k,
   double z = 0;
   for (int e = 0; e < experts; ++e)
     z += std::exp(double(logits[e]) - max_logit);
+  const bool top_k_first = spec.order == RouterOrder::kTopKThenSoftmax;
   for (int e = 0; e < experts; ++e) {
-    scores[e] = spec.scoring == RouterScoring::kSoftmax
+    scores[e] = top_k_first ? double(logits[e])
+                : spec.scoring == RouterScoring::kSoftmax
                     ? std::exp(double(logits[e]) - max_logit) / z
                     : 1.0 / (1.0 + std::exp(-double(logits[e])));
     select[e] = scores[e] + (bias ? bias[e] : 0.0);
@@ -71,6 +74,15 @@ Expected Reference(const float* logits, int experts, int k,
   Expected out;
   out.experts = Ranked(select, candidates);
   out.experts.resize(k);
+  if (top_k_first) {
+    // A softmax over the chosen logits alone.
+    double top = -std::numeric_limits<double>::infinity(), chosen_z = 0;
+    for (int e : out.experts) top = std::max(top, scores[e]);
+    for (int e : out.experts) chosen_z += std::exp(scores[e] - top);
+    std::vector<double> chosen(experts);
+    for (int e : out.experts) chosen[e] = std::exp(scores[e] - top) / chosen_z;
+    scores = chosen;
+  }
   double sum = 0;
   for (int e : out.experts) sum += scores[e];
   for (int e : out.experts) {
@@ -114,6 +126,27 @@ std::vector<Case> Cases() {
                                     : "_grouptop2"),
                16, 4, s});
         }
+      }
+    }
+  }
+  // gpt-oss: the top k logits, then a softmax over them; with and without
+  // the extras the spec allows beside it.
+  for (bool renorm : {false, true}) {
+    for (bool bias : {false, true}) {
+      for (int grouping = 0; grouping < 2; ++grouping) {
+        RoutingSpec s;
+        s.order = RouterOrder::kTopKThenSoftmax;
+        s.renormalize = renorm;
+        s.selection_bias = bias;
+        s.scaling_factor = renorm ? 1.5 : 1.0;
+        if (grouping > 0) {
+          s.num_groups = 4;
+          s.topk_groups = 2;
+        }
+        cases.push_back({std::string("topk_softmax") +
+                             (renorm ? "_renorm" : "") + (bias ? "_bias" : "") +
+                             (grouping > 0 ? "_groupmax" : ""),
+                         16, 4, s});
       }
     }
   }

@@ -145,7 +145,6 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
   const Backend::Buffer normed = backend.NewTensor(n, hidden);
   const Backend::Buffer delta = backend.NewTensor(n, hidden);
   experts_->BeginStep(n);
-  std::vector<float> predicted_logits;
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     const model::LayerWeights& layer = weights_.layers[l];
     backend.RmsNorm(x, layer.input_norm, eps, normed);
@@ -156,14 +155,9 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
     // experts it will need, so they load while this layer computes.
     if (experts_->WantsPredictions() && l + 1 < spec_.num_layers &&
         spec_.layer_is_moe[l + 1]) {
-      const model::LayerWeights& next = weights_.layers[l + 1];
-      const Backend::Buffer logits = backend.NewTensor(n, spec_.num_experts);
-      backend.MatMul({{normed, &next.router, logits}});
-      predicted_logits.resize(n * spec_.num_experts);
-      backend.CopyToHost(logits, predicted_logits.data());
       experts_->Predict(
           static_cast<int>(l + 1),
-          moe::RouteLayer(spec_, next, predicted_logits.data(), n));
+          moe::RouteTokens(backend, normed, spec_, weights_.layers[l + 1]));
     }
     absl::Status status =
         moe::RunFeedForward(normed, spec_, layer, static_cast<int>(l),
