@@ -102,7 +102,12 @@ struct AttentionJob {
   absl::Span<const KvBlocks> sequences;
   absl::Span<const int32_t> sequence_of;  // [n]: index into sequences
   absl::Span<const int64_t> position_of;  // [n]
-  Tensor out;                             // [n, heads * head_dim]
+  // Empty, or one learned logit per query head (gpt-oss's sinks) that
+  // joins every softmax denominator (in scaled-score units) and attends to
+  // nothing: head h's output is scaled by Z / (Z + exp(sinks[h])), Z its
+  // softmax denominator.
+  Vector sinks;
+  Tensor out;  // [n, heads * head_dim]
 };
 
 class Backend {

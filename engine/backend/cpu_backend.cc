@@ -209,8 +209,11 @@ void CpuBackend::Attend(const AttentionJob& job) {
   // items are runs of up to kQueryBlock consecutive tokens of one sequence,
   // attended together so that each key is read once per run. With fewer
   // (decode), a token's positions are split across threads and the slices
-  // merged by their log-sum-exps.
+  // merged by their log-sum-exps. Sinks need every token's log-sum-exp, so
+  // with them every token is attended in slices (one or more).
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
+  const bool sinks = !job.sinks.empty();
+  const bool runs = n >= threads && !sinks;
   struct Item {
     // Tokens [token, token + count) over positions [first, end) (a run:
     // part < 0 and first, end unused) or a slice of one token's positions.
@@ -225,7 +228,7 @@ void CpuBackend::Attend(const AttentionJob& job) {
         job.window > 0 ? std::max<int64_t>(0, end - job.window) : 0;
     if (work_ != nullptr) work_->flops += 4.0 * qw * (end - first);
     first_item[i] = static_cast<int64_t>(items.size());
-    if (n >= threads) {
+    if (runs) {
       Item* run = items.empty() ? nullptr : &items.back();
       if (run != nullptr && run->count < kQueryBlock &&
           seq_of[run->token] == seq_of[i] &&
@@ -237,11 +240,13 @@ void CpuBackend::Attend(const AttentionJob& job) {
       continue;
     }
     const int64_t slices =
-        std::clamp<int64_t>((end - first) / kMinPositionsPerSlice, 1, threads);
+        n >= threads ? 1
+                     : std::clamp<int64_t>(
+                           (end - first) / kMinPositionsPerSlice, 1, threads);
     for (int64_t s = 0; s < slices; ++s) {
       items.push_back({i, 1, first + (end - first) * s / slices,
                        first + (end - first) * (s + 1) / slices,
-                       slices == 1 ? -1 : parts++});
+                       slices == 1 && !sinks ? -1 : parts++});
     }
   }
   first_item[n] = static_cast<int64_t>(items.size());
@@ -254,7 +259,7 @@ void CpuBackend::Attend(const AttentionJob& job) {
     const float* qi = job.q.row(it.token);
     const kernels::KvBlocks blocks =
         AsKernelBlocks(job.sequences[seq_of[it.token]]);
-    if (n >= threads) {
+    if (runs) {
       kernels::AttendQueryBlock(qi, it.count, heads, job.kv_heads, head_dim,
                                 blocks, position_of[it.token], job.window,
                                 job.scale, job.out.row(it.token));
@@ -269,13 +274,31 @@ void CpuBackend::Attend(const AttentionJob& job) {
                                      part_lse.data() + it.part * heads);
     }
   });
-  // Merges the slices of split tokens (decode only).
-  for (int64_t i = 0; i < n && n < threads; ++i) {
+  // Merges the slices of split tokens, and with sinks scales each head by
+  // its share of the denominator that includes the sink.
+  for (int64_t i = 0; i < n && !runs; ++i) {
     const Item& it = items[first_item[i]];
     if (it.part < 0) continue;
-    kernels::MergeAttention(first_item[i + 1] - first_item[i], heads, head_dim,
-                            part_out.data() + it.part * qw,
-                            part_lse.data() + it.part * heads, job.out.row(i));
+    const int64_t count = first_item[i + 1] - first_item[i];
+    const float* lse = part_lse.data() + it.part * heads;
+    float* out = job.out.row(i);
+    kernels::MergeAttention(count, heads, head_dim,
+                            part_out.data() + it.part * qw, lse, out);
+    if (!sinks) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      // log Z over the slices, then Z / (Z + e^sink) = 1 / (1 + e^(sink -
+      // log Z)).
+      float top = -INFINITY;
+      for (int64_t p = 0; p < count; ++p)
+        top = std::max(top, lse[p * heads + h]);
+      float sum = 0.f;
+      for (int64_t p = 0; p < count; ++p) {
+        sum += std::exp(lse[p * heads + h] - top);
+      }
+      const float share =
+          1.f / (1.f + std::exp(job.sinks.data[h] - (top + std::log(sum))));
+      for (int64_t d = 0; d < head_dim; ++d) out[h * head_dim + d] *= share;
+    }
   }
 }
 

@@ -106,6 +106,7 @@ struct AttentionCase {
   int64_t heads, kv_heads, head_dim, block_size, window;
   std::vector<int64_t> lengths;  // per sequence, after the step
   std::vector<int64_t> new_tokens;
+  bool sinks = false;
 };
 
 void CheckAttention(const AttentionCase& c, ThreadPool* pool,
@@ -140,6 +141,7 @@ void CheckAttention(const AttentionCase& c, ThreadPool* pool,
   }
   const int64_t n = static_cast<int64_t>(position_of.size());
   std::vector<float> q = Random(n * qw, rng), out(n * qw);
+  const std::vector<float> sinks = Random(c.heads, rng, 2.f);
   AttentionJob job;
   job.q = Of(q, n, qw);
   job.heads = c.heads;
@@ -150,6 +152,7 @@ void CheckAttention(const AttentionCase& c, ThreadPool* pool,
   job.sequences = sequences;
   job.sequence_of = sequence_of;
   job.position_of = position_of;
+  if (c.sinks) job.sinks = {sinks.data(), c.heads};
   job.out = Of(out, n, qw);
   backend.Attend(job);
 
@@ -172,7 +175,7 @@ void CheckAttention(const AttentionCase& c, ThreadPool* pool,
         score.push_back(dot / std::sqrt(double(c.head_dim)));
         best = std::max(best, score.back());
       }
-      double sum = 0;
+      double sum = c.sinks ? std::exp(sinks[h] - best) : 0.0;
       for (double& e : score) sum += (e = std::exp(e - best));
       for (int64_t p = first; p < end; ++p) {
         for (int64_t d = 0; d < c.head_dim; ++d) {
@@ -185,7 +188,8 @@ void CheckAttention(const AttentionCase& c, ThreadPool* pool,
   }
   ExpectNear(out, want, 2e-5,
              "heads " + std::to_string(c.heads) + " window " +
-                 std::to_string(c.window) + " tokens " + std::to_string(n));
+                 std::to_string(c.window) + " tokens " + std::to_string(n) +
+                 (c.sinks ? " sinks" : ""));
 }
 
 TEST(CpuBackendTest, AttendMatchesADoubleReference) {
@@ -201,9 +205,12 @@ TEST(CpuBackendTest, AttendMatchesADoubleReference) {
       {4, 1, 16, 16, 150, {300, 200}, {1, 1}},
       {2, 2, 5, 3, 0, {1}, {1}},
   };
-  for (const AttentionCase& c : cases) {
-    CheckAttention(c, &pool, &rng);
-    CheckAttention(c, nullptr, &rng);
+  for (AttentionCase c : cases) {
+    for (bool sinks : {false, true}) {
+      c.sinks = sinks;
+      CheckAttention(c, &pool, &rng);
+      CheckAttention(c, nullptr, &rng);
+    }
   }
 }
 

@@ -35,7 +35,7 @@ GqaTensorNames Architecture::GqaTensors(int layer) const {
   return {attn("q_proj.weight"), attn("k_proj.weight"), attn("v_proj.weight"),
           attn("o_proj.weight"), attn("q_proj.bias"),   attn("k_proj.bias"),
           attn("v_proj.bias"),   attn("o_proj.bias"),   attn("q_norm.weight"),
-          attn("k_norm.weight")};
+          attn("k_norm.weight"), attn("sinks")};
 }
 
 std::string Architecture::RouterTensor(int layer) const {

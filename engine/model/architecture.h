@@ -29,6 +29,7 @@ struct GqaTensorNames {
   std::string q_proj, k_proj, v_proj, o_proj;
   std::string q_bias, k_bias, v_bias, o_bias;
   std::string q_norm, k_norm;
+  std::string sinks;
 };
 
 // The tensors outside the layers.

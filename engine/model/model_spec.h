@@ -118,6 +118,9 @@ struct ModelSpec {
   // layer's keys once every later query is past them.
   std::vector<int64_t> layer_sliding_window;
   QkNorm qk_norm = QkNorm::kNone;
+  // Each query head has a learned sink logit in its softmax denominator
+  // (gpt-oss; LayerWeights::sinks).
+  bool attention_sinks = false;
   // Rotary pairs: dimensions (2i, 2i+1) (DeepSeek) instead of (i, i + d/2).
   bool rope_interleaved = false;
   // Set (kv_lora_rank > 0) for multi-head latent attention, which replaces

@@ -181,6 +181,9 @@ absl::Status BindGqa(const ModelSpec& spec, const Architecture& arch, int l,
   if (spec.o_proj_bias) {
     ASSIGN_OR_RETURN(layer.o_bias, bind.Vector(names.o_bias, h));
   }
+  if (spec.attention_sinks) {
+    ASSIGN_OR_RETURN(layer.sinks, bind.Vector(names.sinks, spec.num_heads));
+  }
   if (spec.qk_norm != QkNorm::kNone) {
     const bool per_head = spec.qk_norm == QkNorm::kPerHead;
     ASSIGN_OR_RETURN(

@@ -44,6 +44,7 @@ struct LayerWeights {
   // Empty when the architecture has none.
   Vector q_bias, k_bias, v_bias, o_bias;
   Vector q_norm, k_norm;
+  Vector sinks;  // [num_heads] when spec.attention_sinks
 
   bool is_moe = true;
   Weight router;       // [num_experts, hidden]

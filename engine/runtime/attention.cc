@@ -107,6 +107,7 @@ class GqaAttention : public Attention {
     job.sequences = cached.blocks;
     job.sequence_of = cached.index_of;
     job.position_of = step.position_of;
+    job.sinks = w_.sinks;
     job.out = attended;
     backend.Attend(job);
 

@@ -1,8 +1,8 @@
 // The attention half of a decoder layer, built from the spec's options:
 // grouped-query attention (q/k/v biases, q/k norms per head or whole, clip,
-// sliding window) or multi-head latent attention (DeepSeek-V2/V3). Each
-// writes the step's keys and values into the KV cache, then attends over
-// it, on the backend.
+// per-layer sliding window, sinks) or multi-head latent attention
+// (DeepSeek-V2/V3). Each writes the step's keys and values into the KV cache,
+// then attends over it, on the backend.
 #ifndef RINGMOE_ENGINE_RUNTIME_ATTENTION_H_
 #define RINGMOE_ENGINE_RUNTIME_ATTENTION_H_
 
