@@ -82,56 +82,86 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
     y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
-// fp8 against one activation row scaled by avx2::ScaleFp8Activations, so
-// a weight widens with no multiply: 32 bytes are one zero-extension to 16
-// bits, a shift that puts each byte in the high half, an arithmetic shift
-// by one and a mask (the f16 bits of the weight times 2^-8, as
-// Fp8TimesTwoToMinus8 on the AVX2 path), then two f16 conversions and two
-// FMAs into a row's two accumulators.
+// fp8 products read 64 weights per load and unpack them in place: within
+// each 128-bit lane, unpacking against zero puts bytes 0-7 (unpacklo) and
+// 8-15 (unpackhi) in the high halves of 16-bit lanes, so the 16-bit lanes
+// hold weights out of column order. The activations of each whole 64
+// columns are laid out in that order once per row block (the tail of a row
+// stays in column order): the four vectors of 16 a chunk widens to are
+// columns {0-7, 16-23}, {32-39, 48-55}, {8-15, 24-31} and {40-47, 56-63}.
+constexpr int kFp8Chunk = 64;
+void OrderFp8Activations(const float* x, int64_t cols, float* ordered) {
+  static constexpr int kFirst[4][2] = {{0, 16}, {32, 48}, {8, 24}, {40, 56}};
+  const int64_t whole = cols / kFp8Chunk * kFp8Chunk;
+  for (int64_t k = 0; k < whole; k += kFp8Chunk) {
+    for (int v = 0; v < 4; ++v) {
+      for (int half = 0; half < 2; ++half) {
+        std::memcpy(ordered + k + 16 * v + 8 * half, x + k + kFirst[v][half],
+                    8 * sizeof(float));
+      }
+    }
+  }
+  std::memcpy(ordered + whole, x + whole, (cols - whole) * sizeof(float));
+}
+
+// fp8 against one activation row scaled by avx2::ScaleFp8Activations (so a
+// weight widens with no multiply) and ordered by OrderFp8Activations: a
+// weight byte unpacked into the high half of a 16-bit lane, an arithmetic
+// shift by one and a mask are the f16 bits of the weight times 2^-8 (as
+// Fp8TimesTwoToMinus8 on the AVX2 path); 16 at a time convert to float
+// and meet their activations in an FMA. Four accumulators per row keep
+// the FMA latency off the critical path.
 template <int R>
 void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
              float* y) {
   const uint8_t* row = w + r0 * cols;
+  const __m512i zero = _mm512_setzero_si512();
   const __m512i clear_copied_sign = _mm512_set1_epi16(~(1 << 14));
-  const auto widen = [&](__m256i bytes) {
-    const __m512i high = _mm512_slli_epi16(_mm512_cvtepu8_epi16(bytes), 8);
+  const auto f16 = [&](__m512i high) {
     return _mm512_and_si512(_mm512_srai_epi16(high, 1), clear_copied_sign);
   };
-  const auto chunk = [&](__m512i f16, __m512 x_lo, __m512 x_hi, __m512* acc) {
-    acc[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(f16)), x_lo,
-                             acc[0]);
-    acc[1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1)),
-                             x_hi, acc[1]);
-  };
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  __m512 acc[R][4];
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
   int64_t k = 0;
-  for (; k + 64 <= cols; k += 64) {
+  for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
     PrefetchRows<R>(row + k, cols, 0);
-    for (int half = 0; half < 64; half += 32) {
-      const __m512 x_lo = _mm512_loadu_ps(x + k + half);
-      const __m512 x_hi = _mm512_loadu_ps(x + k + half + 16);
-      for (int i = 0; i < R; ++i) {
-        chunk(widen(_mm256_loadu_si256(
-                  reinterpret_cast<const __m256i*>(row + i * cols + k + half))),
-              x_lo, x_hi, acc[i]);
-      }
-    }
-  }
-  for (; k < cols; k += 32) {
-    const int64_t left = Min<int64_t>(32, cols - k);
-    const __mmask32 bytes = static_cast<__mmask32>((uint64_t{1} << left) - 1);
-    const __m512 x_lo =
-        _mm512_maskz_loadu_ps(static_cast<__mmask16>(bytes & 0xffff), x + k);
-    const __m512 x_hi =
-        _mm512_maskz_loadu_ps(static_cast<__mmask16>(bytes >> 16), x + k + 16);
+    __m512 xv[4];
+    for (int j = 0; j < 4; ++j) xv[j] = _mm512_loadu_ps(x + k + 16 * j);
     for (int i = 0; i < R; ++i) {
-      chunk(widen(_mm256_maskz_loadu_epi8(bytes, row + i * cols + k)), x_lo,
-            x_hi, acc[i]);
+      const __m512i bytes = _mm512_loadu_si512(row + i * cols + k);
+      const __m512i lo = f16(_mm512_unpacklo_epi8(zero, bytes));
+      const __m512i hi = f16(_mm512_unpackhi_epi8(zero, bytes));
+      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(lo)),
+                                  xv[0], acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(
+          _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1)), xv[1], acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(hi)),
+                                  xv[2], acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(
+          _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1)), xv[3], acc[i][3]);
     }
   }
-  for (int i = 0; i < R; ++i)
-    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  // The tail, in column order: 16 at a time, zero-extended.
+  for (; k < cols; k += 16) {
+    const int64_t left = Min<int64_t>(16, cols - k);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << left) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + k);
+    for (int i = 0; i < R; ++i) {
+      const __m256i high = _mm256_slli_epi16(
+          _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(lanes, row + i * cols + k)),
+          8);
+      const __m256i half = _mm256_and_si256(_mm256_srai_epi16(high, 1),
+                                            _mm256_set1_epi16(~(1 << 14)));
+      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(half), xv, acc[i][0]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    y[r0 + i] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]),
+                      _mm512_add_ps(acc[i][2], acc[i][3])));
+  }
 }
 
 // Two consecutive Int8Chunks with each field joined, so that 64 bytes of
@@ -282,14 +312,16 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     }
     case WeightType::kFp8E4M3: {
-      float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, cols);
+      float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);
+      float* ordered = scaled + cols;
       const auto* data = static_cast<const uint8_t*>(w.data);
       for (int64_t begin = row_begin; begin < row_end;) {
         const int64_t block = begin / w.block_rows;
         const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
         avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+        OrderFp8Activations(scaled, cols, ordered);
         ForEachRowTile(cols * 4, begin, end, [&](int64_t r, auto rows) {
-          Fp8Tile<decltype(rows)::value>(data, cols, scaled, r, y);
+          Fp8Tile<decltype(rows)::value>(data, cols, ordered, r, y);
         });
         begin = end;
       }
