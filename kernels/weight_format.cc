@@ -21,6 +21,8 @@ const char* WeightTypeName(WeightType type) {
       return "int4";
     case WeightType::kFp8E4M3:
       return "fp8_e4m3";
+    case WeightType::kMxfp4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -38,6 +40,8 @@ int64_t RowBytes(WeightType type, int64_t cols, int32_t group_size) {
       return CeilDiv(cols, group_size) * group_size / 2;
     case WeightType::kFp8E4M3:
       return cols;
+    case WeightType::kMxfp4:
+      return CeilDiv(cols, kMxfp4Block) * kMxfp4Block / 2;
   }
   return 0;
 }
@@ -53,6 +57,11 @@ int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
     return rows * CeilDiv(cols, group_size);
   }
   return 0;
+}
+
+int64_t BlockExponentCount(WeightType type, int64_t rows, int64_t cols) {
+  if (type != WeightType::kMxfp4) return 0;
+  return rows * CeilDiv(cols, kMxfp4Block);
 }
 
 int64_t BlockScaleCount(WeightType type, int64_t rows, int64_t cols,

@@ -22,9 +22,25 @@ namespace ringmoe::kernels {
 // j / block_cols] (float32, the checkpoint's `weight_scale_inv`). Block
 // sizes are powers of two, block_cols at least 8; edge blocks may be
 // partial. A product kernel reads it directly; nothing converts it.
-enum class WeightType : uint8_t { kF32, kBF16, kF16, kInt8, kInt4, kFp8E4M3 };
+// kMxfp4: the OCP microscaling format as gpt-oss ships its experts: two
+// e2m1 values per byte (element 2i in the low nibble of byte i; sign, 2
+// exponent bits of bias 1, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) and
+// one e8m0 exponent byte E per 32 consecutive values of a row, w = e2m1 ·
+// 2^(E - 127). Rows are padded to whole blocks of 32.
+enum class WeightType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kInt8,
+  kInt4,
+  kFp8E4M3,
+  kMxfp4
+};
 
-// "f32", "bf16", "f16", "int8", "int4" or "fp8_e4m3".
+// Values per kMxfp4 exponent.
+inline constexpr int64_t kMxfp4Block = 32;
+
+// "f32", "bf16", "f16", "int8", "int4", "fp8_e4m3" or "mxfp4".
 const char* WeightTypeName(WeightType type);
 
 // Bytes of one row's data, padding included.
@@ -35,6 +51,8 @@ int64_t QuantizedDataBytes(WeightType type, int64_t rows, int64_t cols,
                            int32_t group_size);
 int64_t QuantizedScaleCount(WeightType type, int64_t rows, int64_t cols,
                             int32_t group_size);
+// Exponent bytes of a kMxfp4 [rows, cols] matrix (0 for every other type).
+int64_t BlockExponentCount(WeightType type, int64_t rows, int64_t cols);
 // Float32 block scales of a kFp8E4M3 [rows, cols] matrix in blocks of
 // block_rows x block_cols (0 for every other type).
 int64_t BlockScaleCount(WeightType type, int64_t rows, int64_t cols,

@@ -12,13 +12,14 @@
 namespace ringmoe::cli {
 namespace {
 
-// "f32 avx2, bf16 avx2, ..., int4 avx512": the product path per weight type
+// "f32 avx2, bf16 avx2, ..., mxfp4 avx2": the product path per weight type
 // for n activation rows.
 std::string ProductPaths(int64_t n) {
   using kernels::WeightType;
   std::string out;
   for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
-                       WeightType::kInt8, WeightType::kInt4}) {
+                       WeightType::kInt8, WeightType::kInt4,
+                       WeightType::kFp8E4M3, WeightType::kMxfp4}) {
     if (!out.empty()) out += ", ";
     out += std::string(kernels::WeightTypeName(t)) + " " +
            kernels::KernelPathName(kernels::ProductPath(t, n));

@@ -13,6 +13,7 @@ kernels::Matrix AsMatrix(const Weight& w) {
   m.block_scales = w.block_scales;
   m.block_rows = w.block_rows;
   m.block_cols = w.block_cols;
+  m.exponents = w.exponents;
   return m;
 }
 
@@ -27,6 +28,7 @@ Weight AsWeight(const kernels::Matrix& m) {
   w.block_scales = m.block_scales;
   w.block_rows = m.block_rows;
   w.block_cols = m.block_cols;
+  w.exponents = m.exponents;
   w.memory = MemorySpace::kHost;
   return w;
 }

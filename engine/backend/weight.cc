@@ -17,8 +17,13 @@ int64_t BlockScaleBytes(const Weight& w) {
          static_cast<int64_t>(sizeof(float));
 }
 
+int64_t ExponentBytes(const Weight& w) {
+  return kernels::BlockExponentCount(w.type, w.rows, w.cols);
+}
+
 int64_t StoredBytes(const Weight& w) {
-  return DataBytes(w) + GroupScaleBytes(w) + BlockScaleBytes(w);
+  return DataBytes(w) + GroupScaleBytes(w) + BlockScaleBytes(w) +
+         ExponentBytes(w);
 }
 
 }  // namespace ringmoe::backend

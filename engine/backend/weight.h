@@ -21,7 +21,8 @@ enum class MemorySpace : uint8_t {
 // A row-major weight matrix [rows, cols] in PyTorch's [out, in] order. int8
 // and int4 carry f16 group scales beside the data ([rows, ceil(cols /
 // group_size)]); fp8 its float32 block scales ([ceil(rows / block_rows),
-// ceil(cols / block_cols)]) wherever they lie. Every pointer is in `memory`.
+// ceil(cols / block_cols)]) and mxfp4 its exponents ([rows, ceil(cols /
+// 32)]) wherever they lie. Every pointer is in `memory`.
 struct Weight {
   const void* data = nullptr;
   WeightType type = WeightType::kF32;
@@ -32,16 +33,19 @@ struct Weight {
   const float* block_scales = nullptr;  // kFp8E4M3 only
   int32_t block_rows = 0;
   int32_t block_cols = 0;
+  const uint8_t* exponents = nullptr;  // kMxfp4 only: e8m0 per 32 values
   MemorySpace memory = MemorySpace::kHost;
 
   bool empty() const { return data == nullptr; }
 };
 
-// Bytes of the data, of the group scales and of the block scales, and all
-// of them: what moving or reading the whole weight costs.
+// Bytes of the data, of the group scales, of the block scales and of the
+// exponents, and all of them: what moving or reading the whole weight
+// costs.
 int64_t DataBytes(const Weight& w);
 int64_t GroupScaleBytes(const Weight& w);
 int64_t BlockScaleBytes(const Weight& w);
+int64_t ExponentBytes(const Weight& w);
 int64_t StoredBytes(const Weight& w);
 
 // A float32 vector (a norm's weight, a bias) in `memory`; empty when the

@@ -333,9 +333,11 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights) {
   if (!conversion.mlp_type) return absl::OkStatus();
   const backend::WeightType type = *conversion.mlp_type;
-  if (type == backend::WeightType::kFp8E4M3) {
+  if (type == backend::WeightType::kFp8E4M3 ||
+      type == backend::WeightType::kMxfp4) {
     return absl::InvalidArgumentError(
-        "fp8_e4m3 is a checkpoint format, not a conversion target");
+        absl::StrCat(kernels::WeightTypeName(type),
+                     " is a checkpoint format, not a conversion target"));
   }
   if ((type == backend::WeightType::kInt8 ||
        type == backend::WeightType::kInt4) &&
@@ -420,6 +422,7 @@ void PrefaultMatrix(const Weight& m) {
   PrefaultRange(m.data, backend::DataBytes(m));
   PrefaultRange(m.scales, backend::GroupScaleBytes(m));
   PrefaultRange(m.block_scales, backend::BlockScaleBytes(m));
+  PrefaultRange(m.exponents, backend::ExponentBytes(m));
 }
 
 void PrefaultMlp(const MlpWeights& mlp) {

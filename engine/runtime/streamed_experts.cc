@@ -144,6 +144,8 @@ void StreamedExperts::CopyResidentIntoMemory(
         owned_copy(m->scales, backend::GroupScaleBytes(*m)));
     m->block_scales = static_cast<const float*>(
         owned_copy(m->block_scales, backend::BlockScaleBytes(*m)));
+    m->exponents = static_cast<const uint8_t*>(
+        owned_copy(m->exponents, backend::ExponentBytes(*m)));
   };
   auto copy_mlp = [&](model::MlpWeights* mlp) {
     copy(&mlp->gate);

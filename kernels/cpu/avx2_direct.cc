@@ -248,6 +248,8 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
       return MatMulRowsInt4(x, n, w, row_begin, row_end, y);
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y);
+    case WeightType::kMxfp4:
+      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y);
   }
 }
 

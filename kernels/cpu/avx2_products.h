@@ -167,8 +167,8 @@ struct Int8Loader {
   __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
 };
 
-// Calls fn with the loader of w's type: every type but int4, whose nibbles
-// only the integer products read.
+// Calls fn with the loader of w's type: every type but int4 and mxfp4,
+// whose nibbles only the integer products read.
 template <typename Fn>
 void VisitLoader(const Matrix& w, Fn&& fn) {
   const int64_t cols = w.cols;
@@ -188,6 +188,7 @@ void VisitLoader(const Matrix& w, Fn&& fn) {
     case WeightType::kFp8E4M3:
       return fn(MakeFp8Loader(w));
     case WeightType::kInt4:
+    case WeightType::kMxfp4:
       return;
   }
 }
@@ -200,6 +201,10 @@ constexpr int kPrefetchLines = 8;
 // MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
+// MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_quantized.cc).
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y);
+
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);

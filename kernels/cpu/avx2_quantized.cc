@@ -1,6 +1,7 @@
-// AVX2 products of int8 and int4 weights against few activation rows, as
-// integer products on quantized activations (MatMulRowsInt8/Int4,
-// avx2_products.h), and the activation quantizers (isa.h).
+// AVX2 products of int8, int4 and mxfp4 weights against few activation
+// rows, as integer products on quantized activations
+// (MatMulRowsInt8/Int4/Mxfp4, avx2_products.h), and the activation
+// quantizers (isa.h).
 #include <immintrin.h>
 
 #include <cstring>
@@ -13,7 +14,7 @@ namespace ringmoe::kernels::avx2 {
 
 namespace {
 
-// int4 weights against few activation rows: widening nibbles to float
+// int4 and mxfp4 weights against few activation rows: widening nibbles to float
 // costs more vector work per byte than memory delivers, so the activations
 // are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
 // round to nearest even) and 64 weights at a time are multiplied as bytes
@@ -96,54 +97,103 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 
 namespace {
 
-// Σ (nibble - 8) · x per int32 lane of one chunk (see Int8Chunk).
-inline __m256i Int4ChunkDot(__m256i w, const Int8Chunk& x) {
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i lo = _mm256_and_si256(w, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-  // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
-  const __m256i pairs = _mm256_add_epi16(
-      _mm256_maddubs_epi16(
-          lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
-      _mm256_maddubs_epi16(
-          hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
-  return _mm256_sub_epi32(
-      _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
-}
-
-struct Int4Rows {
-  const uint8_t* p;
-  int64_t row_bytes;
-  const uint16_t* scales;  // f16
-  int64_t groups;          // per row
+// The two formats of 4-bit codes, two per byte (element 2i in the low
+// nibble of byte i), that meet int8 activations (Int8Chunk) in the same
+// kernel. Each gives a code's product sums per int32 lane of a chunk (the
+// unsigned codes' sums less the chunk's offset correction) and the weight
+// scales of the lanes.
+//
+// int4: the code is nibble - 8, scaled by an f16 per group of 32 or 64.
+struct Int4Codes {
+  using Scale = uint16_t;
+  static __m256i Dot(__m256i w, const Int8Chunk& x) {
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(w, mask);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+    // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
+    const __m256i pairs = _mm256_add_epi16(
+        _mm256_maddubs_epi16(
+            lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
+        _mm256_maddubs_epi16(
+            hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+    return _mm256_sub_epi32(
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
+  }
+  static float One(const uint16_t* scales, int64_t g) {
+    return _cvtsh_ss(scales[g]);
+  }
+  // Chunk c's scales per lane: group size 64 has one, 32 has two (lanes
+  // 0-3 and 4-7).
+  template <int G>
+  static __m256 Chunk(const uint16_t* row_scales, int64_t c) {
+    if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
+    const __m128 two =
+        _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  }
 };
 
-// Weight scales of chunk c of a row, per lane: group size 64 has one, 32
-// has two (lanes 0-3 and 4-7).
-template <int G>
-inline __m256 Int4ChunkScale(const uint16_t* row_scales, int64_t c) {
-  if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
-  const __m128 two =
-      _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
-  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
-                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
+// mxfp4: the code is twice the e2m1 value (an integer in [-12, 12]), found
+// by a byte shuffle as 12 more than that (unsigned, for vpmaddubsw; the
+// chunk's offset, 8 · Σx per lane, makes the 12 · Σx to take off), scaled
+// by half the e8m0 exponent's 2^(E - 127), one per 32 values.
+struct Mxfp4Codes {
+  using Scale = uint8_t;
+  static __m256i Dot(__m256i w, const Int8Chunk& x) {
+    const __m256i table = _mm256_setr_epi8(
+        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14,
+        15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(w, mask));
+    const __m256i hi = _mm256_shuffle_epi8(
+        table, _mm256_and_si256(_mm256_srli_epi16(w, 4), mask));
+    // Pair sums are at most 2 · 24 · 127 per product, so int16 holds two.
+    const __m256i pairs = _mm256_add_epi16(
+        _mm256_maddubs_epi16(
+            lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
+        _mm256_maddubs_epi16(
+            hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+    const __m256i offset =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset));
+    return _mm256_sub_epi32(
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+        _mm256_add_epi32(offset, _mm256_srai_epi32(offset, 1)));
+  }
+  static float One(const uint8_t* exponents, int64_t g) {
+    return HalfE8m0ToF32(exponents[g]);
+  }
+  template <int G>
+  static __m256 Chunk(const uint8_t* row_exponents, int64_t c) {
+    const __m128 lanes0 = _mm_set1_ps(One(row_exponents, 2 * c));
+    const __m128 lanes1 = _mm_set1_ps(One(row_exponents, 2 * c + 1));
+    return _mm256_set_m128(lanes1, lanes0);
+  }
+};
+
+template <typename Codes>
+struct NibbleRows {
+  const uint8_t* p;
+  int64_t row_bytes;
+  const typename Codes::Scale* scales;
+  int64_t groups;  // scales per row
+};
 
 // y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
 // `ldx` chunks per activation row. One row against one activation row is a
 // piece of a single sequential stream (see StreamRows); other tiles
 // prefetch kAhead lines ahead in each of their rows.
-template <int G, int R, int N, int kAhead = kPrefetchLines>
-void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
-              float* y, int64_t ldy) {
+template <typename Codes, int G, int R, int N, int kAhead = kPrefetchLines>
+void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
+                int64_t ldx, float* y, int64_t ldy) {
   constexpr bool kStream = R == 1 && N == 1;
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const uint8_t* rows[R];
-  const uint16_t* scales[R];
+  const typename Codes::Scale* scales[R];
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i) * w.row_bytes;
     scales[i] = w.scales + (r0 + i) * w.groups;
@@ -161,10 +211,10 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
-      const __m256 ws = Int4ChunkScale<G>(scales[i], c);
+      const __m256 ws = Codes::template Chunk<G>(scales[i], c);
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + c];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Codes::Dot(wv, xc)),
                                     _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
                                     acc[i][j]);
       }
@@ -176,10 +226,10 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_zextsi128_si256(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(rows[i] + 32 * full)));
-      const __m256 ws = _mm256_set1_ps(_cvtsh_ss(scales[i][w.groups - 1]));
+      const __m256 ws = _mm256_set1_ps(Codes::One(scales[i], w.groups - 1));
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + full];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Int4ChunkDot(wv, xc)),
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Codes::Dot(wv, xc)),
                                     _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
                                     acc[i][j]);
       }
@@ -190,19 +240,20 @@ void Int4Tile(const Int4Rows& w, int64_t r0, const Int8Chunk* x, int64_t ldx,
   }
 }
 
-// Rows [rb, re) against n activation rows: one row as Int4Tile's single
+// Rows [rb, re) against n activation rows: one row as NibbleTile's single
 // stream (or tiles of four, see ForEachRowTile); more in tiles of four
 // weight rows, each against the activation rows three at a time, so the
 // weights are read from memory once whatever n is.
-template <int G>
-void Int4RowRange(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
-                  int64_t n, int64_t ldx, float* y, int64_t ldy) {
+template <typename Codes, int G>
+void NibbleRowRange(const NibbleRows<Codes>& w, int64_t rb, int64_t re,
+                    const Int8Chunk* x, int64_t n, int64_t ldx, float* y,
+                    int64_t ldy) {
   if (n == 1) {
     ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
                    [&](int64_t r0, auto rows) {
                      constexpr int R = decltype(rows)::value;
-                     Int4Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, ldx,
-                                                              y + r0, ldy);
+                     NibbleTile<Codes, G, R, 1, kLongRowPrefetchLines>(
+                         w, r0, x, ldx, y + r0, ldy);
                    });
     return;
   }
@@ -213,13 +264,13 @@ void Int4RowRange(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
-          Int4Tile<G, R, 1>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<Codes, G, R, 1>(w, r, xj, ldx, yj, ldy);
           break;
         case 2:
-          Int4Tile<G, R, 2>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<Codes, G, R, 2>(w, r, xj, ldx, yj, ldy);
           break;
         default:
-          Int4Tile<G, R, 3>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<Codes, G, R, 3>(w, r, xj, ldx, yj, ldy);
           break;
       }
     }
@@ -229,14 +280,15 @@ void Int4RowRange(const Int4Rows& w, int64_t rb, int64_t re, const Int8Chunk* x,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Activation rows against int4 weights, through Int8Chunk.
-template <int G>
-void Int4DirectRows(const Int4Rows& w, const float* x, int64_t n, int64_t cols,
-                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+// Activation rows against 4-bit codes, through Int8Chunk.
+template <typename Codes, int G>
+void NibbleDirectRows(const NibbleRows<Codes>& w, const float* x, int64_t n,
+                      int64_t cols, int64_t rb, int64_t re, float* y,
+                      int64_t ldy) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  Int4RowRange<G>(w, rb, re, xq, n, chunks, y, ldy);
+  NibbleRowRange<Codes, G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 
 // int8 weights against few activation rows: widening every weight to float
@@ -422,12 +474,25 @@ void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-  const Int4Rows rows{static_cast<const uint8_t*>(w.data),
-                      groups * w.group_size / 2, w.scales, groups};
+  const NibbleRows<Int4Codes> rows{static_cast<const uint8_t*>(w.data),
+                                   groups * w.group_size / 2, w.scales, groups};
   if (w.group_size == 64) {
-    return Int4DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+    return NibbleDirectRows<Int4Codes, 64>(rows, x, n, cols, row_begin, row_end,
+                                           y, w.rows);
   }
-  return Int4DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+  return NibbleDirectRows<Int4Codes, 32>(rows, x, n, cols, row_begin, row_end,
+                                         y, w.rows);
+}
+
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
+  const NibbleRows<Mxfp4Codes> rows{static_cast<const uint8_t*>(w.data),
+                                    blocks * kMxfp4Block / 2, w.exponents,
+                                    blocks};
+  NibbleDirectRows<Mxfp4Codes, 32>(rows, x, n, cols, row_begin, row_end, y,
+                                   w.rows);
 }
 
 }  // namespace ringmoe::kernels::avx2

@@ -2,9 +2,9 @@
 // translation unit alone is compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni; ops.cc calls into it only when UseAvx512() holds.
 //
-// int8, int4 and fp8: at one activation row their AVX2 kernels do several
-// vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for int4)
-// halve that, on activations quantized (int8, int4) or scaled (fp8)
+// int8, int4, mxfp4 and fp8: at one activation row their AVX2 kernels do
+// several vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for
+// int4) halve that, on activations quantized (int8, int4) or scaled (fp8)
 // exactly as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
@@ -192,9 +192,57 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
-template <int G, int R>
-void Int4Tile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
-              int64_t groups, const Int8ChunkPair* x, int64_t r0, float* y) {
+// The two formats of 4-bit codes (see avx2_quantized.cc): int4 (nibble -
+// 8, f16 scales per group of 32 or 64) and mxfp4 (twice the e2m1 value, a
+// byte shuffle away; half of 2^(E - 127) per 32).
+struct Int4Codes {
+  using Scale = uint16_t;
+  static __m512i Codes(__m512i nibbles) { return nibbles; }
+  // 8 · Σx per lane: what the +8 of the stored nibbles adds.
+  static __m512i Excess(__m512i offset) { return offset; }
+  template <int G>
+  static __m128 PairScales(const uint16_t* s) {
+    return _mm_cvtph_ps(
+        G == 32 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
+                : _mm_cvtsi32_si128(Halves32(s)));
+  }
+  static __m512 TailScales(const uint16_t* s, __mmask16 groups) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(groups, s));
+  }
+};
+
+struct Mxfp4Codes {
+  using Scale = uint8_t;
+  static __m512i Codes(__m512i nibbles) {
+    return _mm512_shuffle_epi8(
+        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12,
+                                             11, 10, 9, 8, 6, 4, 0)),
+        nibbles);
+  }
+  // 12 · Σx per lane: the codes are stored 12 above the signed value.
+  static __m512i Excess(__m512i offset) {
+    return _mm512_add_epi32(offset, _mm512_srai_epi32(offset, 1));
+  }
+  template <int G>
+  static __m128 PairScales(const uint8_t* e) {
+    return _mm_setr_ps(HalfE8m0ToF32(e[0]), HalfE8m0ToF32(e[1]),
+                       HalfE8m0ToF32(e[2]), HalfE8m0ToF32(e[3]));
+  }
+  static __m512 TailScales(const uint8_t* e, __mmask16 groups) {
+    alignas(64) float s[16] = {};
+    for (int g = 0; g < 16; ++g) {
+      if (groups >> g & 1) s[g] = HalfE8m0ToF32(e[g]);
+    }
+    return _mm512_load_ps(s);
+  }
+};
+
+// 4-bit codes against int8 activations in Int8ChunkPairs, 128 weights per
+// two dpbusd (VNNI), one convert and one FMA with the pair's scales.
+template <typename C, int G, int R>
+void NibbleTile(const uint8_t* w, int64_t row_bytes,
+                const typename C::Scale* scales, int64_t groups,
+                const Int8ChunkPair* x, int64_t r0, float* y) {
   constexpr int kGroupsPerPair = 128 / G;
   const int64_t full = row_bytes / 64;
   const __mmask64 tail_bytes =
@@ -208,16 +256,17 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const uint8_t* row = w + r0 * row_bytes;
-  const uint16_t* ws = scales + r0 * groups;
+  const typename C::Scale* ws = scales + r0 * groups;
   // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
   const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales, __m512 acc) {
     const Int8ChunkPair& xp = x[p];
-    const __m512i lo = _mm512_and_si512(wv, nibble);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
+    const __m512i lo = C::Codes(_mm512_and_si512(wv, nibble));
+    const __m512i hi =
+        C::Codes(_mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble));
     __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
                                       _mm512_load_si512(xp.even));
     dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
-    dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
+    dot = _mm512_sub_epi32(dot, C::Excess(_mm512_load_si512(xp.offset)));
     const __m512 s = _mm512_permutexvar_ps(scale_lane, pair_scales);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                            _mm512_mul_ps(s, _mm512_load_ps(xp.scale)), acc);
@@ -225,12 +274,10 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
   // Masked loads of every pair's scales ran at three quarters of the speed
   // of these plain ones; only the row's last, partial pair needs one.
   const auto full_pair = [&](int i, int64_t p, __m512 acc) {
-    const uint16_t* s = ws + i * groups + kGroupsPerPair * p;
-    const __m128 pair_scales = _mm_cvtph_ps(
-        G == 32 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
-                : _mm_cvtsi32_si128(Halves32(s)));
     return pair(p, _mm512_loadu_si512(row + i * row_bytes + 64 * p),
-                _mm512_castps128_ps512(pair_scales), acc);
+                _mm512_castps128_ps512(C::template PairScales<G>(
+                    ws + i * groups + kGroupsPerPair * p)),
+                acc);
   };
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -251,13 +298,32 @@ void Int4Tile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
       acc[i][1] = pair(
           full,
           _mm512_maskz_loadu_epi8(tail_bytes, row + i * row_bytes + 64 * full),
-          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-              tail_groups, ws + i * groups + kGroupsPerPair * full)),
+          C::TailScales(ws + i * groups + kGroupsPerPair * full, tail_groups),
           acc[i][1]);
     }
   }
   for (int i = 0; i < R; ++i)
     y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+// Rows [rb, re) of 4-bit codes against one activation row, quantized to
+// int8 chunks (as the AVX2 path does) and paired.
+template <typename C, int G>
+void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
+                int64_t row_bytes, const typename C::Scale* scales,
+                int64_t groups, int64_t rb, int64_t re, float* y) {
+  const int64_t chunks = (row_bytes + 31) / 32;
+  const int64_t num_pairs = (chunks + 1) / 2;
+  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
+  Int8ChunkPair* pairs =
+      Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
+  avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
+  PairChunks(xq, chunks, pairs);
+  ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
+                 re, [&](int64_t r, auto rows) {
+                   NibbleTile<C, G, decltype(rows)::value>(
+                       data, row_bytes, scales, groups, pairs, r, y);
+                 });
 }
 
 }  // namespace
@@ -289,26 +355,22 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                      });
       break;
     }
-    case WeightType::kInt4: {
-      const int64_t row_bytes = groups * w.group_size / 2;
-      const int64_t chunks = (row_bytes + 31) / 32;
-      const int64_t num_pairs = (chunks + 1) / 2;
-      Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
-      Int8ChunkPair* pairs =
-          Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
-      avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
-      PairChunks(xq, chunks, pairs);
-      const auto* data = static_cast<const uint8_t*>(w.data);
-      ForEachRowTile(
-          num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), row_begin,
-          row_end, [&](int64_t r, auto rows) {
-            constexpr int R = decltype(rows)::value;
-            if (w.group_size == 64) {
-              Int4Tile<64, R>(data, row_bytes, w.scales, groups, pairs, r, y);
-            } else {
-              Int4Tile<32, R>(data, row_bytes, w.scales, groups, pairs, r, y);
-            }
-          });
+    case WeightType::kInt4:
+      if (w.group_size == 64) {
+        NibbleRows<Int4Codes, 64>(x, cols, static_cast<const uint8_t*>(w.data),
+                                  groups * w.group_size / 2, w.scales, groups,
+                                  row_begin, row_end, y);
+      } else {
+        NibbleRows<Int4Codes, 32>(x, cols, static_cast<const uint8_t*>(w.data),
+                                  groups * w.group_size / 2, w.scales, groups,
+                                  row_begin, row_end, y);
+      }
+      break;
+    case WeightType::kMxfp4: {
+      const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
+      NibbleRows<Mxfp4Codes, 32>(x, cols, static_cast<const uint8_t*>(w.data),
+                                 blocks * kMxfp4Block / 2, w.exponents, blocks,
+                                 row_begin, row_end, y);
       break;
     }
     case WeightType::kFp8E4M3: {

@@ -60,6 +60,15 @@ inline void PrefetchStream(const void* p,
   __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
 }
 
+// 2^(e - 128), exactly (subnormal for e < 2): half an mxfp4 block's e8m0
+// scale 2^(e - 127), for codes that hold twice the e2m1 value.
+inline float HalfE8m0ToF32(uint32_t e) {
+  const uint32_t bits = e >= 2 ? (e - 1) << 23 : 0x00400000u >> (1 - e);
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // Two consecutive f16 group scales as one 32-bit integer, for
 // _mm_cvtsi32_si128 and a conversion of both.
 inline int32_t Halves32(const uint16_t* p) {

@@ -35,8 +35,27 @@ struct WeightCopies {
   std::vector<std::unique_ptr<uint8_t[]>> data;
   std::vector<std::unique_ptr<uint16_t[]>> scales;
   std::vector<float> block_scales;  // fp8: shared by every copy
+  std::vector<uint8_t> exponents;   // mxfp4: shared by every copy
   std::vector<Matrix> matrices;
 };
+
+// An mxfp4 matrix as gpt-oss ships its experts: random codes and e8m0
+// exponents near 2^-6.
+Matrix MakeMxfp4(int64_t rows, int64_t cols, std::mt19937* rng,
+                 WeightCopies* out) {
+  const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
+  out->data.emplace_back(new uint8_t[rows * blocks * kMxfp4Block / 2]);
+  out->scales.emplace_back(new uint16_t[1]);
+  std::uniform_int_distribution<int> byte(0, 255), exponent(118, 124);
+  for (int64_t i = 0; i < rows * blocks * kMxfp4Block / 2; ++i) {
+    out->data.back()[i] = static_cast<uint8_t>(byte(*rng));
+  }
+  out->exponents.resize(rows * blocks);
+  for (uint8_t& e : out->exponents) e = static_cast<uint8_t>(exponent(*rng));
+  Matrix m{out->data.back().get(), WeightType::kMxfp4, rows, cols};
+  m.exponents = out->exponents.data();
+  return m;
+}
 
 // An fp8 matrix as DeepSeek-V3 ships them: random codes (NaN excluded) of
 // magnitude like the others' weights, 128 x 128 blocks of scales.
@@ -77,6 +96,10 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
   for (int64_t c = 0; c < copies; ++c) {
     if (c == 0 && type == WeightType::kFp8E4M3) {
       out.matrices.push_back(MakeFp8(rows, cols, &rng, &out));
+      continue;
+    }
+    if (c == 0 && type == WeightType::kMxfp4) {
+      out.matrices.push_back(MakeMxfp4(rows, cols, &rng, &out));
       continue;
     }
     out.data.emplace_back(new uint8_t[data_bytes]);
@@ -142,7 +165,7 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
   // (2048, 768) and DeepSeek-V3 (7168, 2048) expert projections.
   const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {768, 2048},
                                {2048, 768},   {2048, 7168},  {7168, 2048}};
-  for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type) {
+  for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type) {
     for (const auto& s : shapes) {
       for (int64_t n : ns) b->Args({type, s[0], s[1], n});
     }
@@ -170,7 +193,7 @@ BENCHMARK(BM_MatMulAvx2)->Apply([](auto* b) {
 void BM_MatMulInCache(benchmark::State& state) { MatMul(state, 0); }
 BENCHMARK(BM_MatMulInCache)
     ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type)
+      for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
 
@@ -181,7 +204,7 @@ void BM_MatMulInCacheAvx2(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMulInCacheAvx2)
     ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kFp8E4M3); ++type)
+      for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
 

@@ -11,7 +11,8 @@ namespace ringmoe::kernels {
 
 // A row-major weight matrix [rows, cols] in PyTorch's [out, in] order.
 // int8 and int4 carry their scales beside the data:
-// [rows, ceil(cols / group_size)]; fp8 its block scales wherever they lie.
+// [rows, ceil(cols / group_size)]; fp8 its block scales and mxfp4 its
+// exponents wherever they lie.
 struct Matrix {
   const void* data = nullptr;
   WeightType type = WeightType::kF32;
@@ -23,6 +24,8 @@ struct Matrix {
   const float* block_scales = nullptr;
   int32_t block_rows = 0;
   int32_t block_cols = 0;
+  // kMxfp4 only: [rows, ceil(cols / 32)] e8m0 exponents.
+  const uint8_t* exponents = nullptr;
 };
 
 }  // namespace ringmoe::kernels

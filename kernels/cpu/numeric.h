@@ -3,6 +3,7 @@
 #ifndef RINGMOE_KERNELS_CPU_NUMERIC_H_
 #define RINGMOE_KERNELS_CPU_NUMERIC_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -51,6 +52,16 @@ inline float F16ToF32(uint16_t h) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
+
+// An e2m1 nibble (kMxfp4's values) times two: an integer in [-12, 12].
+inline int E2m1TimesTwo(uint8_t nibble) {
+  static constexpr int kMagnitude[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  return (nibble & 8) ? -kMagnitude[nibble & 7] : kMagnitude[nibble & 7];
+}
+
+// 2^(e - 127), an e8m0 scale (e = 255, NaN in the OCP format, is taken as
+// 2^128 = inf; it does not occur in real checkpoints).
+inline float E8m0ToF32(uint8_t e) { return std::ldexp(1.f, int{e} - 127); }
 
 // float8 e4m3fn (see matrix.h) to float32, exact; 0x7f and 0xff are NaN.
 inline float Fp8E4M3ToF32(uint8_t v) {

@@ -81,6 +81,7 @@ const char* KernelPathName(KernelPath path) {
 int64_t DirectProductRows(WeightType type) {
   switch (type) {
     case WeightType::kInt4:
+    case WeightType::kMxfp4:
       return std::numeric_limits<int64_t>::max();
     case WeightType::kInt8:
       return 64;
@@ -92,7 +93,7 @@ int64_t DirectProductRows(WeightType type) {
 KernelPath ProductPath(WeightType type, int64_t n) {
   if (n == 1 &&
       (type == WeightType::kInt8 || type == WeightType::kInt4 ||
-       type == WeightType::kFp8E4M3) &&
+       type == WeightType::kMxfp4 || type == WeightType::kFp8E4M3) &&
       UseAvx512()) {
     return KernelPath::kAvx512;
   }
@@ -109,6 +110,7 @@ int64_t BlockScaleCount(const Matrix& w) {
 
 int64_t MatrixBytes(const Matrix& w) {
   return QuantizedDataBytes(w.type, w.rows, w.cols, w.group_size) +
+         BlockExponentCount(w.type, w.rows, w.cols) +
          QuantizedScaleCount(w.type, w.rows, w.cols, w.group_size) *
              static_cast<int64_t>(sizeof(uint16_t)) +
          BlockScaleCount(w) * static_cast<int64_t>(sizeof(float));
@@ -197,7 +199,8 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
         break;
       }
       case WeightType::kFp8E4M3:
-        // Not a conversion target (documented in ops.h).
+      case WeightType::kMxfp4:
+        // Not conversion targets (documented in ops.h).
         std::abort();
     }
   }
@@ -240,6 +243,24 @@ void ReadRow(const Matrix& w, int64_t row, float* out) {
       }
       break;
     }
+    case WeightType::kMxfp4: {
+      const int64_t blocks = CeilDiv(w.cols, kMxfp4Block);
+      const auto* bytes =
+          static_cast<const uint8_t*>(w.data) + row * blocks * kMxfp4Block / 2;
+      for (int64_t b = 0; b < blocks; ++b) {
+        // Twice the e2m1 value times half the scale: both exact.
+        const float half_scale =
+            E8m0ToF32(w.exponents[row * blocks + b]) * 0.5f;
+        const int64_t end = std::min(w.cols, (b + 1) * kMxfp4Block);
+        for (int64_t c = b * kMxfp4Block; c < end; ++c) {
+          const uint8_t byte = bytes[c / 2];
+          out[c] = static_cast<float>(
+                       E2m1TimesTwo((c & 1) ? byte >> 4 : byte & 15)) *
+                   half_scale;
+        }
+      }
+      break;
+    }
     case WeightType::kFp8E4M3: {
       const auto* bytes = static_cast<const uint8_t*>(w.data) + base;
       const float* scales =
@@ -264,7 +285,8 @@ void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
                            const Matrix& w, int64_t row_begin, int64_t row_end,
                            float* y, int64_t ldy) {
-  if (UseAvx2() && w.type != WeightType::kInt4) {
+  if (UseAvx2() && w.type != WeightType::kInt4 &&
+      w.type != WeightType::kMxfp4) {
     return avx2::AccumulateRows(c, ldc, n, w, row_begin, row_end, y, ldy);
   }
   std::vector<float> row(w.cols);

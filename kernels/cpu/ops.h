@@ -22,7 +22,7 @@ enum class KernelPath { kScalar, kAvx2, kAvx512 };
 const char* KernelPathName(KernelPath path);
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX-512 for one row
-// against int8, int4 or fp8 weights where UseAvx512(), else AVX2 where
+// against int8, int4, mxfp4 or fp8 weights where UseAvx512(), else AVX2 where
 // UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
 KernelPath ProductPath(WeightType type, int64_t n);
 // The path of every other kernel here (attention, norms, softmax, rotary
@@ -35,7 +35,7 @@ int64_t MatrixBytes(const Matrix& w);
 // Block scales of a kFp8E4M3 matrix (0 for every other type).
 int64_t BlockScaleCount(const Matrix& w);
 
-// Converts `src` (any type) to `type` (any but kFp8E4M3), writing
+// Converts `src` (any type) to `type` (any but kFp8E4M3 and kMxfp4), writing
 // QuantizedDataBytes bytes to `data` and QuantizedScaleCount f16 scales to
 // `scales`; returns the view. int8 scales each group by its largest magnitude /
 // 127; int4 maps each group's largest-magnitude value to -8. The scale is
@@ -73,7 +73,8 @@ void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
 // y[i * ldy + k] += Σ_{r in [row_begin, row_end)} c[i * ldc + r - row_begin]
 // · w[r, k] for i < n, k < w.cols (MLA's absorbed key projection: a query
 // taken into latent space). Each weight is read once per call for every i;
-// AVX2 for every type but int4, which widens rows on the scalar path.
+// AVX2 for every type but int4 and mxfp4, which widen rows on the scalar
+// path.
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
                            const Matrix& w, int64_t row_begin, int64_t row_end,
                            float* y, int64_t ldy);

@@ -70,6 +70,15 @@ TEST(NumericTest, F16RoundsToNearestEven) {
   }
 }
 
+TEST(NumericTest, Mxfp4CodesAndExponents) {
+  const int twice[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                         0, -1, -2, -3, -4, -6, -8, -12};
+  for (int n = 0; n < 16; ++n) EXPECT_EQ(E2m1TimesTwo(n), twice[n]) << n;
+  EXPECT_EQ(E8m0ToF32(127), 1.f);
+  EXPECT_EQ(E8m0ToF32(0), std::ldexp(1.f, -127));
+  EXPECT_EQ(E8m0ToF32(254), std::ldexp(1.f, 127));
+}
+
 TEST(NumericTest, Fp8E4M3DecodesEveryCode) {
   EXPECT_EQ(Fp8E4M3ToF32(0x00), 0.f);
   EXPECT_TRUE(std::signbit(Fp8E4M3ToF32(0x80)));
@@ -112,8 +121,8 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
   for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
     EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
   }
-  for (WeightType t :
-       {WeightType::kInt8, WeightType::kInt4, WeightType::kFp8E4M3}) {
+  for (WeightType t : {WeightType::kInt8, WeightType::kInt4, WeightType::kMxfp4,
+                       WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
     EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
   }
@@ -142,6 +151,7 @@ struct TestMatrix {
   std::vector<uint8_t> bytes;
   std::vector<uint16_t> scales;  // f16
   std::vector<float> block_scales;
+  std::vector<uint8_t> exponents;  // mxfp4
 };
 
 TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
@@ -219,6 +229,33 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
       m.w.block_scales = m.block_scales.data();
       break;
     }
+    case WeightType::kMxfp4: {
+      // Random codes, padding included (its activations are zero), and
+      // exponents 2^-8 to 2^-2.
+      const int64_t blocks = (cols + 31) / 32;
+      m.w = {nullptr, type, rows, cols};
+      m.bytes.resize(rows * blocks * 16);
+      m.exponents.resize(rows * blocks);
+      std::uniform_int_distribution<int> byte(0, 255), exponent(119, 125);
+      for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+      for (uint8_t& e : m.exponents) e = static_cast<uint8_t>(exponent(rng));
+      // Decoded from the bit fields, independently of numeric.h.
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint8_t b = m.bytes[r * blocks * 16 + c / 2];
+          const int code = (c & 1) ? b >> 4 : b & 15;
+          const int e = (code >> 1) & 3, mant = code & 1;
+          const double v =
+              e == 0 ? 0.5 * mant : std::ldexp(1.0 + mant / 2.0, e - 1);
+          m.dequantized[r * cols + c] =
+              (code & 8 ? -v : v) *
+              std::ldexp(1.0, m.exponents[r * blocks + c / 32] - 127);
+        }
+      }
+      m.w.data = m.bytes.data();
+      m.w.exponents = m.exponents.data();
+      break;
+    }
   }
   return m;
 }
@@ -239,7 +276,7 @@ std::vector<double> ReferenceProduct(const std::vector<T>& x, int64_t n,
   return want;
 }
 
-// The activations as the AVX2 int8 and int4 paths for at most
+// The activations as the AVX2 int8, int4 and mxfp4 paths for at most
 // DirectProductRows rows see
 // them (see MatMulTransposed): block scale times an integer in
 // [-levels, levels].
@@ -265,7 +302,7 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 }
 
 // The reference the product of x (n rows) with m must match: exact
-// activations, or for int8 and int4 on the AVX2 path with n <=
+// activations, or for int8, int4 and mxfp4 on the AVX2 path with n <=
 // DirectProductRows the quantized ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
@@ -273,7 +310,7 @@ std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
                               m);
-    if (m.w.type == WeightType::kInt4)
+    if (m.w.type == WeightType::kInt4 || m.w.type == WeightType::kMxfp4)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 127.f), n,
                               m);
   }
@@ -406,7 +443,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,
                                          WeightType::kF16, WeightType::kInt8,
                                          WeightType::kInt4,
-                                         WeightType::kFp8E4M3),
+                                         WeightType::kFp8E4M3,
+                                         WeightType::kMxfp4),
                        ::testing::Bool()),
     [](const auto& info) {
       return std::string(WeightTypeName(std::get<0>(info.param))) +
@@ -452,13 +490,11 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DecodeTypes, Avx512Test,
-                         ::testing::Values(WeightType::kBF16, WeightType::kInt8,
-                                           WeightType::kInt4,
-                                           WeightType::kFp8E4M3),
-                         [](const auto& info) {
-                           return std::string(WeightTypeName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    DecodeTypes, Avx512Test,
+    ::testing::Values(WeightType::kBF16, WeightType::kInt8, WeightType::kInt4,
+                      WeightType::kMxfp4, WeightType::kFp8E4M3),
+    [](const auto& info) { return std::string(WeightTypeName(info.param)); });
 
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
