@@ -19,6 +19,23 @@ constexpr int64_t kMinPositionsPerSlice = 64;
 // queries, few enough that a prompt gives every thread several runs.
 constexpr int64_t kQueryBlock = 16;
 
+// out[j] = act(g[j * stride], u[j * stride]) for j < count (stride 2: the
+// interleaved pairs of a fused gate_up).
+void Activate(const float* g, const float* u, int64_t stride, int64_t count,
+              const GatedActivation& act, float* out) {
+  const bool clamped = act.kind == GatedActivation::Kind::kClampedSwiglu;
+  for (int64_t j = 0; j < count; ++j) {
+    float gj = g[j * stride], uj = u[j * stride];
+    if (clamped) {
+      gj = std::min(gj, act.limit);
+      uj = std::clamp(uj, -act.limit, act.limit);
+      out[j] = (uj + 1.f) * gj / (1.f + std::exp(-act.alpha * gj));
+    } else {
+      out[j] = gj / (1.f + std::exp(-gj)) * uj;
+    }
+  }
+}
+
 kernels::KvBlocks AsKernelBlocks(const KvBlocks& kv) {
   return {kv.k_blocks, kv.v_blocks, kv.block_size};
 }
@@ -84,25 +101,43 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
   products.reserve(2 * tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     const MlpTask& t = tasks[i];
-    const int64_t n = t.x.rows;
-    gate[i].resize(n * t.weights->gate.rows);
-    up[i].resize(n * t.weights->up.rows);
-    products.push_back(
-        {t.x, &t.weights->gate, {gate[i].data(), n, t.weights->gate.rows}});
-    products.push_back(
-        {t.x, &t.weights->up, {up[i].data(), n, t.weights->up.rows}});
+    const MlpWeights& w = *t.weights;
+    const int64_t n = t.x.rows, inter = w.intermediate();
+    gate[i].resize(n * inter);
+    if (w.fused()) {
+      up[i].resize(n * 2 * inter);
+      products.push_back({t.x, &w.gate_up, {up[i].data(), n, 2 * inter}});
+      continue;
+    }
+    up[i].resize(n * inter);
+    products.push_back({t.x, &w.gate, {gate[i].data(), n, inter}});
+    products.push_back({t.x, &w.up, {up[i].data(), n, inter}});
   }
   MatMul(products);
   products.clear();
   for (size_t i = 0; i < tasks.size(); ++i) {
     const MlpTask& t = tasks[i];
-    kernels::SiluMul(gate[i].data(), up[i].data(), gate[i].size(),
-                     gate[i].data());
-    products.push_back({{gate[i].data(), t.x.rows, t.weights->gate.rows},
-                        &t.weights->down,
-                        t.out});
+    const MlpWeights& w = *t.weights;
+    const int64_t n = t.x.rows, inter = w.intermediate();
+    if (w.fused()) {
+      if (!w.gate_up_bias.empty()) {
+        kernels::AddBias(up[i].data(), n, 2 * inter, w.gate_up_bias.data);
+      }
+      Activate(up[i].data(), up[i].data() + 1, 2, n * inter, w.activation,
+               gate[i].data());
+    } else if (w.activation.kind == GatedActivation::Kind::kSilu) {
+      kernels::SiluMul(gate[i].data(), up[i].data(), gate[i].size(),
+                       gate[i].data());
+    } else {
+      Activate(gate[i].data(), up[i].data(), 1, n * inter, w.activation,
+               gate[i].data());
+    }
+    products.push_back({{gate[i].data(), n, inter}, &w.down, t.out});
   }
   MatMul(products);
+  for (const MlpTask& t : tasks) {
+    if (!t.weights->down_bias.empty()) AddBias(t.out, t.weights->down_bias);
+  }
 }
 
 void CpuBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,

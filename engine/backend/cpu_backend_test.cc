@@ -100,6 +100,55 @@ TEST(CpuBackendTest, RunMlpsMatchesADoubleReferenceOnRaggedShapes) {
   }
 }
 
+// gpt-oss's experts: one fused matrix with gate and up rows interleaved,
+// its interleaved bias, the clamped SwiGLU and a down bias.
+TEST(CpuBackendTest, FusedClampedSwigluMlpMatchesADoubleReference) {
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  CpuBackend backend(&pool);
+  const int64_t hidden = 40, inter = 24, n = 6;
+  // Large enough weights that the clamps at ±limit take effect.
+  std::vector<float> gate_up = Random(2 * inter * hidden, &rng, 0.8f);
+  std::vector<float> down = Random(hidden * inter, &rng, 0.2f);
+  std::vector<float> gate_up_bias = Random(2 * inter, &rng, 1.f);
+  std::vector<float> down_bias = Random(hidden, &rng, 1.f);
+  MlpWeights w;
+  w.gate_up = F32Weight(gate_up, 2 * inter, hidden);
+  w.gate_up_bias = {gate_up_bias.data(), 2 * inter};
+  w.down = F32Weight(down, hidden, inter);
+  w.down_bias = {down_bias.data(), hidden};
+  w.activation.kind = GatedActivation::Kind::kClampedSwiglu;
+  w.activation.alpha = 1.702f;
+  w.activation.limit = 7.f;
+  std::vector<float> x = Random(n * hidden, &rng, 1.f), out(n * hidden);
+  const MlpTask task{&w, Of(x, n, hidden), Of(out, n, hidden)};
+  backend.RunMlps({&task, 1});
+  std::vector<double> want(n * hidden);
+  int clamped = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> act(inter);
+    for (int64_t j = 0; j < inter; ++j) {
+      double g = gate_up_bias[2 * j], u = gate_up_bias[2 * j + 1];
+      for (int64_t d = 0; d < hidden; ++d) {
+        g += double{gate_up[(2 * j) * hidden + d]} * x[t * hidden + d];
+        u += double{gate_up[(2 * j + 1) * hidden + d]} * x[t * hidden + d];
+      }
+      clamped += g > 7 || std::abs(u) > 7;
+      g = std::min(g, 7.0);
+      u = std::clamp(u, -7.0, 7.0);
+      act[j] = (u + 1) * g / (1 + std::exp(-1.702 * g));
+    }
+    for (int64_t d = 0; d < hidden; ++d) {
+      double acc = down_bias[d];
+      for (int64_t j = 0; j < inter; ++j)
+        acc += double{down[d * inter + j]} * act[j];
+      want[t * hidden + d] = acc;
+    }
+  }
+  EXPECT_GT(clamped, 0);
+  ExpectNear(out, want, 1e-4, "fused clamped swiglu");
+}
+
 // A step of several sequences in a paged cache: one gets a chunk of new
 // tokens, the others one token each.
 struct AttentionCase {

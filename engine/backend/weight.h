@@ -58,11 +58,36 @@ struct Vector {
   bool empty() const { return size == 0; }
 };
 
-// down(silu(gate(x)) * up(x)): an expert, a shared expert, a dense MLP.
+// How a gated MLP's gate and up values g, u become its down projection's
+// input.
+struct GatedActivation {
+  enum class Kind {
+    kSilu,           // silu(g) · u
+    kClampedSwiglu,  // gpt-oss: g' = min(g, limit), u' = clamp(u, ±limit),
+                     // (u' + 1) · g' · sigmoid(alpha · g')
+  };
+  Kind kind = Kind::kSilu;
+  float alpha = 1.702f;
+  float limit = 7.f;
+};
+
+// down(act(gate(x), up(x))) (+ biases): an expert, a shared expert, a
+// dense MLP. The gate and up projections are either two matrices or one
+// fused matrix whose rows alternate gate and up (gpt-oss's gate_up_proj),
+// with an optional bias of the same interleaving.
 struct MlpWeights {
-  Weight gate;  // [intermediate, hidden]
-  Weight up;    // [intermediate, hidden]
-  Weight down;  // [hidden, intermediate]
+  Weight gate;     // [intermediate, hidden]; empty when fused
+  Weight up;       // [intermediate, hidden]; empty when fused
+  Weight down;     // [hidden, intermediate]
+  Weight gate_up;  // [2 * intermediate, hidden]: rows gate 0, up 0, gate 1..
+  Vector gate_up_bias;  // [2 * intermediate] or empty
+  Vector down_bias;     // [hidden] or empty
+  GatedActivation activation;
+
+  bool fused() const { return !gate_up.empty(); }
+  int64_t intermediate() const {
+    return fused() ? gate_up.rows / 2 : gate.rows;
+  }
 };
 
 }  // namespace ringmoe::backend

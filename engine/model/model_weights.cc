@@ -313,6 +313,14 @@ std::unique_ptr<uint8_t[]> ConvertTogether(const std::vector<Weight*>& matrices,
 
 }  // namespace
 
+std::vector<Weight*> MlpMatrices(MlpWeights* mlp) {
+  std::vector<Weight*> out;
+  for (Weight* m : {&mlp->gate, &mlp->up, &mlp->gate_up, &mlp->down}) {
+    if (!m->empty()) out.push_back(m);
+  }
+  return out;
+}
+
 std::vector<Weight*> AttentionMatrices(LayerWeights* layer) {
   std::vector<Weight*> out;
   for (Weight* m :
@@ -348,9 +356,7 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
   }
   // Each unit converts into one buffer: an MLP, or a layer's attention.
   std::vector<std::vector<Weight*>> units;
-  auto add_mlp = [&](MlpWeights& mlp) {
-    units.push_back({&mlp.gate, &mlp.up, &mlp.down});
-  };
+  auto add_mlp = [&](MlpWeights& mlp) { units.push_back(MlpMatrices(&mlp)); };
   for (LayerWeights& layer : weights->layers) {
     if (conversion.attention) units.push_back(AttentionMatrices(&layer));
     if (!layer.is_moe) add_mlp(layer.dense_mlp);
@@ -426,7 +432,7 @@ void PrefaultMatrix(const Weight& m) {
 }
 
 void PrefaultMlp(const MlpWeights& mlp) {
-  for (const Weight* m : {&mlp.gate, &mlp.up, &mlp.down}) {
+  for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&mlp))) {
     PrefaultMatrix(*m);
   }
 }

@@ -71,6 +71,10 @@ struct ModelWeights {
   std::vector<std::unique_ptr<uint8_t[]>> owned;
 };
 
+// Every matrix of `mlp` that is bound (gate and up, or the fused gate_up;
+// down).
+std::vector<Weight*> MlpMatrices(MlpWeights* mlp);
+
 // Every attention matrix of `layer` that is bound (GQA's or MLA's).
 std::vector<Weight*> AttentionMatrices(LayerWeights* layer);
 std::vector<const Weight*> AttentionMatrices(const LayerWeights& layer);
