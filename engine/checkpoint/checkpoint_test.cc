@@ -151,6 +151,27 @@ TEST(CheckpointTest, ShardedMatchesSingleFile) {
                 ->file_path);
 }
 
+// gpt-oss ships three shards named model-0000{0,1,2}-of-00002: they are
+// found through the index, whatever their names say, and a tensor and its
+// companion (MXFP4 blocks and scales) may lie in different shards.
+TEST(CheckpointTest, ShardsFoundThroughTheIndexWhateverTheirNames) {
+  std::unique_ptr<Checkpoint> c =
+      OpenOrDie(absl::StrCat(kModels, "gpt_oss"));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->files().size(), 3u);
+  EXPECT_EQ(c->TensorNames().size(), 79u);
+  const TensorView* blocks =
+      c->Find("model.layers.1.mlp.experts.gate_up_proj_blocks");
+  const TensorView* scales =
+      c->Find("model.layers.1.mlp.experts.gate_up_proj_scales");
+  ASSERT_NE(blocks, nullptr);
+  ASSERT_NE(scales, nullptr);
+  EXPECT_EQ(blocks->dtype, DType::kU8);
+  EXPECT_EQ(blocks->shape, (std::vector<int64_t>{8, 320, 3, 16}));
+  EXPECT_EQ(scales->shape, (std::vector<int64_t>{8, 320, 3}));
+  EXPECT_NE(blocks->file_path, scales->file_path);
+}
+
 TEST(CheckpointTest, GetNamesDirectoryAndTensor) {
   const std::string dir = absl::StrCat(kModels, "olmoe");
   std::unique_ptr<Checkpoint> c = OpenOrDie(dir);
