@@ -166,9 +166,9 @@ struct Mxfp4Codes {
   }
   template <int G>
   static __m256 Chunk(const uint8_t* row_exponents, int64_t c) {
-    const __m128 lanes0 = _mm_set1_ps(One(row_exponents, 2 * c));
-    const __m128 lanes1 = _mm_set1_ps(One(row_exponents, 2 * c + 1));
-    return _mm256_set_m128(lanes1, lanes0);
+    return _mm256_permutevar8x32_ps(
+        _mm256_castps128_ps256(HalfE8m0x4(row_exponents + 2 * c, 2)),
+        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
   }
 };
 

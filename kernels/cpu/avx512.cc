@@ -225,8 +225,7 @@ struct Mxfp4Codes {
   }
   template <int G>
   static __m128 PairScales(const uint8_t* e) {
-    return _mm_setr_ps(HalfE8m0ToF32(e[0]), HalfE8m0ToF32(e[1]),
-                       HalfE8m0ToF32(e[2]), HalfE8m0ToF32(e[3]));
+    return HalfE8m0x4(e, 4);
   }
   static __m512 TailScales(const uint8_t* e, __mmask16 groups) {
     alignas(64) float s[16] = {};

@@ -69,6 +69,21 @@ inline float HalfE8m0ToF32(uint32_t e) {
   return f;
 }
 
+// HalfE8m0ToF32 of n <= 4 consecutive exponents, in lanes 0..n-1: the
+// exponent shifted into a float's exponent field is 2^(e - 127) (0 for e =
+// 0), halved exactly (subnormal for e = 1), and e = 0 takes 2^-128.
+inline __m128 HalfE8m0x4(const uint8_t* e, int n) {
+  uint32_t packed = 0;
+  __builtin_memcpy(&packed, e, n);
+  const __m128i v =
+      _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed)));
+  const __m128 halved =
+      _mm_mul_ps(_mm_castsi128_ps(_mm_slli_epi32(v, 23)), _mm_set1_ps(0.5f));
+  return _mm_blendv_ps(
+      halved, _mm_set1_ps(0x1p-128f),
+      _mm_castsi128_ps(_mm_cmpeq_epi32(v, _mm_setzero_si128())));
+}
+
 // Two consecutive f16 group scales as one 32-bit integer, for
 // _mm_cvtsi32_si128 and a conversion of both.
 inline int32_t Halves32(const uint16_t* p) {
