@@ -406,15 +406,6 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
   });
 }
 
-void ProductWork::Add(absl::Span<const MatMulJob> jobs) {
-  for (const MatMulJob& j : jobs) {
-    weight_bytes += MatrixBytes(j.w);
-    weight_bytes_by_path[static_cast<int>(ProductPath(j.w.type, j.n))] +=
-        MatrixBytes(j.w);
-    flops += 2.0 * j.n * j.w.rows * j.w.cols;
-  }
-}
-
 void AddBias(float* y, int64_t n, int64_t dim, const float* bias) {
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t d = 0; d < dim; ++d) y[i * dim + d] += bias[d];

@@ -92,15 +92,6 @@ struct MatMulJob {
 // threads instead of each being split thinly.
 void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool);
 
-// The work of products: weight bytes read and FLOPs (two per multiply-add),
-// and the weight bytes each kernel path read (indexed by KernelPath).
-struct ProductWork {
-  int64_t weight_bytes = 0;
-  double flops = 0;
-  int64_t weight_bytes_by_path[3] = {0, 0, 0};
-  void Add(absl::Span<const MatMulJob> jobs);
-};
-
 // Widens (dequantizes) row `row` of `w` into `out[w.cols]`.
 void ReadRow(const Matrix& w, int64_t row, float* out);
 
