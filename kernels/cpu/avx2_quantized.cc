@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
@@ -95,31 +96,32 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
   }
 }
 
+void RebiasForMxfp4(Int8Chunk* chunks, int64_t count) {
+  const __m256 half = _mm256_set1_ps(0.5f);
+  for (int64_t i = 0; i < count; ++i) {
+    auto* offset = reinterpret_cast<__m256i*>(chunks[i].offset);
+    const __m256i eight = _mm256_load_si256(offset);
+    _mm256_store_si256(offset,
+                       _mm256_add_epi32(eight, _mm256_srai_epi32(eight, 1)));
+    _mm256_store_ps(chunks[i].scale,
+                    _mm256_mul_ps(_mm256_load_ps(chunks[i].scale), half));
+  }
+}
+
 namespace {
 
 // The two formats of 4-bit codes, two per byte (element 2i in the low
 // nibble of byte i), that meet int8 activations (Int8Chunk) in the same
-// kernel. Each gives a code's product sums per int32 lane of a chunk (the
-// unsigned codes' sums less the chunk's offset correction) and the weight
-// scales of the lanes.
+// kernel: Map turns nibbles into unsigned codes (for vpmaddubsw) that lie a
+// fixed bias above the weights' integer values, which the activations'
+// offset (bias · Σx per lane) takes back off; One and Chunk give the weight
+// scales of a group and of a chunk's lanes.
 //
-// int4: the code is nibble - 8, scaled by an f16 per group of 32 or 64.
+// int4: the code is the nibble, 8 above the value; an f16 scale per group
+// of 32 or 64.
 struct Int4Codes {
   using Scale = uint16_t;
-  static __m256i Dot(__m256i w, const Int8Chunk& x) {
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_and_si256(w, mask);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-    // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
-    const __m256i pairs = _mm256_add_epi16(
-        _mm256_maddubs_epi16(
-            lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
-        _mm256_maddubs_epi16(
-            hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
-    return _mm256_sub_epi32(
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
-  }
+  static __m256i Map(__m256i nibbles) { return nibbles; }
   static float One(const uint16_t* scales, int64_t g) {
     return _cvtsh_ss(scales[g]);
   }
@@ -135,42 +137,46 @@ struct Int4Codes {
   }
 };
 
-// mxfp4: the code is twice the e2m1 value (an integer in [-12, 12]), found
-// by a byte shuffle as 12 more than that (unsigned, for vpmaddubsw; the
-// chunk's offset, 8 · Σx per lane, makes the 12 · Σx to take off), scaled
-// by half the e8m0 exponent's 2^(E - 127), one per 32 values.
+// mxfp4: a byte shuffle maps the nibble to twice its e2m1 value plus 12
+// (the activations are rebiased once, RebiasForMxfp4, to 12 · Σx and half
+// their scale); the e8m0 exponent's 2^(E - 127) per 32 values.
 struct Mxfp4Codes {
   using Scale = uint8_t;
-  static __m256i Dot(__m256i w, const Int8Chunk& x) {
-    const __m256i table = _mm256_setr_epi8(
-        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14,
-        15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(w, mask));
-    const __m256i hi = _mm256_shuffle_epi8(
-        table, _mm256_and_si256(_mm256_srli_epi16(w, 4), mask));
-    // Pair sums are at most 2 · 24 · 127 per product, so int16 holds two.
-    const __m256i pairs = _mm256_add_epi16(
-        _mm256_maddubs_epi16(
-            lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
-        _mm256_maddubs_epi16(
-            hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
-    const __m256i offset =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset));
-    return _mm256_sub_epi32(
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-        _mm256_add_epi32(offset, _mm256_srai_epi32(offset, 1)));
+  static __m256i Map(__m256i nibbles) {
+    return _mm256_shuffle_epi8(
+        _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4,
+                         0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
+                         4, 0),
+        nibbles);
   }
   static float One(const uint8_t* exponents, int64_t g) {
-    return HalfE8m0ToF32(exponents[g]);
+    return E8m0ToF32Exact(exponents[g]);
   }
   template <int G>
   static __m256 Chunk(const uint8_t* row_exponents, int64_t c) {
     return _mm256_permutevar8x32_ps(
-        _mm256_castps128_ps256(HalfE8m0x4(row_exponents + 2 * c, 2)),
+        _mm256_castps128_ps256(E8m0x4(row_exponents + 2 * c, 2)),
         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
   }
 };
+
+// Σ (code - bias) · x per int32 lane of one chunk (see Int8Chunk).
+template <typename Codes>
+inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i lo = Codes::Map(_mm256_and_si256(w, mask));
+  const __m256i hi =
+      Codes::Map(_mm256_and_si256(_mm256_srli_epi16(w, 4), mask));
+  // Pair sums are at most 2 · 24 · 127 per product, so int16 holds two.
+  const __m256i pairs = _mm256_add_epi16(
+      _mm256_maddubs_epi16(
+          lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
+      _mm256_maddubs_epi16(
+          hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+  return _mm256_sub_epi32(
+      _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
+}
 
 template <typename Codes>
 struct NibbleRows {
@@ -214,9 +220,9 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
       const __m256 ws = Codes::template Chunk<G>(scales[i], c);
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + c];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Codes::Dot(wv, xc)),
-                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
-                                    acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(NibbleDot<Codes>(wv, xc)),
+            _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)), acc[i][j]);
       }
     }
   }
@@ -229,9 +235,9 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
       const __m256 ws = _mm256_set1_ps(Codes::One(scales[i], w.groups - 1));
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + full];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Codes::Dot(wv, xc)),
-                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
-                                    acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(NibbleDot<Codes>(wv, xc)),
+            _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)), acc[i][j]);
       }
     }
   }
@@ -288,6 +294,7 @@ void NibbleDirectRows(const NibbleRows<Codes>& w, const float* x, int64_t n,
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
+  if (std::is_same_v<Codes, Mxfp4Codes>) RebiasForMxfp4(xq, n * chunks);
   NibbleRowRange<Codes, G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -192,14 +193,13 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
-// The two formats of 4-bit codes (see avx2_quantized.cc): int4 (nibble -
-// 8, f16 scales per group of 32 or 64) and mxfp4 (twice the e2m1 value, a
-// byte shuffle away; half of 2^(E - 127) per 32).
+// The two formats of 4-bit codes (see avx2_quantized.cc): int4 (the
+// nibble, 8 above the value; f16 scales per group of 32 or 64) and mxfp4
+// (twice the e2m1 value plus 12, a byte shuffle away, on activations
+// rebiased by avx2::RebiasForMxfp4; 2^(E - 127) per 32).
 struct Int4Codes {
   using Scale = uint16_t;
   static __m512i Codes(__m512i nibbles) { return nibbles; }
-  // 8 · Σx per lane: what the +8 of the stored nibbles adds.
-  static __m512i Excess(__m512i offset) { return offset; }
   template <int G>
   static __m128 PairScales(const uint16_t* s) {
     return _mm_cvtph_ps(
@@ -219,18 +219,14 @@ struct Mxfp4Codes {
                                              11, 10, 9, 8, 6, 4, 0)),
         nibbles);
   }
-  // 12 · Σx per lane: the codes are stored 12 above the signed value.
-  static __m512i Excess(__m512i offset) {
-    return _mm512_add_epi32(offset, _mm512_srai_epi32(offset, 1));
-  }
   template <int G>
   static __m128 PairScales(const uint8_t* e) {
-    return HalfE8m0x4(e, 4);
+    return E8m0x4(e, 4);
   }
   static __m512 TailScales(const uint8_t* e, __mmask16 groups) {
     alignas(64) float s[16] = {};
     for (int g = 0; g < 16; ++g) {
-      if (groups >> g & 1) s[g] = HalfE8m0ToF32(e[g]);
+      if (groups >> g & 1) s[g] = E8m0ToF32Exact(e[g]);
     }
     return _mm512_load_ps(s);
   }
@@ -265,7 +261,7 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes,
     __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
                                       _mm512_load_si512(xp.even));
     dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
-    dot = _mm512_sub_epi32(dot, C::Excess(_mm512_load_si512(xp.offset)));
+    dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
     const __m512 s = _mm512_permutexvar_ps(scale_lane, pair_scales);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                            _mm512_mul_ps(s, _mm512_load_ps(xp.scale)), acc);
@@ -317,6 +313,7 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   Int8ChunkPair* pairs =
       Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
   avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
+  if (std::is_same_v<C, Mxfp4Codes>) avx2::RebiasForMxfp4(xq, chunks);
   PairChunks(xq, chunks, pairs);
   ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
                  re, [&](int64_t r, auto rows) {

@@ -60,27 +60,23 @@ inline void PrefetchStream(const void* p,
   __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
 }
 
-// 2^(e - 128), exactly (subnormal for e < 2): half an mxfp4 block's e8m0
-// scale 2^(e - 127), for codes that hold twice the e2m1 value.
-inline float HalfE8m0ToF32(uint32_t e) {
-  const uint32_t bits = e >= 2 ? (e - 1) << 23 : 0x00400000u >> (1 - e);
+// An mxfp4 block's e8m0 scale 2^(e - 127), exactly (subnormal for e = 0).
+inline float E8m0ToF32Exact(uint32_t e) {
+  const uint32_t bits = e >= 1 ? e << 23 : 0x00400000u;
   float f;
   __builtin_memcpy(&f, &bits, sizeof(f));
   return f;
 }
 
-// HalfE8m0ToF32 of n <= 4 consecutive exponents, in lanes 0..n-1: the
-// exponent shifted into a float's exponent field is 2^(e - 127) (0 for e =
-// 0), halved exactly (subnormal for e = 1), and e = 0 takes 2^-128.
-inline __m128 HalfE8m0x4(const uint8_t* e, int n) {
+// E8m0ToF32Exact of n <= 4 consecutive exponents, in lanes 0..n-1: each
+// shifted into a float's exponent field, e = 0 replaced by 2^-127.
+inline __m128 E8m0x4(const uint8_t* e, int n) {
   uint32_t packed = 0;
   __builtin_memcpy(&packed, e, n);
   const __m128i v =
       _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed)));
-  const __m128 halved =
-      _mm_mul_ps(_mm_castsi128_ps(_mm_slli_epi32(v, 23)), _mm_set1_ps(0.5f));
   return _mm_blendv_ps(
-      halved, _mm_set1_ps(0x1p-128f),
+      _mm_castsi128_ps(_mm_slli_epi32(v, 23)), _mm_set1_ps(0x1p-127f),
       _mm_castsi128_ps(_mm_cmpeq_epi32(v, _mm_setzero_si128())));
 }
 
