@@ -5,7 +5,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
@@ -121,6 +120,7 @@ namespace {
 // of 32 or 64.
 struct Int4Codes {
   using Scale = uint16_t;
+  static constexpr bool kRebiasedForMxfp4 = false;
   static __m256i Map(__m256i nibbles) { return nibbles; }
   static float One(const uint16_t* scales, int64_t g) {
     return _cvtsh_ss(scales[g]);
@@ -142,6 +142,7 @@ struct Int4Codes {
 // their scale); the e8m0 exponent's 2^(E - 127) per 32 values.
 struct Mxfp4Codes {
   using Scale = uint8_t;
+  static constexpr bool kRebiasedForMxfp4 = true;
   static __m256i Map(__m256i nibbles) {
     return _mm256_shuffle_epi8(
         _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4,
@@ -294,7 +295,7 @@ void NibbleDirectRows(const NibbleRows<Codes>& w, const float* x, int64_t n,
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  if (std::is_same_v<Codes, Mxfp4Codes>) RebiasForMxfp4(xq, n * chunks);
+  if constexpr (Codes::kRebiasedForMxfp4) RebiasForMxfp4(xq, n * chunks);
   NibbleRowRange<Codes, G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 

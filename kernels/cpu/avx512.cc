@@ -15,7 +15,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -199,6 +198,7 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // rebiased by avx2::RebiasForMxfp4; 2^(E - 127) per 32).
 struct Int4Codes {
   using Scale = uint16_t;
+  static constexpr bool kRebiasedForMxfp4 = false;
   static __m512i Codes(__m512i nibbles) { return nibbles; }
   template <int G>
   static __m128 PairScales(const uint16_t* s) {
@@ -213,6 +213,7 @@ struct Int4Codes {
 
 struct Mxfp4Codes {
   using Scale = uint8_t;
+  static constexpr bool kRebiasedForMxfp4 = true;
   static __m512i Codes(__m512i nibbles) {
     return _mm512_shuffle_epi8(
         _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12,
@@ -313,7 +314,7 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   Int8ChunkPair* pairs =
       Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
   avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
-  if (std::is_same_v<C, Mxfp4Codes>) avx2::RebiasForMxfp4(xq, chunks);
+  if constexpr (C::kRebiasedForMxfp4) avx2::RebiasForMxfp4(xq, chunks);
   PairChunks(xq, chunks, pairs);
   ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
                  re, [&](int64_t r, auto rows) {
