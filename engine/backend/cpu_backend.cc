@@ -95,7 +95,9 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
   if (tasks.empty()) return;
   // The gate and up products of every MLP in one parallel loop, then the
   // down products in another: each weight is read once for all its rows,
-  // and the threads split the work of all MLPs at once.
+  // and the threads split the work of all MLPs at once. Per task, `gate`
+  // holds the gate product and then the down projection's input; `up` the
+  // up product, or the fused gate_up product.
   std::vector<std::vector<float>> gate(tasks.size()), up(tasks.size());
   std::vector<Product> products;
   products.reserve(2 * tasks.size());
@@ -121,7 +123,7 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
     const int64_t n = t.x.rows, inter = w.intermediate();
     if (w.fused()) {
       if (!w.gate_up_bias.empty()) {
-        kernels::AddBias(up[i].data(), n, 2 * inter, w.gate_up_bias.data);
+        AddBias({up[i].data(), n, 2 * inter}, w.gate_up_bias);
       }
       Activate(up[i].data(), up[i].data() + 1, 2, n * inter, w.activation,
                gate[i].data());

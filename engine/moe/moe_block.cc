@@ -48,8 +48,10 @@ absl::Status RunFeedForward(const backend::Tensor& x,
   // Each expert's tokens gathered into contiguous rows; the shared expert
   // (if any) runs beside them on all tokens.
   std::vector<int32_t> token_of;
+  std::vector<float> weight_of;
   for (const ExpertAssignment& a : assignments) {
     token_of.insert(token_of.end(), a.tokens.begin(), a.tokens.end());
+    weight_of.insert(weight_of.end(), a.weights.begin(), a.weights.end());
   }
   const int64_t rows = static_cast<int64_t>(token_of.size());
   const backend::Backend::Buffer gathered = backend.NewTensor(rows, hidden);
@@ -71,10 +73,6 @@ absl::Status RunFeedForward(const backend::Tensor& x,
   }
   RETURN_IF_ERROR(context.experts->Run(layer_index, tasks, alongside, backend));
 
-  std::vector<float> weight_of;
-  for (const ExpertAssignment& a : assignments) {
-    weight_of.insert(weight_of.end(), a.weights.begin(), a.weights.end());
-  }
   backend.SetZero(out);
   backend.AddScaledRows(expert_out, token_of, weight_of, out);
   if (layer.has_shared_expert && layer.shared_expert_gate.empty()) {

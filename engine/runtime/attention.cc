@@ -27,15 +27,13 @@ struct CachedSequences {
     const size_t n = step.seq_of.size();
     index_of.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      if (i == 0 || step.seq_of[i] != step.seq_of[i - 1]) views.emplace_back();
+      if (i == 0 || step.seq_of[i] != step.seq_of[i - 1]) {
+        views.emplace_back();
+        step.cache->View(step.seq_of[i], layer, &views.back());
+      }
       index_of[i] = static_cast<int32_t>(views.size()) - 1;
     }
-    size_t v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (i == 0 || step.seq_of[i] != step.seq_of[i - 1]) {
-        step.cache->View(step.seq_of[i], layer, &views[v++]);
-      }
-    }
+    // After the loop: growing `views` may move the block-pointer arrays.
     for (const KvCache::LayerView& view : views)
       blocks.push_back(view.blocks());
   }
