@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a synthetic MoE checkpoint (config.json + model.safetensors) for
+"""Writes a synthetic MoE checkpoint (config.json + safetensors) for
 benchmarks: random weights in a real architecture's names, shapes and dtypes,
 with routers skewed the way trained models' are (a few hot experts per layer
 take most tokens).
@@ -23,6 +23,35 @@ of 4096, vocab 32000) give about 1.8 GB.
 
   /usr/bin/python3 tools/make_synthetic_moe.py --arch deepseek_v3 --out ~/.cache/ringmoe/models/synthetic-deepseek-v3
 
+--arch gpt_oss: a gpt-oss checkpoint (GptOssForCausalLM) in the layout of
+openai/gpt-oss-20b (see "gpt-oss" in shared/testdata/moe-tiny/README.md):
+config.json with the real file's keys (attention biases, head_dim 64,
+layer_types sliding_attention on even layers and full_attention on odd ones,
+sliding window 128, YaRN factor 32, swiglu_limit 7, quantization_config
+mxfp4); q/k/v/o biases and attention sinks (0.5 + N(0, 1)); a router with a
+small bias; experts fused per layer, their matrices in MXFP4 as
+`mlp.experts.gate_up_proj_blocks` / `_scales` and `down_proj_blocks` /
+`_scales`, U8 [E, out, in/32, 16] and [E, out, in/32] (low nibble the even
+input feature, E2M1 codes, unsigned E8M0 scales: w = fp4 * 2^(s - 127);
+gate_up rows interleaved, 2i gate and 2i+1 up), with BF16 `_bias`es [E, out];
+everything else BF16. Nibbles are uniform over the 16 codes and each block's
+scale byte lies around 127 + log2(1 / (2.93 sqrt(fan_in))), spread +-1, so
+the dequantized weights have std 1/sqrt(fan_in). Sharded like the real one
+into files of at most --shard_gb (default 1) GB of weights, named with its
+quirk reproduced: 0-based and "of" the last index (model-00000-of-00003 ...
+model-00003-of-00003 for four files), plus a compact
+model.safetensors.index.json (metadata.total_size, weight_map): find shards
+through the index. Tensors run in the tiny real-layout example's order (per
+layer: input_layernorm, q/k/v/o weight and bias, sinks,
+post_attention_layernorm, router, experts) and may split a layer across
+files; each file's header carries __metadata__ {"format": "pt"}. Defaults
+(hidden 2880, 6 layers, 64 heads of 64, 8 kv heads, 32 experts of 2880,
+top-4, vocab 32000 where the real one has 201088, eos 2, pad 1) give about
+3.2 GB in 4 files, written in about 20 s; a layer is about 0.48 GB
+(gpt-oss-20b's 24 layers would make it 12 GB).
+
+  /usr/bin/python3 tools/make_synthetic_moe.py --arch gpt_oss --out ~/.cache/ringmoe/models/synthetic-gpt-oss
+
 The skew: every token embedding shares one direction u, and each layer's
 router rows for its hot experts have a component along u, so the hidden
 state's u-component acts as a per-expert bias in the router logits.
@@ -43,7 +72,11 @@ ARCH_DEFAULTS = {
                     intermediate=1024, heads=16, vocab=32000),
     "deepseek_v3": dict(hidden=2048, layers=8, experts=64, top_k=8,
                         intermediate=512, heads=16, vocab=32000),
+    "gpt_oss": dict(hidden=2880, layers=6, experts=32, top_k=4,
+                    intermediate=2880, heads=64, vocab=32000),
 }
+# --kv_heads defaults (deepseek_v3 has none: its MLA uses --heads).
+KV_HEADS_DEFAULTS = {"mixtral": 4, "gpt_oss": 8}
 
 FP8_MAX = 448.0
 FP8_BLOCK = 128
@@ -156,6 +189,86 @@ def write_checkpoint(out, tensors):
         f.seek(0, os.SEEK_END)
         assert f.tell() == base + offset
     return offset
+
+
+# MXFP4 (OCP microscaling, as gpt-oss stores its experts): 32 weights per
+# block, each an FP4 E2M1 nibble, times one E8M0 power-of-two scale per block.
+MXFP4_BLOCK = 32
+# Mean square of the 16 E2M1 codes (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+# negatives), i.e. of a nibble drawn uniformly.
+E2M1_MEAN_SQUARE = (0 + 0.25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8
+
+
+def mxfp4_blocks(rng, rows_shape, fan_in):
+    """Random MXFP4 blocks [*rows_shape, fan_in/32, 16] (uint8): every byte,
+    hence every nibble, uniform."""
+    shape = tuple(rows_shape) + (fan_in // MXFP4_BLOCK, MXFP4_BLOCK // 2)
+    return rng.integers(0, 256, shape, dtype=np.uint8)
+
+
+def mxfp4_scales(rng, rows_shape, fan_in):
+    """Random E8M0 scale bytes [*rows_shape, fan_in/32] for uniform nibbles,
+    so that the dequantized weights' variance is 1/fan_in: s = k + d + b with
+    d in {-1, 0, 0, +1} (the spread) and b a coin with P(b = 1) = p, k and p
+    chosen so that E[4^(s - 127)] * E2M1_MEAN_SQUARE = 1/fan_in exactly."""
+    shape = tuple(rows_shape) + (fan_in // MXFP4_BLOCK,)
+    spread = (4.0 ** -1 + 1 + 1 + 4) / 4  # E[4^d]
+    x = 1.0 / (fan_in * E2M1_MEAN_SQUARE * spread)  # wanted E[4^(k + b - 127)]
+    k = int(np.floor(np.log(x) / np.log(4)))
+    p = (x / 4.0 ** k - 1) / 3  # E[4^b] = 1 + 3p
+    d = np.array([-1, 0, 0, 1], np.int16)[rng.integers(0, 4, shape, dtype=np.uint8)]
+    b = rng.random(shape, dtype=np.float32) < p
+    return np.clip(127 + k + d + b, 0, 254).astype(np.uint8)
+
+
+def write_sharded(out, tensors, shard_bytes):
+    """tensors: (name, shape, kind, make) in generation order; kind is "BF16"
+    (make gives float32, stored rounded to bfloat16) or "U8" (make gives
+    uint8). Splits them, in order, into files of at most shard_bytes of data
+    (a larger tensor gets a file of its own), named like openai/gpt-oss-20b's
+    shards (0-based, "of" the last index), each laid out in generation order
+    with header __metadata__ {"format": "pt"}; then generates the tensors one
+    at a time, appending each to its file, and writes the compact
+    model.safetensors.index.json. Returns (data size in bytes, file names)."""
+    sizes = {"BF16": 2, "U8": 1}
+    shards, size = [[]], 0  # shards: lists of (name, shape, kind, make, nbytes)
+    for name, shape, kind, make in tensors:
+        nbytes = int(np.prod(shape)) * sizes[kind]
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, tuple(shape), kind, make, nbytes))
+        size += nbytes
+    last = len(shards) - 1
+    files = [f"model-{k:05d}-of-{last:05d}.safetensors" for k in range(len(shards))]
+
+    os.makedirs(out, exist_ok=True)
+    weight_map, total = {}, 0
+    for file, shard in zip(files, shards):
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape, kind, _, nbytes in shard:
+            header[name] = {"dtype": kind, "shape": list(shape),
+                            "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+            weight_map[name] = file
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(os.path.join(out, file), "wb") as f:
+            f.write(len(blob).to_bytes(8, "little"))
+            f.write(blob)
+            for name, shape, kind, make, nbytes in shard:
+                a = make()
+                assert a.shape == shape, (name, a.shape, shape)
+                if kind == "U8":
+                    assert a.dtype == np.uint8, (name, a.dtype)
+                    f.write(np.ascontiguousarray(a).data)
+                else:
+                    f.write(to_bf16(a).astype("<u2").data)
+            assert f.tell() == 8 + len(blob) + offset
+        total += offset
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    return total, files
 
 
 def mixtral(args, normal, embedding, router):
@@ -314,6 +427,102 @@ def deepseek_v3(args, normal, embedding, router, rng):
     return tensors, config
 
 
+def gpt_oss(args, normal, embedding, router, rng):
+    h, inter, n_exp = args.hidden, args.intermediate, args.experts
+    q_dim, kv_dim = args.heads * args.head_dim, args.kv_heads * args.head_dim
+
+    def bf16(name, shape, make=None):
+        return (name, tuple(shape), "BF16", make or (lambda: normal(shape)))
+
+    def ones(name, n):
+        return bf16(name, (n,), lambda: np.ones(n, np.float32))
+
+    def experts(pre, rows, fan_in):
+        rows_shape = (n_exp, rows)
+        return [
+            (pre + "_blocks", rows_shape + (fan_in // MXFP4_BLOCK, MXFP4_BLOCK // 2),
+             "U8", lambda: mxfp4_blocks(rng, rows_shape, fan_in)),
+            (pre + "_scales", rows_shape + (fan_in // MXFP4_BLOCK,),
+             "U8", lambda: mxfp4_scales(rng, rows_shape, fan_in)),
+            bf16(pre + "_bias", rows_shape),
+        ]
+
+    tensors = [bf16("model.embed_tokens.weight", (args.vocab, h), embedding)]
+    for l in range(args.layers):
+        pre = f"model.layers.{l}."
+        at = pre + "self_attn."
+        tensors += [ones(pre + "input_layernorm.weight", h)]
+        for proj, rows, cols in (("q", q_dim, h), ("k", kv_dim, h),
+                                 ("v", kv_dim, h), ("o", h, q_dim)):
+            tensors += [bf16(at + proj + "_proj.weight", (rows, cols)),
+                        bf16(at + proj + "_proj.bias", (rows,))]
+        tensors += [
+            bf16(at + "sinks", (args.heads,),
+                 lambda: 0.5 + rng.standard_normal(args.heads, dtype=np.float32)),
+            ones(pre + "post_attention_layernorm.weight", h),
+            bf16(pre + "mlp.router.weight", (n_exp, h), lambda l=l: router(l)),
+            bf16(pre + "mlp.router.bias", (n_exp,),
+                 lambda: rng.standard_normal(n_exp, dtype=np.float32) * 0.01),
+        ]
+        tensors += experts(pre + "mlp.experts.gate_up_proj", 2 * inter, h)
+        tensors += experts(pre + "mlp.experts.down_proj", h, inter)
+    tensors += [ones("model.norm.weight", h),
+                bf16("lm_head.weight", (args.vocab, h))]
+
+    # The keys of openai/gpt-oss-20b's config.json, in its (sorted) order.
+    config = {
+        "architectures": ["GptOssForCausalLM"],
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "eos_token_id": 2,
+        "experts_per_token": args.top_k,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": h,
+        "initial_context_length": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "layer_types": ["sliding_attention" if l % 2 == 0 else "full_attention"
+                        for l in range(args.layers)],
+        "max_position_embeddings": 131072,
+        "model_type": "gpt_oss",
+        "num_attention_heads": args.heads,
+        "num_experts_per_tok": args.top_k,
+        "num_hidden_layers": args.layers,
+        "num_key_value_heads": args.kv_heads,
+        "num_local_experts": n_exp,
+        "output_router_logits": False,
+        "pad_token_id": 1,
+        "quantization_config": {
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+            "quant_method": "mxfp4",
+        },
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "rope_type": "yarn",
+            "truncate": False,
+        },
+        "rope_theta": 150000,
+        "router_aux_loss_coef": 0.9,
+        "sliding_window": args.sliding_window,
+        "swiglu_limit": 7.0,
+        "tie_word_embeddings": False,
+        "transformers_version": "4.55.0.dev0",
+        "use_cache": True,
+        "vocab_size": args.vocab,
+    }
+    return tensors, config
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,7 +539,8 @@ def parse_args(argv=None):
                    help="expert intermediate size (moe_intermediate_size for "
                         "deepseek_v3); " + per_arch("intermediate"))
     p.add_argument("--heads", type=int, help=per_arch("heads"))
-    p.add_argument("--kv_heads", type=int, default=4, help="mixtral only")
+    p.add_argument("--kv_heads", type=int, help="mixtral and gpt_oss; default " +
+                   ", ".join(f"{n} ({a})" for a, n in KV_HEADS_DEFAULTS.items()))
     p.add_argument("--vocab", type=int, help=per_arch("vocab"))
     p.add_argument("--hot_experts", type=int, default=3,
                    help="experts per layer that the router favours")
@@ -348,10 +558,29 @@ def parse_args(argv=None):
                     help="first_k_dense_replace: leading layers with a dense MLP")
     ds.add_argument("--dense_intermediate", type=int, default=4096,
                     help="intermediate_size of the dense layers")
+    go = p.add_argument_group("gpt_oss only")
+    go.add_argument("--head_dim", type=int, default=64)
+    go.add_argument("--sliding_window", type=int, default=128,
+                    help="window of the sliding_attention (even) layers")
+    go.add_argument("--shard_gb", type=float, default=1.0,
+                    help="most weight data per safetensors file, in GB (1e9 bytes)")
     args = p.parse_args(argv)
     for key, value in ARCH_DEFAULTS[args.arch].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.kv_heads is None:
+        args.kv_heads = KV_HEADS_DEFAULTS.get(args.arch)
+    if args.arch == "gpt_oss":
+        for key in ("hidden", "intermediate"):
+            if getattr(args, key) <= 0 or getattr(args, key) % MXFP4_BLOCK:
+                p.error(f"--{key} must be a positive multiple of {MXFP4_BLOCK} "
+                        "(the MXFP4 block)")
+        if args.kv_heads < 1 or args.heads % args.kv_heads:
+            p.error("--heads must be a multiple of --kv_heads")
+        if not 1 <= args.top_k <= args.experts:
+            p.error("--top_k must be in [1, --experts]")
+        if args.shard_gb <= 0:
+            p.error("--shard_gb must be positive")
     if args.arch == "deepseek_v3":
         if args.groups < 1 or args.experts % args.groups:
             p.error("--experts must be a multiple of --groups")
@@ -391,16 +620,24 @@ def build(args):
 
     if args.arch == "deepseek_v3":
         return deepseek_v3(args, normal, embedding, router, rng)
+    if args.arch == "gpt_oss":
+        return gpt_oss(args, normal, embedding, router, rng)
     return mixtral(args, normal, embedding, router)
 
 
 def main():
     args = parse_args()
     tensors, config = build(args)
-    size = write_checkpoint(args.out, tensors)
+    if args.arch == "gpt_oss":
+        size, files = write_sharded(args.out, tensors, int(args.shard_gb * 1e9))
+        where = (files[0] if len(files) == 1 else
+                 f"{len(files)} files, {files[0]} .. {files[-1]}")
+    else:
+        size = write_checkpoint(args.out, tensors)
+        where = "model.safetensors"
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    print(f"wrote {args.out}: {size / 1e9:.2f} GB of weights")
+    print(f"wrote {args.out}: {size / 1e9:.2f} GB of weights ({size} bytes) in {where}")
 
 
 if __name__ == "__main__":
