@@ -13,7 +13,8 @@ namespace {
 const std::vector<const Architecture*>& Registry() {
   static const auto* registry = new std::vector<const Architecture*>{
       &internal::Mixtral(), &internal::Qwen2Moe(),   &internal::Qwen3Moe(),
-      &internal::Olmoe(),   &internal::DeepseekV2(), &internal::DeepseekV3()};
+      &internal::Olmoe(),   &internal::DeepseekV2(), &internal::DeepseekV3(),
+      &internal::GptOss()};
   return *registry;
 }
 
@@ -53,6 +54,11 @@ std::string Architecture::RouterBiasTensor(int layer) const {
 
 MlpTensorNames Architecture::ExpertTensors(int layer, int expert) const {
   return GateUpDownTensors(layer, absl::StrCat("mlp.experts.", expert, "."));
+}
+
+std::optional<FusedExpertTensorNames> Architecture::FusedExpertTensors(
+    int layer) const {
+  return std::nullopt;
 }
 
 MlpTensorNames Architecture::SharedExpertTensors(int layer) const { return {}; }

@@ -1,9 +1,11 @@
 // Architecture: what differs between MoE model families — config keys,
 // tensor names and flags. One small file per architecture (mixtral.cc,
-// qwen2_moe.cc, qwen3_moe.cc, olmoe.cc, deepseek.cc) implements it.
+// qwen2_moe.cc, qwen3_moe.cc, olmoe.cc, deepseek.cc, gpt_oss.cc) implements
+// it.
 #ifndef RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
 #define RINGMOE_ENGINE_MODEL_ARCHITECTURE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,19 @@ struct MlpTensorNames {
   std::string gate;
   std::string up;
   std::string down;
+};
+
+// All experts of a layer stored together, expert e at index e of each
+// tensor (gpt-oss). The matrices are named by their stem: MXFP4 stores
+// `<stem>_blocks` [E, rows, cols / 32, 16] beside `<stem>_scales`
+// [E, rows, cols / 32], in PyTorch's [out, in] order; dense checkpoints
+// store `<stem>` [E, cols, rows], the [in, out] order of transformers'
+// fused expert parameters. gate_up's rows alternate gate and up.
+struct FusedExpertTensorNames {
+  std::string gate_up;       // [2 * intermediate, hidden] per expert
+  std::string gate_up_bias;  // [E, 2 * intermediate]
+  std::string down;          // [hidden, intermediate] per expert
+  std::string down_bias;     // [E, hidden]
 };
 
 // The tensors of one grouped-query attention block. Biases and q/k norms
@@ -83,6 +98,10 @@ class Architecture {
   // name with `bias` for its trailing `weight`.
   virtual std::string RouterBiasTensor(int layer) const;
   virtual MlpTensorNames ExpertTensors(int layer, int expert) const;
+  // Set when the architecture stores a layer's experts in fused tensors;
+  // ExpertTensors is then unused.
+  virtual std::optional<FusedExpertTensorNames> FusedExpertTensors(
+      int layer) const;
   // Empty names: the architecture has no shared expert.
   virtual MlpTensorNames SharedExpertTensors(int layer) const;
   virtual std::string SharedExpertGateTensor(int layer) const;

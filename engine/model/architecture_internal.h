@@ -15,6 +15,7 @@ const Architecture& Qwen3Moe();
 const Architecture& Olmoe();
 const Architecture& DeepseekV2();
 const Architecture& DeepseekV3();
+const Architecture& GptOss();
 
 // Reads the expert count, top-k and the expert intermediate size from the
 // keys this architecture uses for them.

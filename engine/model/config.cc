@@ -85,7 +85,8 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& config,
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // quantization_config: the block-scaled fp8 layout DeepSeek-V3 ships
-// (quant_method fp8, fmt e4m3, weight_block_size [rows, cols]).
+// (quant_method fp8, fmt e4m3, weight_block_size [rows, cols]) or gpt-oss's
+// MXFP4 experts (quant_method mxfp4, whose block of 32 is fixed).
 absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
   constexpr absl::string_view kPath = "quantization_config";
   auto it = config.find(kPath);
@@ -97,10 +98,14 @@ absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
   }
   ASSIGN_OR_RETURN(std::optional<std::string> method,
                    json::GetOptionalString(q, "quant_method", kPath));
+  if (method == "mxfp4") {
+    spec->mxfp4 = true;
+    return absl::OkStatus();
+  }
   if (method != "fp8") {
     return absl::UnimplementedError(
         absl::StrCat("quantization_config.quant_method '", method.value_or(""),
-                     "' is not supported (supported: fp8)"));
+                     "' is not supported (supported: fp8, mxfp4)"));
   }
   ASSIGN_OR_RETURN(std::optional<std::string> fmt,
                    json::GetOptionalString(q, "fmt", kPath));
@@ -188,6 +193,16 @@ absl::Status CheckArchitectureFields(const ModelSpec& spec) {
   if (static_cast<int64_t>(spec.layer_sliding_window.size()) !=
       spec.num_layers) {
     return absl::InternalError("layer windows not set by the architecture");
+  }
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    // A window no sequence can fill is a mistake in the config, not a
+    // request for full attention.
+    if (spec.SlidingWindow(l) > spec.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sliding_window (", spec.SlidingWindow(l), ") of layer ", l,
+          " exceeds the context, max_position_embeddings (",
+          spec.max_position_embeddings, ")"));
+    }
   }
   return absl::OkStatus();
 }

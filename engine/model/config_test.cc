@@ -107,10 +107,10 @@ TEST(ConfigTest, MixtralWindowAppliesToEveryLayer) {
   ASSERT_TRUE(absent.ok()) << absent.status();
   EXPECT_EQ(absent->layer_sliding_window, std::vector<int64_t>({0, 0}));
   auto windowed = ParseEdited(
-      "mixtral", [](nlohmann::json& j) { j["sliding_window"] = 4096; });
+      "mixtral", [](nlohmann::json& j) { j["sliding_window"] = 256; });
   ASSERT_TRUE(windowed.ok()) << windowed.status();
-  EXPECT_EQ(windowed->layer_sliding_window, std::vector<int64_t>({4096, 4096}));
-  EXPECT_EQ(windowed->SlidingWindow(1), 4096);
+  EXPECT_EQ(windowed->layer_sliding_window, std::vector<int64_t>({256, 256}));
+  EXPECT_EQ(windowed->SlidingWindow(1), 256);
 }
 
 TEST(ConfigTest, QwenWindowsFromMaxWindowLayersOn) {
@@ -233,6 +233,43 @@ TEST(ConfigTest, BadWindowConfigsNameTheKey) {
         },
         "layer_types[0] is 'sliding_attention' but the model has no sliding "
         "window"}},
+      {"mixtral",
+       {"window beyond the context",
+        [](nlohmann::json& j) {
+          j["max_position_embeddings"] = 512;
+          j["sliding_window"] = 513;
+        },
+        "sliding_window (513) of layer 0 exceeds the context, "
+        "max_position_embeddings (512)"}},
+      {"gpt_oss",
+       {"gpt-oss window beyond the context",
+        [](nlohmann::json& j) { j["sliding_window"] = 200000; },
+        "sliding_window (200000) of layer 0 exceeds the context"}},
+      {"gpt_oss",
+       {"gpt-oss unknown layer type",
+        [](nlohmann::json& j) {
+          j["layer_types"][3] = "local_attention";
+        },
+        "layer_types[3] is 'local_attention' (supported: full_attention, "
+        "sliding_attention)"}},
+      {"gpt_oss",
+       {"gpt-oss default layer types without a window",
+        [](nlohmann::json& j) {
+          j.erase("layer_types");
+          j["sliding_window"] = nullptr;
+        },
+        "sliding_window is null but gpt-oss's default layer_types slide on "
+        "the even layers"}},
+      {"gpt_oss",
+       {"gpt-oss swiglu_limit",
+        [](nlohmann::json& j) { j["swiglu_limit"] = 0; },
+        "'swiglu_limit' must be positive, got 0"}},
+      {"gpt_oss",
+       {"unknown quantization",
+        [](nlohmann::json& j) {
+          j["quantization_config"]["quant_method"] = "awq";
+        },
+        "quant_method 'awq' is not supported (supported: fp8, mxfp4)"}},
       {"olmoe",
        {"olmoe sliding",
         [](nlohmann::json& j) {
@@ -287,6 +324,43 @@ TEST(ConfigTest, DeepseekV3LatentAttentionAndGroupedSigmoidRouting) {
   ASSERT_TRUE(fp8.ok());
   EXPECT_EQ(fp8->fp8.block_rows, 32);
   EXPECT_EQ(fp8->fp8.block_cols, 32);
+}
+
+TEST(ConfigTest, GptOssSinksWindowsBiasedRouterAndClampedSwiglu) {
+  for (const char* dir : {"gpt_oss", "gpt_oss_bf16"}) {
+    auto spec = LoadModelConfig(std::string(kTiny) + dir);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->mxfp4, std::string(dir) == "gpt_oss") << dir;
+    EXPECT_EQ(spec->head_dim, 64);
+    EXPECT_EQ(spec->q_width(), 256);
+    EXPECT_EQ(spec->kv_width(), 128);
+    EXPECT_TRUE(spec->qkv_bias);
+    EXPECT_TRUE(spec->o_proj_bias);
+    EXPECT_TRUE(spec->attention_sinks);
+    EXPECT_EQ(spec->layer_sliding_window, std::vector<int64_t>({8, 0, 8, 0}));
+    EXPECT_EQ(spec->num_experts, 8);
+    EXPECT_EQ(spec->experts_per_token, 2);
+    EXPECT_EQ(spec->expert_intermediate_size, 160);
+    EXPECT_EQ(spec->routing.order, RouterOrder::kTopKThenSoftmax);
+    EXPECT_TRUE(spec->routing.router_bias);
+    ASSERT_TRUE(spec->expert_swiglu.has_value());
+    EXPECT_EQ(spec->expert_swiglu->limit, 7.0);
+    EXPECT_EQ(spec->expert_swiglu->alpha, 1.702);
+    EXPECT_EQ(spec->rope_scaling.type, RopeScalingType::kYarn);
+    EXPECT_FALSE(spec->rope_scaling.truncate);
+    EXPECT_EQ(spec->rope_scaling.factor, 32.0);
+    EXPECT_EQ(spec->rms_norm_eps, 1e-5);
+  }
+  // transformers' defaults: windows of 128 on the even layers.
+  auto defaults = ParseEdited("gpt_oss", [](nlohmann::json& j) {
+    j.erase("layer_types");
+    j.erase("sliding_window");
+    j.erase("swiglu_limit");
+  });
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->layer_sliding_window,
+            std::vector<int64_t>({128, 0, 128, 0}));
+  EXPECT_EQ(defaults->expert_swiglu->limit, 7.0);
 }
 
 TEST(ConfigTest, DeepseekV2LiteSoftmaxGreedyWithoutQueryCompression) {

@@ -96,6 +96,13 @@ struct Fp8BlockSpec {
   int64_t block_cols = 0;
 };
 
+// gpt-oss's expert activation: g' = min(g, limit), u' = clamp(u, -limit,
+// limit), (u' + 1) * g' * sigmoid(alpha * g').
+struct ClampedSwiglu {
+  double alpha = 1.702;
+  double limit = 7.0;
+};
+
 struct ModelSpec {
   std::string architecture;  // architectures[0], e.g. "MixtralForCausalLM"
   int64_t vocab_size = 0;
@@ -127,11 +134,18 @@ struct ModelSpec {
   // the q/k/v projections, head_dim and num_kv_heads.
   std::optional<MlaSpec> mla;
   Fp8BlockSpec fp8;
+  // quantization_config with quant_method mxfp4: expert matrices may be
+  // stored as `<name>_blocks` (U8, two e2m1 values per byte, low nibble
+  // first, 16 bytes per 32 values) beside `<name>_scales` (U8 e8m0, one per
+  // 32 values).
+  bool mxfp4 = false;
 
   // Mixture of experts.
   int64_t num_experts = 0;
   int64_t experts_per_token = 0;
   int64_t expert_intermediate_size = 0;
+  // The experts' activation; unset: silu(gate) * up.
+  std::optional<ClampedSwiglu> expert_swiglu;
   RoutingSpec routing;
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert
   // The shared expert's output is scaled by sigmoid(shared_expert_gate · x)

@@ -20,10 +20,31 @@ namespace {
 using checkpoint::DType;
 using checkpoint::TensorView;
 
+// dst[c, r] = src[r, c] for a [rows, cols] matrix of T, in tiles that keep
+// both sides' cache lines in use.
+template <typename T>
+void Transpose(const uint8_t* src_bytes, int64_t rows, int64_t cols,
+               uint8_t* dst_bytes) {
+  constexpr int64_t kTile = 32;
+  const T* src = reinterpret_cast<const T*>(src_bytes);
+  T* dst = reinterpret_cast<T*>(dst_bytes);
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r_end = std::min(rows, r0 + kTile);
+      const int64_t c_end = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r_end; ++r) {
+        for (int64_t c = c0; c < c_end; ++c) {
+          std::memcpy(&dst[c * rows + r], &src[r * cols + c], sizeof(T));
+        }
+      }
+    }
+  }
+}
+
 class Binder {
  public:
-  Binder(const checkpoint::Checkpoint& ckpt, const Fp8BlockSpec& fp8)
-      : ckpt_(ckpt), fp8_(fp8) {}
+  Binder(const checkpoint::Checkpoint& ckpt, const ModelSpec& spec)
+      : ckpt_(ckpt), fp8_(spec.fp8), mxfp4_(spec.mxfp4) {}
 
   absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows,
                                 int64_t cols) {
@@ -57,6 +78,33 @@ class Binder {
     ASSIGN_OR_RETURN(mlp.up, Matrix(names.up, intermediate, hidden));
     ASSIGN_OR_RETURN(mlp.down, Matrix(names.down, hidden, intermediate));
     return mlp;
+  }
+
+  // Every expert of a layer sliced out of fused tensors (see
+  // FusedExpertTensorNames): matrices are views into the checkpoint when
+  // stored as MXFP4 and transposed copies when stored dense [in, out].
+  absl::StatusOr<std::vector<MlpWeights>> FusedExperts(
+      const FusedExpertTensorNames& names, int64_t experts, int64_t hidden,
+      int64_t intermediate, backend::GatedActivation activation) {
+    ASSIGN_OR_RETURN(std::vector<Weight> gate_up,
+                     FusedMatrices(names.gate_up, experts, 2 * intermediate,
+                                   hidden));
+    ASSIGN_OR_RETURN(std::vector<Weight> down,
+                     FusedMatrices(names.down, experts, hidden, intermediate));
+    ASSIGN_OR_RETURN(
+        std::vector<model::Vector> gate_up_bias,
+        FusedVectors(names.gate_up_bias, experts, 2 * intermediate));
+    ASSIGN_OR_RETURN(std::vector<model::Vector> down_bias,
+                     FusedVectors(names.down_bias, experts, hidden));
+    std::vector<MlpWeights> mlps(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      mlps[e].gate_up = gate_up[e];
+      mlps[e].gate_up_bias = gate_up_bias[e];
+      mlps[e].down = down[e];
+      mlps[e].down_bias = down_bias[e];
+      mlps[e].activation = activation;
+    }
+    return mlps;
   }
 
   bool Has(const std::string& name) const {
@@ -116,6 +164,94 @@ class Binder {
     return m;
   }
 
+  // Expert e's [rows, cols] matrix of the fused tensors under `stem`.
+  absl::StatusOr<std::vector<Weight>> FusedMatrices(const std::string& stem,
+                                                    int64_t experts,
+                                                    int64_t rows,
+                                                    int64_t cols) {
+    const std::string blocks = absl::StrCat(stem, "_blocks");
+    if (Has(blocks)) return Mxfp4Matrices(stem, experts, rows, cols);
+    if (!Has(stem)) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": missing tensor '",
+          mxfp4_ ? blocks : stem, "'"));
+    }
+    // Dense fused experts are [E, in, out]: each becomes an [out, in] copy.
+    ASSIGN_OR_RETURN(const TensorView* t, Tensor(stem, {experts, cols, rows}));
+    ASSIGN_OR_RETURN(const backend::WeightType type, WeightTypeOf(*t));
+    const int64_t bytes = rows * cols * checkpoint::DTypeSize(t->dtype);
+    auto buffer = std::make_unique<uint8_t[]>(t->num_bytes);
+    std::vector<Weight> out(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      uint8_t* dst = buffer.get() + e * bytes;
+      if (type == backend::WeightType::kF32) {
+        Transpose<uint32_t>(t->data + e * bytes, cols, rows, dst);
+      } else {
+        Transpose<uint16_t>(t->data + e * bytes, cols, rows, dst);
+      }
+      out[e].data = dst;
+      out[e].type = type;
+      out[e].rows = rows;
+      out[e].cols = cols;
+    }
+    owned_.push_back(std::move(buffer));
+    return out;
+  }
+
+  // `<stem>_blocks` and `<stem>_scales` as each expert's MXFP4 matrix, in
+  // place.
+  absl::StatusOr<std::vector<Weight>> Mxfp4Matrices(const std::string& stem,
+                                                    int64_t experts,
+                                                    int64_t rows,
+                                                    int64_t cols) {
+    const std::string blocks_name = absl::StrCat(stem, "_blocks");
+    const std::string scales_name = absl::StrCat(stem, "_scales");
+    if (!mxfp4_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": tensor '", blocks_name,
+          "' is MXFP4 but config.json has no quantization_config with "
+          "quant_method mxfp4"));
+    }
+    if (!Has(scales_name)) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint ", ckpt_.dir(), ": MXFP4 tensor '", blocks_name,
+          "' has no scales: missing tensor '", scales_name, "'"));
+    }
+    const int64_t groups = (cols + 31) / 32;
+    ASSIGN_OR_RETURN(const TensorView* blocks,
+                     Tensor(blocks_name, {experts, rows, groups, 16}));
+    ASSIGN_OR_RETURN(const TensorView* scales,
+                     Tensor(scales_name, {experts, rows, groups}));
+    for (const TensorView* t : {blocks, scales}) {
+      if (t->dtype != DType::kU8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint ", ckpt_.dir(), ": tensor '", t->name, "' has dtype ",
+            checkpoint::DTypeName(t->dtype), ", expected U8"));
+      }
+    }
+    std::vector<Weight> out(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      out[e].data = blocks->data + e * rows * groups * 16;
+      out[e].type = backend::WeightType::kMxfp4;
+      out[e].rows = rows;
+      out[e].cols = cols;
+      out[e].exponents = scales->data + e * rows * groups;
+    }
+    return out;
+  }
+
+  // Row e of the [experts, size] tensor `name` as expert e's vector.
+  absl::StatusOr<std::vector<model::Vector>> FusedVectors(
+      const std::string& name, int64_t experts, int64_t size) {
+    ASSIGN_OR_RETURN(const TensorView* t, Tensor(name, {experts, size}));
+    ASSIGN_OR_RETURN(const model::Vector all, Widened(*t));
+    std::vector<model::Vector> out(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      out[e] = model::Vector{all.data + e * size, size};
+    }
+    return out;
+  }
+
   absl::StatusOr<const TensorView*> Tensor(const std::string& name,
                                            const std::vector<int64_t>& shape) {
     const TensorView* t = ckpt_.Find(name);
@@ -161,6 +297,7 @@ class Binder {
 
   const checkpoint::Checkpoint& ckpt_;
   Fp8BlockSpec fp8_;
+  bool mxfp4_;
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
 };
 
@@ -217,12 +354,27 @@ absl::StatusOr<LayerWeights> BindFeedForward(const ModelSpec& spec,
         layer.expert_score_bias,
         bind.Vector(arch.ExpertScoreBiasTensor(l), spec.num_experts));
   }
-  layer.experts.reserve(spec.num_experts);
-  for (int e = 0; e < spec.num_experts; ++e) {
-    ASSIGN_OR_RETURN(
-        MlpWeights expert,
-        bind.Mlp(arch.ExpertTensors(l, e), h, spec.expert_intermediate_size));
-    layer.experts.push_back(expert);
+  backend::GatedActivation activation;
+  if (spec.expert_swiglu) {
+    activation.kind = backend::GatedActivation::Kind::kClampedSwiglu;
+    activation.alpha = static_cast<float>(spec.expert_swiglu->alpha);
+    activation.limit = static_cast<float>(spec.expert_swiglu->limit);
+  }
+  if (const std::optional<FusedExpertTensorNames> fused =
+          arch.FusedExpertTensors(l)) {
+    ASSIGN_OR_RETURN(layer.experts,
+                     bind.FusedExperts(*fused, spec.num_experts, h,
+                                       spec.expert_intermediate_size,
+                                       activation));
+  } else {
+    layer.experts.reserve(spec.num_experts);
+    for (int e = 0; e < spec.num_experts; ++e) {
+      ASSIGN_OR_RETURN(MlpWeights expert,
+                       bind.Mlp(arch.ExpertTensors(l, e), h,
+                                spec.expert_intermediate_size));
+      expert.activation = activation;
+      layer.experts.push_back(expert);
+    }
   }
   if (spec.shared_expert_intermediate_size > 0) {
     layer.has_shared_expert = true;
@@ -377,7 +529,7 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint) {
-  Binder bind(checkpoint, spec.fp8);
+  Binder bind(checkpoint, spec);
   const ModelTensorNames names = arch.ModelTensors();
   ModelWeights weights;
   ASSIGN_OR_RETURN(

@@ -1,8 +1,10 @@
 // ModelWeights: every tensor the forward pass reads, bound by name from a
 // checkpoint and checked for shape and dtype before anything runs. Matrices
 // are zero-copy views (backend::Weight) into the memory-mapped checkpoint,
-// kept in the format it stores; the small vectors (norms, biases) are
-// widened to float32 once.
+// kept in the format it stores (experts sliced out of fused [E, ...]
+// tensors included), except dense fused experts stored [in, out], which are
+// transposed once; the small vectors (norms, biases) are widened to float32
+// once.
 #ifndef RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 #define RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 
@@ -95,7 +97,9 @@ struct WeightConversion {
 // Binds every tensor `spec` needs. Errors name the checkpoint and the tensor:
 // a missing tensor, a wrong shape, or a dtype other than F32/BF16/F16 or,
 // for matrices of a checkpoint with spec.fp8, F8_E4M3 with its F32
-// `<name>_scale_inv` of [ceil(rows / block_rows), ceil(cols / block_cols)].
+// `<name>_scale_inv` of [ceil(rows / block_rows), ceil(cols / block_cols)],
+// or, for fused experts of a checkpoint with spec.mxfp4, U8 `<stem>_blocks`
+// with its U8 `<stem>_scales` (FusedExpertTensorNames).
 absl::StatusOr<ModelWeights> BindModelWeights(
     const ModelSpec& spec, const Architecture& arch,
     const checkpoint::Checkpoint& checkpoint);

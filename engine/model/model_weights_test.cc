@@ -39,10 +39,12 @@ std::string EditedModel(
   std::string config = ReadFileToString(src + "/config.json").value_or("");
   if (edit_config) edit_config(config);
   std::ofstream(dir + "/config.json") << config;
-  auto file = checkpoint::SafetensorsFile::Open(src + "/model.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
+  // Every shard's tensors, written back as one file.
+  auto source = checkpoint::Checkpoint::Open(src);
+  EXPECT_TRUE(source.ok()) << source.status();
   std::vector<TensorToWrite> tensors;
-  for (const auto& t : (*file)->tensors()) {
+  for (const std::string& name : (*source)->TensorNames()) {
+    const checkpoint::TensorView& t = *(*source)->Find(name);
     tensors.push_back({t.name, t.dtype, t.shape,
                        absl::string_view(reinterpret_cast<const char*>(t.data),
                                          t.num_bytes)});
@@ -72,7 +74,8 @@ absl::Status Bind(const std::string& dir) {
 TEST(ModelWeightsTest, BindsEveryTinyModel) {
   for (const char* m :
        {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe",
-        "deepseek_v3", "deepseek_v3_fp8", "deepseek_v2_lite"}) {
+        "deepseek_v3", "deepseek_v3_fp8", "deepseek_v2_lite", "gpt_oss",
+        "gpt_oss_bf16"}) {
     EXPECT_TRUE(Bind(std::string("tests/testdata/moe-tiny/") + m).ok()) << m;
   }
 }
@@ -215,6 +218,120 @@ TEST(ModelWeightsTest, Fp8ScaleProblemsAreNamed) {
                                   "quantization_config"),
             std::string::npos)
       << status;
+}
+
+// gpt-oss: each expert is a view into the layer's fused MXFP4 tensors,
+// and the same weights as the BF16 directory's [in, out] tensors (an exact
+// dequantization), transposed.
+TEST(ModelWeightsTest, GptOssExpertsAreSlicedFromFusedTensors) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint, bf16_checkpoint;
+  auto weights = BindDir("tests/testdata/moe-tiny/gpt_oss", &checkpoint);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto bf16 = BindDir("tests/testdata/moe-tiny/gpt_oss_bf16", &bf16_checkpoint);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  for (int l = 0; l < 4; ++l) {
+    const checkpoint::TensorView* blocks = checkpoint->Find(
+        "model.layers." + std::to_string(l) + ".mlp.experts.down_proj_blocks");
+    const checkpoint::TensorView* scales = checkpoint->Find(
+        "model.layers." + std::to_string(l) + ".mlp.experts.down_proj_scales");
+    ASSERT_NE(blocks, nullptr);
+    ASSERT_NE(scales, nullptr);
+    for (int e = 0; e < 8; ++e) {
+      const MlpWeights& mx = weights->layers[l].experts[e];
+      const MlpWeights& bf = bf16->layers[l].experts[e];
+      ASSERT_TRUE(mx.fused());
+      EXPECT_EQ(mx.gate_up.type, kernels::WeightType::kMxfp4);
+      EXPECT_EQ(bf.gate_up.type, kernels::WeightType::kBF16);
+      EXPECT_EQ(mx.down.data, blocks->data + e * 96 * 5 * 16);
+      EXPECT_EQ(mx.down.exponents, scales->data + e * 96 * 5);
+      EXPECT_EQ(mx.activation.kind,
+                backend::GatedActivation::Kind::kClampedSwiglu);
+      EXPECT_EQ(mx.gate_up_bias.size, 320);
+      EXPECT_EQ(mx.down_bias.size, 96);
+      for (const auto& [a, b] :
+           {std::pair{&mx.gate_up, &bf.gate_up}, {&mx.down, &bf.down}}) {
+        ASSERT_EQ(a->rows, b->rows);
+        ASSERT_EQ(a->cols, b->cols);
+        std::vector<float> x(a->cols), y(b->cols);
+        for (int64_t r = 0; r < a->rows; ++r) {
+          kernels::ReadRow(backend::AsMatrix(*a), r, x.data());
+          kernels::ReadRow(backend::AsMatrix(*b), r, y.data());
+          ASSERT_EQ(x, y) << "layer " << l << " expert " << e << " row " << r;
+        }
+      }
+      for (int64_t i = 0; i < 320; ++i) {
+        ASSERT_EQ(mx.gate_up_bias.data[i], bf.gate_up_bias.data[i]);
+      }
+    }
+  }
+}
+
+TEST(ModelWeightsTest, GptOssFusedTensorProblemsAreNamed) {
+  const std::string stem = "model.layers.1.mlp.experts.gate_up_proj";
+  const std::string blocks = stem + "_blocks", scales = stem + "_scales";
+  struct Case {
+    std::string name, model;
+    std::function<void(std::vector<TensorToWrite>&)> edit;
+    std::function<void(std::string&)> edit_config;
+    std::string expected;
+  };
+  const auto erase = [](const std::string& name) {
+    return [name](std::vector<TensorToWrite>& tensors) {
+      tensors.erase(
+          std::remove_if(tensors.begin(), tensors.end(),
+                         [&](const TensorToWrite& t) { return t.name == name; }),
+          tensors.end());
+    };
+  };
+  const auto retype = [](const std::string& name, checkpoint::DType dtype,
+                         std::vector<int64_t> shape) {
+    return [=](std::vector<TensorToWrite>& tensors) {
+      for (TensorToWrite& t : tensors) {
+        if (t.name == name) t.dtype = dtype, t.shape = shape;
+      }
+    };
+  };
+  const std::vector<Case> cases = {
+      {"mx_no_scales", "gpt_oss", erase(scales), nullptr,
+       "MXFP4 tensor '" + blocks + "' has no scales: missing tensor '" +
+           scales + "'"},
+      {"mx_scales_shape", "gpt_oss",
+       retype(scales, checkpoint::DType::kU8, {8, 3, 320}), nullptr,
+       "tensor '" + scales + "' has shape [8, 3, 320], expected [8, 320, 3]"},
+      {"mx_blocks_shape", "gpt_oss",
+       retype(blocks, checkpoint::DType::kU8, {8, 320, 48}), nullptr,
+       "tensor '" + blocks +
+           "' has shape [8, 320, 48], expected [8, 320, 3, 16]"},
+      {"mx_blocks_dtype", "gpt_oss",
+       retype(blocks, checkpoint::DType::kI8, {8, 320, 3, 16}), nullptr,
+       "tensor '" + blocks + "' has dtype I8, expected U8"},
+      {"mx_no_blocks", "gpt_oss", erase(blocks), nullptr,
+       "missing tensor '" + blocks + "'"},
+      {"mx_no_bias", "gpt_oss",
+       erase("model.layers.2.mlp.experts.down_proj_bias"), nullptr,
+       "missing tensor 'model.layers.2.mlp.experts.down_proj_bias'"},
+      {"mx_no_config", "gpt_oss", [](auto&) {},
+       [](std::string& c) {
+         const size_t at = c.find("\"quantization_config\"");
+         ASSERT_NE(at, std::string::npos);
+         c.replace(at, std::string("\"quantization_config\"").size(),
+                   "\"unused_quantization\"");
+       },
+       "tensor 'model.layers.0.mlp.experts.gate_up_proj_blocks' is MXFP4 but "
+       "config.json has no quantization_config with quant_method mxfp4"},
+      {"bf16_out_in", "gpt_oss_bf16",
+       retype(stem, checkpoint::DType::kBF16, {8, 320, 96}), nullptr,
+       "tensor '" + stem + "' has shape [8, 320, 96], expected [8, 96, 320]"},
+      {"bf16_missing", "gpt_oss_bf16", erase(stem), nullptr,
+       "missing tensor '" + stem + "'"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status =
+        Bind(EditedModel(c.name, c.edit, c.model, c.edit_config));
+    ASSERT_FALSE(status.ok()) << c.name;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos)
+        << c.name << ": " << status;
+  }
 }
 
 TEST(ModelWeightsTest, ConvertsLmHeadOnlyWhenAsked) {

@@ -210,9 +210,8 @@ void PackedRows(const L& w, bool is_f32, const float* x, int64_t n,
 
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y) {
-  // int4's and mxfp4's integer products beat the blocked float ones at
-  // every count.
-  if (w.type == WeightType::kInt4 || w.type == WeightType::kMxfp4) {
+  // int4's integer products beat the blocked float ones at every count.
+  if (w.type == WeightType::kInt4) {
     return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
   }
   VisitLoader(w, [&](const auto& loader) {

@@ -167,8 +167,46 @@ struct Int8Loader {
   __m256 LoadTail(int64_t r, int64_t k, int64_t) const { return Load(r, k); }
 };
 
-// Calls fn with the loader of w's type: every type but int4 and mxfp4,
-// whose nibbles only the integer products read.
+// mxfp4 weights, exactly: each of 8 weights' nibble (from 4 bytes, each
+// byte copied into two 32-bit lanes shifted by 0 and 4) picks its e2m1
+// magnitude from a register table by its low three bits, bit 3 becomes
+// the float's sign, and the block's e8m0 scale multiplies (exact: a power
+// of two). Rows are whole blocks of 32, so a load stays inside the row;
+// LoadTail leaves out the padding's nibbles.
+struct Mxfp4Loader : ScalarTail<Mxfp4Loader> {
+  static constexpr int64_t kPerLine = 128;
+  const uint8_t* p;
+  int64_t blocks;  // per row; a row is blocks * 16 bytes
+  const uint8_t* exponents;
+  const void* Address(int64_t r, int64_t k) const {
+    return p + r * blocks * 16 + k / 2;
+  }
+  float Scale(int64_t r, int64_t k) const {
+    return E8m0ToF32Exact(exponents[r * blocks + k / kMxfp4Block]);
+  }
+  __m256 Load(int64_t r, int64_t k) const {
+    int32_t four;
+    std::memcpy(&four, p + r * blocks * 16 + k / 2, sizeof(four));
+    const __m128i bytes = _mm_cvtsi32_si128(four);
+    const __m256i codes = _mm256_srlv_epi32(
+        _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes)),
+        _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    const __m256 magnitude = _mm256_permutevar8x32_ps(
+        _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f), codes);
+    const __m256 sign = _mm256_castsi256_ps(_mm256_and_si256(
+        _mm256_slli_epi32(codes, 28),
+        _mm256_set1_epi32(static_cast<int32_t>(0x80000000u))));
+    return _mm256_mul_ps(_mm256_xor_ps(magnitude, sign),
+                         _mm256_set1_ps(Scale(r, k)));
+  }
+  float Scalar(int64_t r, int64_t k) const {
+    const uint8_t byte = p[r * blocks * 16 + k / 2];
+    return E2m1ToF32(k & 1 ? byte >> 4 : byte) * Scale(r, k);
+  }
+};
+
+// Calls fn with the loader of w's type: every type but int4, whose nibbles
+// only the integer products read.
 template <typename Fn>
 void VisitLoader(const Matrix& w, Fn&& fn) {
   const int64_t cols = w.cols;
@@ -187,8 +225,12 @@ void VisitLoader(const Matrix& w, Fn&& fn) {
     }
     case WeightType::kFp8E4M3:
       return fn(MakeFp8Loader(w));
-    case WeightType::kInt4:
     case WeightType::kMxfp4:
+      return fn(Mxfp4Loader{{},
+                            static_cast<const uint8_t*>(w.data),
+                            (cols + kMxfp4Block - 1) / kMxfp4Block,
+                            w.exponents});
+    case WeightType::kInt4:
       return;
   }
 }
@@ -201,10 +243,6 @@ constexpr int kPrefetchLines = 8;
 // MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
-// MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_quantized.cc).
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y);
-
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);

@@ -1,7 +1,6 @@
-// AVX2 products of int8, int4 and mxfp4 weights against few activation
-// rows, as integer products on quantized activations
-// (MatMulRowsInt8/Int4/Mxfp4, avx2_products.h), and the activation
-// quantizers (isa.h).
+// AVX2 products of int8 and int4 weights against few activation rows, as
+// integer products on quantized activations (MatMulRowsInt8/Int4,
+// avx2_products.h), and the activation quantizers (isa.h).
 #include <immintrin.h>
 
 #include <cstring>
@@ -14,7 +13,7 @@ namespace ringmoe::kernels::avx2 {
 
 namespace {
 
-// int4 and mxfp4 weights against few activation rows: widening nibbles to float
+// int4 weights against few activation rows: widening nibbles to float
 // costs more vector work per byte than memory delivers, so the activations
 // are quantized to int8 instead (blocks of 32 columns, scale = max|x| / 127,
 // round to nearest even) and 64 weights at a time are multiplied as bytes
@@ -95,32 +94,16 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
   }
 }
 
-void RebiasForMxfp4(Int8Chunk* chunks, int64_t count) {
-  const __m256 half = _mm256_set1_ps(0.5f);
-  for (int64_t i = 0; i < count; ++i) {
-    auto* offset = reinterpret_cast<__m256i*>(chunks[i].offset);
-    const __m256i eight = _mm256_load_si256(offset);
-    _mm256_store_si256(offset,
-                       _mm256_add_epi32(eight, _mm256_srai_epi32(eight, 1)));
-    _mm256_store_ps(chunks[i].scale,
-                    _mm256_mul_ps(_mm256_load_ps(chunks[i].scale), half));
-  }
-}
-
 namespace {
 
-// The two formats of 4-bit codes, two per byte (element 2i in the low
-// nibble of byte i), that meet int8 activations (Int8Chunk) in the same
-// kernel: Map turns nibbles into unsigned codes (for vpmaddubsw) that lie a
-// fixed bias above the weights' integer values, which the activations'
-// offset (bias · Σx per lane) takes back off; One and Chunk give the weight
-// scales of a group and of a chunk's lanes.
-//
-// int4: the code is the nibble, 8 above the value; an f16 scale per group
-// of 32 or 64.
+// int4 codes, two per byte (element 2i in the low nibble of byte i), as
+// they meet int8 activations (Int8Chunk): Map turns nibbles into unsigned
+// codes (for vpmaddubsw) that lie a fixed bias (8) above the weights'
+// integer values, which the activations' offset (8 · Σx per lane) takes
+// back off; One and Chunk give the f16 weight scales (per group of 32 or
+// 64) of a group and of a chunk's lanes.
 struct Int4Codes {
   using Scale = uint16_t;
-  static constexpr bool kRebiasedForMxfp4 = false;
   static __m256i Map(__m256i nibbles) { return nibbles; }
   static float One(const uint16_t* scales, int64_t g) {
     return _cvtsh_ss(scales[g]);
@@ -134,30 +117,6 @@ struct Int4Codes {
         _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
                                     _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-  }
-};
-
-// mxfp4: a byte shuffle maps the nibble to twice its e2m1 value plus 12
-// (the activations are rebiased once, RebiasForMxfp4, to 12 · Σx and half
-// their scale); the e8m0 exponent's 2^(E - 127) per 32 values.
-struct Mxfp4Codes {
-  using Scale = uint8_t;
-  static constexpr bool kRebiasedForMxfp4 = true;
-  static __m256i Map(__m256i nibbles) {
-    return _mm256_shuffle_epi8(
-        _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4,
-                         0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6,
-                         4, 0),
-        nibbles);
-  }
-  static float One(const uint8_t* exponents, int64_t g) {
-    return E8m0ToF32Exact(exponents[g]);
-  }
-  template <int G>
-  static __m256 Chunk(const uint8_t* row_exponents, int64_t c) {
-    return _mm256_permutevar8x32_ps(
-        _mm256_castps128_ps256(E8m0x4(row_exponents + 2 * c, 2)),
-        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
   }
 };
 
@@ -295,7 +254,6 @@ void NibbleDirectRows(const NibbleRows<Codes>& w, const float* x, int64_t n,
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  if constexpr (Codes::kRebiasedForMxfp4) RebiasForMxfp4(xq, n * chunks);
   NibbleRowRange<Codes, G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 
@@ -490,17 +448,6 @@ void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
   }
   return NibbleDirectRows<Int4Codes, 32>(rows, x, n, cols, row_begin, row_end,
                                          y, w.rows);
-}
-
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y) {
-  const int64_t cols = w.cols;
-  const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-  const NibbleRows<Mxfp4Codes> rows{static_cast<const uint8_t*>(w.data),
-                                    blocks * kMxfp4Block / 2, w.exponents,
-                                    blocks};
-  NibbleDirectRows<Mxfp4Codes, 32>(rows, x, n, cols, row_begin, row_end, y,
-                                   w.rows);
 }
 
 }  // namespace ringmoe::kernels::avx2

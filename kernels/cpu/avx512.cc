@@ -5,7 +5,7 @@
 // int8, int4, mxfp4 and fp8: at one activation row their AVX2 kernels do
 // several vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for
 // int4) halve that, on activations quantized (int8, int4) or scaled (fp8)
-// exactly as the AVX2 path does. bf16
+// exactly as the AVX2 path does, or as they are (mxfp4). bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md). Rows are read as in avx2_quantized.cc: one after
@@ -164,6 +164,87 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   }
 }
 
+// mxfp4 is multiplied exactly, on float activations: each block of 32
+// columns is laid out as its 16 even columns, then its 16 odd ones (zero
+// past the row's end), so that a block's 16 bytes widened to 16 lanes
+// meet the low nibbles' activations in one vector and the high nibbles'
+// in the next.
+void OrderMxfp4Activations(const float* x, int64_t cols, float* ordered) {
+  const int64_t padded = (cols + kMxfp4Block - 1) / kMxfp4Block * kMxfp4Block;
+  for (int64_t c = 0; c < padded; c += 2) {
+    const int64_t block = c / kMxfp4Block * kMxfp4Block;
+    const int64_t k = (c - block) / 2;
+    ordered[block + k] = c < cols ? x[c] : 0.f;
+    ordered[block + 16 + k] = c + 1 < cols ? x[c + 1] : 0.f;
+  }
+}
+
+// 2^(e - 127) of the `lanes` exponents at e (e = 0: 2^-127), one per lane.
+inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, e));
+  return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
+                              _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)),
+                              _mm512_set1_ps(0x1p-127f));
+}
+
+// mxfp4 against one activation row ordered by OrderMxfp4Activations: a
+// block's 16 bytes widen to 16 int32 lanes; vpermps picks each lane's
+// e2m1 value from a register table by the low four bits (the low nibble),
+// and again after a shift by four (the high nibble); two FMAs against the
+// block's activations, then one with the block's scale (broadcast from 16
+// converted at a time). Two accumulators per row keep the FMA latency off
+// the critical path.
+template <int R>
+void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
+               const float* x, int64_t r0, float* y) {
+  const int64_t row_bytes = blocks * 16;
+  const uint8_t* row = w + r0 * row_bytes;
+  const uint8_t* e = exponents + r0 * blocks;
+  const __m512 table =
+      _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f,
+                     -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f);
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const auto block = [&](int i, int64_t b, __m512 scale, __m512 sum) {
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(row + i * row_bytes + 16 * b)));
+    const __m512 dot = _mm512_fmadd_ps(
+        _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table),
+        _mm512_loadu_ps(x + 32 * b + 16),
+        _mm512_mul_ps(_mm512_permutexvar_ps(codes, table),
+                      _mm512_loadu_ps(x + 32 * b)));
+    return _mm512_fmadd_ps(dot, scale, sum);
+  };
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
+    const __mmask16 lanes = _cvtu32_mask16((1u << count) - 1);
+    __m512 scales[R];
+    for (int i = 0; i < R; ++i) scales[i] = E8m0x16(e + i * blocks + b0, lanes);
+    int j = 0;
+    for (; j + 2 <= count; j += 2) {
+      if (j % 4 == 0) PrefetchRows<R>(row + 16 * (b0 + j), row_bytes, 0);
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] = block(i, b0 + j,
+                          _mm512_permutexvar_ps(_mm512_set1_epi32(j), scales[i]),
+                          acc[i][0]);
+        acc[i][1] =
+            block(i, b0 + j + 1,
+                  _mm512_permutexvar_ps(_mm512_set1_epi32(j + 1), scales[i]),
+                  acc[i][1]);
+      }
+    }
+    if (j < count) {
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] = block(i, b0 + j,
+                          _mm512_permutexvar_ps(_mm512_set1_epi32(j), scales[i]),
+                          acc[i][0]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
 // Two consecutive Int8Chunks with each field joined, so that 64 bytes of
 // int4 weights meet their activations in single 512-bit loads.
 struct alignas(64) Int8ChunkPair {
@@ -192,13 +273,10 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
-// The two formats of 4-bit codes (see avx2_quantized.cc): int4 (the
-// nibble, 8 above the value; f16 scales per group of 32 or 64) and mxfp4
-// (twice the e2m1 value plus 12, a byte shuffle away, on activations
-// rebiased by avx2::RebiasForMxfp4; 2^(E - 127) per 32).
+// Int4Codes gives the codes (the nibble, 8 above the value; see
+// avx2_quantized.cc) and the f16 scales per group of 32 or 64.
 struct Int4Codes {
   using Scale = uint16_t;
-  static constexpr bool kRebiasedForMxfp4 = false;
   static __m512i Codes(__m512i nibbles) { return nibbles; }
   template <int G>
   static __m128 PairScales(const uint16_t* s) {
@@ -208,28 +286,6 @@ struct Int4Codes {
   }
   static __m512 TailScales(const uint16_t* s, __mmask16 groups) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(groups, s));
-  }
-};
-
-struct Mxfp4Codes {
-  using Scale = uint8_t;
-  static constexpr bool kRebiasedForMxfp4 = true;
-  static __m512i Codes(__m512i nibbles) {
-    return _mm512_shuffle_epi8(
-        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12,
-                                             11, 10, 9, 8, 6, 4, 0)),
-        nibbles);
-  }
-  template <int G>
-  static __m128 PairScales(const uint8_t* e) {
-    return E8m0x4(e, 4);
-  }
-  static __m512 TailScales(const uint8_t* e, __mmask16 groups) {
-    alignas(64) float s[16] = {};
-    for (int g = 0; g < 16; ++g) {
-      if (groups >> g & 1) s[g] = E8m0ToF32Exact(e[g]);
-    }
-    return _mm512_load_ps(s);
   }
 };
 
@@ -314,7 +370,6 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   Int8ChunkPair* pairs =
       Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
   avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
-  if constexpr (C::kRebiasedForMxfp4) avx2::RebiasForMxfp4(xq, chunks);
   PairChunks(xq, chunks, pairs);
   ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
                  re, [&](int64_t r, auto rows) {
@@ -365,9 +420,15 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     case WeightType::kMxfp4: {
       const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-      NibbleRows<Mxfp4Codes, 32>(x, cols, static_cast<const uint8_t*>(w.data),
-                                 blocks * kMxfp4Block / 2, w.exponents, blocks,
-                                 row_begin, row_end, y);
+      float* ordered =
+          Scratch<float>(ScratchSlot::kOrderedActivations, blocks * kMxfp4Block);
+      OrderMxfp4Activations(x, cols, ordered);
+      ForEachRowTile(blocks * kMxfp4Block * 4, row_begin, row_end,
+                     [&](int64_t r, auto rows) {
+                       Mxfp4Tile<decltype(rows)::value>(
+                           static_cast<const uint8_t*>(w.data), blocks,
+                           w.exponents, ordered, r, y);
+                     });
       break;
     }
     case WeightType::kFp8E4M3: {

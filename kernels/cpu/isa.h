@@ -59,9 +59,6 @@ struct alignas(32) Int8Chunk {
 // (blocks of 32, scale max|x| / 127, round to nearest even).
 void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
                              int64_t chunks, Int8Chunk* out);
-// Chunks for mxfp4 codes (twice the e2m1 value plus 12) instead of int4
-// ones (the value plus 8): offsets 12 · Σx, scales halved.
-void RebiasForMxfp4(Int8Chunk* chunks, int64_t count);
 // Quantizes n rows of `cols` activations to int16 in blocks of 32 (scale
 // max|x| / 32767, round to nearest even): q[n, blocks * 32] with the
 // padding of the last block zero, scale[n, blocks], blocks = ceil(cols / 32).

@@ -68,16 +68,12 @@ inline float E8m0ToF32Exact(uint32_t e) {
   return f;
 }
 
-// E8m0ToF32Exact of n <= 4 consecutive exponents, in lanes 0..n-1: each
-// shifted into a float's exponent field, e = 0 replaced by 2^-127.
-inline __m128 E8m0x4(const uint8_t* e, int n) {
-  uint32_t packed = 0;
-  __builtin_memcpy(&packed, e, n);
-  const __m128i v =
-      _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(packed)));
-  return _mm_blendv_ps(
-      _mm_castsi128_ps(_mm_slli_epi32(v, 23)), _mm_set1_ps(0x1p-127f),
-      _mm_castsi128_ps(_mm_cmpeq_epi32(v, _mm_setzero_si128())));
+// An e2m1 nibble's value (bit 3 the sign; 8 is -0).
+inline float E2m1ToF32(uint32_t nibble) {
+  static constexpr float kValues[16] = {0.f,  0.5f,  1.f,  1.5f, 2.f,  3.f,
+                                        4.f,  6.f,   -0.f, -0.5f, -1.f, -1.5f,
+                                        -2.f, -3.f,  -4.f, -6.f};
+  return kValues[nibble & 15];
 }
 
 // Two consecutive f16 group scales as one 32-bit integer, for

@@ -81,7 +81,6 @@ const char* KernelPathName(KernelPath path) {
 int64_t DirectProductRows(WeightType type) {
   switch (type) {
     case WeightType::kInt4:
-    case WeightType::kMxfp4:
       return std::numeric_limits<int64_t>::max();
     case WeightType::kInt8:
       return 64;
@@ -285,8 +284,7 @@ void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
                            const Matrix& w, int64_t row_begin, int64_t row_end,
                            float* y, int64_t ldy) {
-  if (UseAvx2() && w.type != WeightType::kInt4 &&
-      w.type != WeightType::kMxfp4) {
+  if (UseAvx2() && w.type != WeightType::kInt4) {
     return avx2::AccumulateRows(c, ldc, n, w, row_begin, row_end, y, ldy);
   }
   std::vector<float> row(w.cols);

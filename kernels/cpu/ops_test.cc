@@ -276,7 +276,7 @@ std::vector<double> ReferenceProduct(const std::vector<T>& x, int64_t n,
   return want;
 }
 
-// The activations as the AVX2 int8, int4 and mxfp4 paths for at most
+// The activations as the AVX2 int8 and int4 paths for at most
 // DirectProductRows rows see
 // them (see MatMulTransposed): block scale times an integer in
 // [-levels, levels].
@@ -302,7 +302,7 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 }
 
 // The reference the product of x (n rows) with m must match: exact
-// activations, or for int8, int4 and mxfp4 on the AVX2 path with n <=
+// activations, or for int8 and int4 on the AVX2 path with n <=
 // DirectProductRows the quantized ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
@@ -310,7 +310,7 @@ std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
                               m);
-    if (m.w.type == WeightType::kInt4 || m.w.type == WeightType::kMxfp4)
+    if (m.w.type == WeightType::kInt4)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 127.f), n,
                               m);
   }

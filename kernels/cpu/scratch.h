@@ -15,6 +15,7 @@ enum class ScratchSlot : int {
   kActivationsInt16,   // int8 products: activations as int16
   kActivationScales,   // int8 products: the int16 blocks' scales
   kScaledActivations,  // fp8 decode products: activations times block scales
+  kOrderedActivations,  // AVX-512 mxfp4 products: activations by nibble
   kWeightPanel,        // prefill products: weight rows widened to float
   kActivationPanel,    // prefill products: activations packed in groups
   kAttentionKeys,      // decode attention: key row pointers

@@ -242,7 +242,8 @@ INSTANTIATE_TEST_SUITE_P(MoeTiny, GoldenModelTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
                                            "qwen2_moe", "qwen3_moe", "olmoe",
                                            "deepseek_v3", "deepseek_v3_fp8",
-                                           "deepseek_v2_lite"));
+                                           "deepseek_v2_lite", "gpt_oss",
+                                           "gpt_oss_bf16"));
 
 }  // namespace
 }  // namespace ringmoe
