@@ -186,8 +186,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     checkpoint->files_.push_back(std::move(file));
   }
 
-  for (const auto& file : checkpoint->files_) {
-    for (const TensorView& view : file->tensors()) {
+  for (int f = 0; f < static_cast<int>(checkpoint->files_.size()); ++f) {
+    for (const TensorView& view : checkpoint->files_[f]->tensors()) {
       // Shards are checked against the index, so a repeat means two shards
       // hold the same name; a single file cannot repeat one.
       if (!checkpoint->by_name_.emplace(view.name, &view).second) {
@@ -196,8 +196,17 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
                          "\" is held by more than one file"));
       }
       checkpoint->total_bytes_ += view.num_bytes;
+      // An empty tensor may share its address with the next one's data.
+      if (view.num_bytes > 0) {
+        checkpoint->by_address_.push_back(
+            {reinterpret_cast<uintptr_t>(view.data), &view, f});
+      }
     }
   }
+  std::sort(checkpoint->by_address_.begin(), checkpoint->by_address_.end(),
+            [](const MappedTensor& a, const MappedTensor& b) {
+              return a.begin < b.begin;
+            });
   return checkpoint;
 }
 
@@ -215,6 +224,25 @@ absl::StatusOr<const TensorView*> Checkpoint::Get(
                                             by_name_.size(), " tensors)"));
   }
   return view;
+}
+
+std::optional<Checkpoint::FileLocation> Checkpoint::Locate(
+    const void* data, uint64_t num_bytes) const {
+  if (num_bytes == 0) return std::nullopt;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  // The last tensor starting at or before `data` is the only one that can
+  // hold it: tensors do not overlap.
+  auto it = std::upper_bound(by_address_.begin(), by_address_.end(), begin,
+                             [](uintptr_t address, const MappedTensor& t) {
+                               return address < t.begin;
+                             });
+  if (it == by_address_.begin()) return std::nullopt;
+  --it;
+  const uint64_t skip = begin - it->begin;
+  if (skip >= it->view->num_bytes || num_bytes > it->view->num_bytes - skip) {
+    return std::nullopt;
+  }
+  return FileLocation{it->file, it->view->file_offset + skip};
 }
 
 std::vector<std::string> Checkpoint::TensorNames() const {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,37 @@ class Checkpoint {
     return files_;
   }
 
+  // Where bytes of a tensor lie on disk.
+  struct FileLocation {
+    int file = 0;         // index into files()
+    uint64_t offset = 0;  // absolute byte offset in that file
+  };
+  // The file and offset holding [data, data + num_bytes) when that range
+  // lies entirely inside the data of one tensor of this checkpoint's
+  // mappings (the whole tensor or any part of it); nullopt otherwise: an
+  // empty range, a pointer outside every tensor (memory the caller owns, a
+  // copy of checkpoint bytes), or a range running past its tensor's end,
+  // even into an adjacent tensor. So a caller holding only a weight's
+  // pointer (the memory ring) can read the same bytes from the file, in
+  // place of the mapping.
+  std::optional<FileLocation> Locate(const void* data,
+                                     uint64_t num_bytes) const;
+
  private:
+  // One tensor of a file, for Locate.
+  struct MappedTensor {
+    uintptr_t begin = 0;  // address of the tensor's data
+    const TensorView* view = nullptr;
+    int file = 0;
+  };
+
   Checkpoint() = default;
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   absl::flat_hash_map<std::string, const TensorView*> by_name_;
+  // Every tensor with data, sorted by address; they do not overlap.
+  std::vector<MappedTensor> by_address_;
   uint64_t total_bytes_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -155,8 +156,7 @@ TEST(CheckpointTest, ShardedMatchesSingleFile) {
 // found through the index, whatever their names say, and a tensor and its
 // companion (MXFP4 blocks and scales) may lie in different shards.
 TEST(CheckpointTest, ShardsFoundThroughTheIndexWhateverTheirNames) {
-  std::unique_ptr<Checkpoint> c =
-      OpenOrDie(absl::StrCat(kModels, "gpt_oss"));
+  std::unique_ptr<Checkpoint> c = OpenOrDie(absl::StrCat(kModels, "gpt_oss"));
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->files().size(), 3u);
   EXPECT_EQ(c->TensorNames().size(), 79u);
@@ -180,6 +180,77 @@ TEST(CheckpointTest, GetNamesDirectoryAndTensor) {
   EXPECT_EQ(view.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(view.status().message()),
               AllOf(HasSubstr(dir), HasSubstr("model.layers.9.nope")));
+}
+
+// Expects Locate to find `num_bytes` bytes from `skip` into `view`'s data in
+// the file that holds the tensor, at the matching offset.
+void ExpectLocated(const Checkpoint& c, const TensorView& view, uint64_t skip,
+                   uint64_t num_bytes) {
+  const std::optional<Checkpoint::FileLocation> at =
+      c.Locate(view.data + skip, num_bytes);
+  ASSERT_TRUE(at.has_value()) << view.name << " +" << skip;
+  ASSERT_GE(at->file, 0);
+  ASSERT_LT(at->file, static_cast<int>(c.files().size()));
+  EXPECT_EQ(c.files()[at->file]->path(), view.file_path) << view.name;
+  EXPECT_EQ(at->offset, view.file_offset + skip) << view.name;
+}
+
+TEST(CheckpointTest, LocateFindsRangesInsideOneTensor) {
+  std::unique_ptr<Checkpoint> c = OpenOrDie(absl::StrCat(kModels, "mixtral"));
+  ASSERT_NE(c, nullptr);
+  for (const std::string& name : c->TensorNames()) {
+    const TensorView& t = *c->Find(name);
+    ExpectLocated(*c, t, 0, t.num_bytes);
+    ExpectLocated(*c, t, t.num_bytes / 3, t.num_bytes / 3);
+    ExpectLocated(*c, t, t.num_bytes - 1, 1);
+    // Past the tensor's end, whatever follows it.
+    EXPECT_FALSE(c->Locate(t.data + 1, t.num_bytes).has_value()) << name;
+    EXPECT_FALSE(c->Locate(t.data + t.num_bytes - 1, 2).has_value()) << name;
+  }
+  const TensorView& t = *c->Find("model.layers.0.block_sparse_moe.gate.weight");
+  EXPECT_FALSE(c->Locate(t.data, 0).has_value());
+  // A copy of a tensor's bytes is not the checkpoint's.
+  const std::vector<uint8_t> copy(t.data, t.data + t.num_bytes);
+  EXPECT_FALSE(c->Locate(copy.data(), copy.size()).has_value());
+  // Nor is the header before the first tensor.
+  const TensorView* first = &c->files()[0]->tensors().front();
+  EXPECT_FALSE(c->Locate(first->data - 1, 1).has_value());
+  EXPECT_FALSE(c->Locate(first->data - 1, 2).has_value());
+}
+
+TEST(CheckpointTest, LocateFindsTheShard) {
+  std::unique_ptr<Checkpoint> c =
+      OpenOrDie(absl::StrCat(kModels, "mixtral_sharded"));
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->files().size(), 2u);
+  for (const char* name :
+       {"model.layers.0.block_sparse_moe.experts.0.w1.weight",
+        "model.layers.0.block_sparse_moe.experts.7.w1.weight",
+        "model.layers.1.block_sparse_moe.experts.3.w2.weight"}) {
+    const TensorView& t = *c->Find(name);
+    ExpectLocated(*c, t, 0, t.num_bytes);
+    ExpectLocated(*c, t, 64, t.num_bytes - 128);
+  }
+  // Both shards are used.
+  const auto file_of = [&](const char* name) {
+    return c->Locate(c->Find(name)->data, 1)->file;
+  };
+  EXPECT_NE(file_of("model.layers.0.block_sparse_moe.experts.0.w1.weight"),
+            file_of("model.layers.0.block_sparse_moe.experts.7.w1.weight"));
+}
+
+// One expert's part of a tensor fusing every expert of a layer (gpt-oss).
+TEST(CheckpointTest, LocateFindsAnExpertInsideAFusedTensor) {
+  std::unique_ptr<Checkpoint> c = OpenOrDie(absl::StrCat(kModels, "gpt_oss"));
+  ASSERT_NE(c, nullptr);
+  for (const char* name : {"model.layers.1.mlp.experts.gate_up_proj_blocks",
+                           "model.layers.1.mlp.experts.gate_up_proj_scales"}) {
+    const TensorView& t = *c->Find(name);
+    const uint64_t expert_bytes = t.num_bytes / t.shape[0];
+    for (int e = 0; e < t.shape[0]; ++e) {
+      ExpectLocated(*c, t, e * expert_bytes, expert_bytes);
+    }
+  }
 }
 
 // Builds checkpoint directories under $TEST_TMPDIR from small tensors.
@@ -232,6 +303,25 @@ TEST_F(BadCheckpointTest, SyntheticShardsOpen) {
   ASSERT_NE(c, nullptr);
   EXPECT_THAT(c->TensorNames(), ElementsAre("x", "y", "z"));
   EXPECT_EQ(c->total_bytes(), 24u);
+}
+
+TEST_F(BadCheckpointTest, LocateDoesNotSpanAdjacentTensors) {
+  const std::string dir = Dir("adjacent");
+  WriteShard(dir, "s1.safetensors", {"x", "y"});
+  WriteShard(dir, "s2.safetensors", {"z"});
+  WriteIndex(dir, {{"x", "s1.safetensors"},
+                   {"y", "s1.safetensors"},
+                   {"z", "s2.safetensors"}});
+  std::unique_ptr<Checkpoint> c = OpenOrDie(dir);
+  ASSERT_NE(c, nullptr);
+  const TensorView& x = *c->Find("x");
+  const TensorView& y = *c->Find("y");
+  ASSERT_EQ(x.data + x.num_bytes, y.data);  // packed back to back
+  ExpectLocated(*c, x, 0, 8);
+  ExpectLocated(*c, y, 4, 4);
+  ExpectLocated(*c, *c->Find("z"), 2, 6);
+  EXPECT_FALSE(c->Locate(x.data + 4, 8).has_value());
+  EXPECT_FALSE(c->Locate(x.data, 16).has_value());
 }
 
 TEST_F(BadCheckpointTest, IndexPointsAtMissingShard) {

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   }
   ASSIGN_OR_RETURN(
       engine->streamed_experts_,
-      StreamedExperts::Create(engine->spec_, *arch, *engine->checkpoint_,
+      StreamedExperts::Create(engine->spec_, *engine->checkpoint_,
                               &engine->weights_, options.streaming,
                               &engine->ring_stats_, &engine->placement_));
   if (options.streaming.memory_budget > 0) {

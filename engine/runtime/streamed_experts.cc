@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
@@ -21,8 +23,7 @@ uint64_t AlignUp(uint64_t n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
-    const model::ModelSpec& spec, const model::Architecture& arch,
-    const checkpoint::Checkpoint& checkpoint,
+    const model::ModelSpec& spec, const checkpoint::Checkpoint& checkpoint,
     model::ModelWeights* mutable_weights, const StreamingOptions& options,
     memory_ring::RingStats* stats, memory_ring::PlacementPlan* plan) {
   const model::ModelWeights& weights = *mutable_weights;
@@ -32,45 +33,51 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   const int num_layers = static_cast<int>(spec.num_layers);
   const int num_experts = static_cast<int>(spec.num_experts);
 
-  // Each expert's three tensors, laid out one after the other in its place.
-  absl::flat_hash_map<std::string, int> source_of;
+  // Each expert's stored parts, laid out one after the other in its place,
+  // each read from wherever the bound weight points into the checkpoint:
+  // that needs no tensor names, and an expert that is a slice of a tensor
+  // fusing a layer's experts streams like one with tensors of its own.
   std::vector<std::string> paths;
-  for (const auto& file : checkpoint.files()) {
-    source_of[file->path()] = static_cast<int>(paths.size());
-    paths.push_back(file->path());
-  }
+  for (const auto& file : checkpoint.files()) paths.push_back(file->path());
   uint64_t expert_bytes_total = 0;
-  bool converted = false;  // expert weights no longer the checkpoint's bytes
+  // Experts with a part outside the checkpoint's mapping: converted or
+  // rearranged on load, they have no bytes on disk to stream from. Their
+  // records stay incomplete; Create fails before any is used.
+  std::vector<std::pair<int, int>> not_in_checkpoint;
   s->streamed_.assign(num_layers, std::vector<StreamedExpert>(num_experts));
   for (int l = 0; l < num_layers; ++l) {
     if (!spec.layer_is_moe[l]) continue;
     for (int e = 0; e < num_experts; ++e) {
-      const model::MlpTensorNames names = arch.ExpertTensors(l, e);
-      const model::MlpWeights& bound = weights.layers[l].experts[e];
-      uint64_t offset = 0;
+      model::MlpWeights bound = weights.layers[l].experts[e];
       StreamedExpert& streamed = s->streamed_[l][e];
-      // Each matrix's data, then (fp8) its block scales: the stored bytes.
-      auto add_piece = [&](const checkpoint::TensorView* t) {
-        streamed.pieces.push_back(
-            {source_of.at(t->file_path), t->file_offset, t->num_bytes, offset});
-        offset = AlignUp(offset + t->num_bytes);
-        expert_bytes_total += t->num_bytes;
+      uint64_t offset = 0;
+      bool in_checkpoint = true;
+      // The piece of one part (-1: the matrix has no such part, or it is
+      // not in the checkpoint).
+      auto add_piece = [&](const void* part, int64_t bytes) {
+        if (part == nullptr) return -1;
+        const uint64_t size = static_cast<uint64_t>(bytes);
+        const uint64_t dst_offset = offset;
+        offset = AlignUp(offset + size);
+        expert_bytes_total += size;
+        const std::optional<checkpoint::Checkpoint::FileLocation> at =
+            checkpoint.Locate(part, size);
+        if (!at) {
+          in_checkpoint = false;
+          return -1;
+        }
+        streamed.pieces.push_back({at->file, at->offset, size, dst_offset});
         return static_cast<int>(streamed.pieces.size()) - 1;
       };
-      int i = 0;
-      for (const auto& [name, matrix] : {std::pair{names.gate, &bound.gate},
-                                         {names.up, &bound.up},
-                                         {names.down, &bound.down}}) {
-        ASSIGN_OR_RETURN(const checkpoint::TensorView* t, checkpoint.Get(name));
-        converted |= matrix->data != t->data;
-        streamed.data_piece[i] = add_piece(t);
-        if (matrix->block_scales != nullptr) {
-          ASSIGN_OR_RETURN(const checkpoint::TensorView* scales,
-                           checkpoint.Get(absl::StrCat(name, "_scale_inv")));
-          streamed.scale_piece[i] = add_piece(scales);
-        }
-        ++i;
+      for (const backend::Weight* m : model::MlpMatrices(&bound)) {
+        MatrixPieces& parts = streamed.matrices.emplace_back();
+        parts.data = add_piece(m->data, backend::DataBytes(*m));
+        parts.scales = add_piece(m->scales, backend::GroupScaleBytes(*m));
+        parts.block_scales =
+            add_piece(m->block_scales, backend::BlockScaleBytes(*m));
+        parts.exponents = add_piece(m->exponents, backend::ExponentBytes(*m));
       }
+      if (!in_checkpoint) not_in_checkpoint.emplace_back(l, e);
       s->expert_stride_ = std::max(s->expert_stride_, offset);
     }
   }
@@ -94,13 +101,14 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;
   if (!plan->streams()) return std::unique_ptr<StreamedExperts>();
-  if (converted) {
-    return absl::UnimplementedError(
-        "converting expert weights on load (--weight_dtype) cannot be combined "
-        "with "
-        "streaming them from disk; give the model a larger memory budget or "
-        "use "
-        "--weight_dtype=auto");
+  for (const auto& [l, e] : not_in_checkpoint) {
+    if (plan->expert_resident[l][e]) continue;
+    return absl::UnimplementedError(absl::StrCat(
+        "cannot stream the experts from disk: the weights of layer ", l,
+        " expert ", e,
+        " were converted or rearranged on load (--weight_dtype converts "
+        "them), so they are not the checkpoint's bytes; give the model a "
+        "larger memory budget or use --weight_dtype=auto"));
   }
   s->resident_ = plan->expert_resident;
   s->CopyResidentIntoMemory(mutable_weights);
@@ -148,9 +156,7 @@ void StreamedExperts::CopyResidentIntoMemory(
         owned_copy(m->exponents, backend::ExponentBytes(*m)));
   };
   auto copy_mlp = [&](model::MlpWeights* mlp) {
-    copy(&mlp->gate);
-    copy(&mlp->up);
-    copy(&mlp->down);
+    for (backend::Weight* m : model::MlpMatrices(mlp)) copy(m);
   };
   const bool tied = weights->lm_head.data == weights->embed_tokens.data;
   copy(&weights->embed_tokens);
@@ -198,14 +204,22 @@ model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
                                           const uint8_t* base) const {
   model::MlpWeights view = weights_.layers[layer].experts[expert];
   const StreamedExpert& streamed = streamed_[layer][expert];
-  backend::Weight* matrices[] = {&view.gate, &view.up, &view.down};
-  for (int i = 0; i < 3; ++i) {
-    matrices[i]->data =
-        base + streamed.pieces[streamed.data_piece[i]].dst_offset;
-    if (streamed.scale_piece[i] >= 0) {
-      matrices[i]->block_scales = reinterpret_cast<const float*>(
-          base + streamed.pieces[streamed.scale_piece[i]].dst_offset);
+  auto in_slot = [&](int piece) {
+    return base + streamed.pieces[piece].dst_offset;
+  };
+  const std::vector<backend::Weight*> matrices = model::MlpMatrices(&view);
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    backend::Weight& m = *matrices[i];
+    const MatrixPieces& parts = streamed.matrices[i];
+    m.data = in_slot(parts.data);
+    if (parts.scales >= 0) {
+      m.scales = reinterpret_cast<const uint16_t*>(in_slot(parts.scales));
     }
+    if (parts.block_scales >= 0) {
+      m.block_scales =
+          reinterpret_cast<const float*>(in_slot(parts.block_scales));
+    }
+    if (parts.exponents >= 0) m.exponents = in_slot(parts.exponents);
   }
   return view;
 }

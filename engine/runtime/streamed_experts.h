@@ -21,7 +21,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/model/architecture.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
@@ -57,11 +56,14 @@ class StreamedExperts : public moe::ExpertExecutor {
   // resident matrices are copied out of the memory-mapped checkpoint into
   // RAM `weights` owns: resident means in the budget, and a checkpoint file
   // truncated underneath then fails loads instead of faulting the process.
+  // A streamed expert is read from wherever its bound weights point into
+  // the checkpoint (a tensor of its own, or its part of one fusing a
+  // layer's experts); UNIMPLEMENTED when streaming would need an expert
+  // whose weights are not the checkpoint's bytes (converted on load).
   static absl::StatusOr<std::unique_ptr<StreamedExperts>> Create(
-      const model::ModelSpec& spec, const model::Architecture& arch,
-      const checkpoint::Checkpoint& checkpoint, model::ModelWeights* weights,
-      const StreamingOptions& options, memory_ring::RingStats* stats,
-      memory_ring::PlacementPlan* plan);
+      const model::ModelSpec& spec, const checkpoint::Checkpoint& checkpoint,
+      model::ModelWeights* weights, const StreamingOptions& options,
+      memory_ring::RingStats* stats, memory_ring::PlacementPlan* plan);
   ~StreamedExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
@@ -73,14 +75,18 @@ class StreamedExperts : public moe::ExpertExecutor {
   void EndStep() override;
 
  private:
-  // Where one streamed expert's three matrices come from and go.
+  // Which piece holds each stored part of one matrix (-1: it has none).
+  struct MatrixPieces {
+    int data = -1;
+    int scales = -1;
+    int block_scales = -1;
+    int exponents = -1;
+  };
+  // Where one streamed expert's matrices come from and go.
   struct StreamedExpert {
     std::vector<memory_ring::CopyPiece>
         pieces;  // dst_offset relative to its place in the slot
-    // Per matrix (gate, up, down): its piece of data and of block scales
-    // (-1: none).
-    int data_piece[3] = {-1, -1, -1};
-    int scale_piece[3] = {-1, -1, -1};
+    std::vector<MatrixPieces> matrices;  // in model::MlpMatrices order
   };
   // Experts of one layer in one ring slot, in slot order.
   struct Section {
