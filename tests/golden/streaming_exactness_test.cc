@@ -154,11 +154,35 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   }
 }
 
+// gpt-oss's BF16 experts are stored [in, out] and transposed on load, so
+// the checkpoint's bytes cannot be streamed as they are: refused by name.
+TEST(StreamingRefusalTest, TransposedExpertsDoNotStream) {
+  const std::string dir = "tests/testdata/moe-tiny/gpt_oss_bf16";
+  auto resident = Load(dir, {});
+  ASSERT_NE(resident, nullptr);
+  const memory_ring::PlacementPlan& sizes = resident->placement();
+  runtime::EngineOptions options;
+  options.model_dir = dir;
+  options.threads = 1;
+  options.streaming.force_streaming = true;
+  options.streaming.num_slots = 2;
+  options.streaming.section_experts = 1;
+  options.streaming.expert_cache = false;
+  options.streaming.memory_budget =
+      sizes.always_resident_bytes + 2 * sizes.expert_bytes;
+  auto engine = runtime::Engine::Load(options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(engine.status().message().find("rearranged on load"),
+            std::string::npos)
+      << engine.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(MoeTiny, StreamingExactnessTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
                                            "qwen2_moe", "qwen3_moe", "olmoe",
                                            "deepseek_v3", "deepseek_v3_fp8",
-                                           "deepseek_v2_lite"));
+                                           "deepseek_v2_lite", "gpt_oss"));
 
 }  // namespace
 }  // namespace ringmoe
