@@ -164,21 +164,6 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   }
 }
 
-// mxfp4 is multiplied exactly, on float activations: each block of 32
-// columns is laid out as its 16 even columns, then its 16 odd ones (zero
-// past the row's end), so that a block's 16 bytes widened to 16 lanes
-// meet the low nibbles' activations in one vector and the high nibbles'
-// in the next.
-void OrderMxfp4Activations(const float* x, int64_t cols, float* ordered) {
-  const int64_t padded = (cols + kMxfp4Block - 1) / kMxfp4Block * kMxfp4Block;
-  for (int64_t c = 0; c < padded; c += 2) {
-    const int64_t block = c / kMxfp4Block * kMxfp4Block;
-    const int64_t k = (c - block) / 2;
-    ordered[block + k] = c < cols ? x[c] : 0.f;
-    ordered[block + 16 + k] = c + 1 < cols ? x[c + 1] : 0.f;
-  }
-}
-
 // 2^(e - 127) of the `lanes` exponents at e (e = 0: 2^-127), one per lane.
 inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
   const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, e));
@@ -187,7 +172,7 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
                               _mm512_set1_ps(0x1p-127f));
 }
 
-// mxfp4 against one activation row ordered by OrderMxfp4Activations: a
+// mxfp4 against one activation row ordered by avx2::OrderMxfp4Activations: a
 // block's 16 bytes widen to 16 int32 lanes; vpermps picks each lane's
 // e2m1 value from a register table by the low four bits (the low nibble),
 // and again after a shift by four (the high nibble); two FMAs against the
@@ -422,7 +407,7 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
       float* ordered =
           Scratch<float>(ScratchSlot::kOrderedActivations, blocks * kMxfp4Block);
-      OrderMxfp4Activations(x, cols, ordered);
+      avx2::OrderMxfp4Activations(x, cols, ordered);
       ForEachRowTile(blocks * kMxfp4Block * 4, row_begin, row_end,
                      [&](int64_t r, auto rows) {
                        Mxfp4Tile<decltype(rows)::value>(

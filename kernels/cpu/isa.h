@@ -65,6 +65,13 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
                               int16_t* q, float* scale);
 
+// mxfp4 products run exactly, on float activations laid out per block of
+// 32 columns as its 16 even columns, then its 16 odd ones (zero past
+// `cols`): ordered[ceil(cols / 32) * 32]. A block's bytes widened to lanes
+// then meet their low nibbles' activations in one vector and their high
+// nibbles' in the next.
+void OrderMxfp4Activations(const float* x, int64_t cols, float* ordered);
+
 // The activations of an fp8 product for the weight rows of row block
 // `row_block` (w.block_rows rows that share one scale per column block):
 // scaled[j * w.cols + k] = x[j * w.cols + k] * 2^8 * that block's scale of
