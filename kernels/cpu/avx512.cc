@@ -176,8 +176,8 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
 // block's 16 bytes widen to 16 int32 lanes; vpermps picks each lane's
 // e2m1 value from a register table by the low four bits (the low nibble),
 // and again after a shift by four (the high nibble); two FMAs against the
-// block's activations, then one with the block's scale (broadcast from 16
-// converted at a time). Two accumulators per row keep the FMA latency off
+// block's activations, then one with the block's scale (16 converted at a
+// time). Two accumulators per row keep the FMA latency off
 // the critical path.
 template <int R>
 void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
@@ -200,29 +200,29 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
                       _mm512_loadu_ps(x + 32 * b)));
     return _mm512_fmadd_ps(dot, scale, sum);
   };
+  // Each 16 blocks' scales are converted at once and stored, so that each
+  // block's is a broadcast from memory (a load, not a shuffle: vpermps is
+  // the scarce port here).
+  alignas(64) float scales[R][16];
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
     const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
     const __mmask16 lanes = _cvtu32_mask16((1u << count) - 1);
-    __m512 scales[R];
-    for (int i = 0; i < R; ++i) scales[i] = E8m0x16(e + i * blocks + b0, lanes);
+    for (int i = 0; i < R; ++i) {
+      _mm512_store_ps(scales[i], E8m0x16(e + i * blocks + b0, lanes));
+    }
     int j = 0;
     for (; j + 2 <= count; j += 2) {
       if (j % 4 == 0) PrefetchRows<R>(row + 16 * (b0 + j), row_bytes, 0);
       for (int i = 0; i < R; ++i) {
-        acc[i][0] = block(i, b0 + j,
-                          _mm512_permutexvar_ps(_mm512_set1_epi32(j), scales[i]),
-                          acc[i][0]);
+        acc[i][0] =
+            block(i, b0 + j, _mm512_set1_ps(scales[i][j]), acc[i][0]);
         acc[i][1] =
-            block(i, b0 + j + 1,
-                  _mm512_permutexvar_ps(_mm512_set1_epi32(j + 1), scales[i]),
-                  acc[i][1]);
+            block(i, b0 + j + 1, _mm512_set1_ps(scales[i][j + 1]), acc[i][1]);
       }
     }
     if (j < count) {
       for (int i = 0; i < R; ++i) {
-        acc[i][0] = block(i, b0 + j,
-                          _mm512_permutexvar_ps(_mm512_set1_epi32(j), scales[i]),
-                          acc[i][0]);
+        acc[i][0] = block(i, b0 + j, _mm512_set1_ps(scales[i][j]), acc[i][0]);
       }
     }
   }
