@@ -198,10 +198,10 @@ absl::Status CheckArchitectureFields(const ModelSpec& spec) {
     // A window no sequence can fill is a mistake in the config, not a
     // request for full attention.
     if (spec.SlidingWindow(l) > spec.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sliding_window (", spec.SlidingWindow(l), ") of layer ", l,
-          " exceeds the context, max_position_embeddings (",
-          spec.max_position_embeddings, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sliding_window (", spec.SlidingWindow(l), ") of layer ",
+                       l, " exceeds the context, max_position_embeddings (",
+                       spec.max_position_embeddings, ")"));
     }
   }
   return absl::OkStatus();

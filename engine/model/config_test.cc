@@ -247,9 +247,7 @@ TEST(ConfigTest, BadWindowConfigsNameTheKey) {
         "sliding_window (200000) of layer 0 exceeds the context"}},
       {"gpt_oss",
        {"gpt-oss unknown layer type",
-        [](nlohmann::json& j) {
-          j["layer_types"][3] = "local_attention";
-        },
+        [](nlohmann::json& j) { j["layer_types"][3] = "local_attention"; },
         "layer_types[3] is 'local_attention' (supported: full_attention, "
         "sliding_attention)"}},
       {"gpt_oss",

@@ -32,8 +32,8 @@ class GptOssArchitecture : public Architecture {
     ASSIGN_OR_RETURN(std::optional<double> limit,
                      json::GetOptionalDouble(config, "swiglu_limit"));
     if (limit && !(*limit > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "field 'swiglu_limit' must be positive, got ", *limit));
+      return absl::InvalidArgumentError(
+          absl::StrCat("field 'swiglu_limit' must be positive, got ", *limit));
     }
     spec->expert_swiglu =
         ClampedSwiglu{kSwigluAlpha, limit.value_or(kDefaultSwigluLimit)};

@@ -86,9 +86,9 @@ class Binder {
   absl::StatusOr<std::vector<MlpWeights>> FusedExperts(
       const FusedExpertTensorNames& names, int64_t experts, int64_t hidden,
       int64_t intermediate, backend::GatedActivation activation) {
-    ASSIGN_OR_RETURN(std::vector<Weight> gate_up,
-                     FusedMatrices(names.gate_up, experts, 2 * intermediate,
-                                   hidden));
+    ASSIGN_OR_RETURN(
+        std::vector<Weight> gate_up,
+        FusedMatrices(names.gate_up, experts, 2 * intermediate, hidden));
     ASSIGN_OR_RETURN(std::vector<Weight> down,
                      FusedMatrices(names.down, experts, hidden, intermediate));
     ASSIGN_OR_RETURN(
@@ -172,9 +172,9 @@ class Binder {
     const std::string blocks = absl::StrCat(stem, "_blocks");
     if (Has(blocks)) return Mxfp4Matrices(stem, experts, rows, cols);
     if (!Has(stem)) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint ", ckpt_.dir(), ": missing tensor '",
-          mxfp4_ ? blocks : stem, "'"));
+      return absl::NotFoundError(absl::StrCat("checkpoint ", ckpt_.dir(),
+                                              ": missing tensor '",
+                                              mxfp4_ ? blocks : stem, "'"));
     }
     // Dense fused experts are [E, in, out]: each becomes an [out, in] copy.
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(stem, {experts, cols, rows}));
@@ -362,16 +362,16 @@ absl::StatusOr<LayerWeights> BindFeedForward(const ModelSpec& spec,
   }
   if (const std::optional<FusedExpertTensorNames> fused =
           arch.FusedExpertTensors(l)) {
-    ASSIGN_OR_RETURN(layer.experts,
-                     bind.FusedExperts(*fused, spec.num_experts, h,
-                                       spec.expert_intermediate_size,
-                                       activation));
+    ASSIGN_OR_RETURN(
+        layer.experts,
+        bind.FusedExperts(*fused, spec.num_experts, h,
+                          spec.expert_intermediate_size, activation));
   } else {
     layer.experts.reserve(spec.num_experts);
     for (int e = 0; e < spec.num_experts; ++e) {
-      ASSIGN_OR_RETURN(MlpWeights expert,
-                       bind.Mlp(arch.ExpertTensors(l, e), h,
-                                spec.expert_intermediate_size));
+      ASSIGN_OR_RETURN(
+          MlpWeights expert,
+          bind.Mlp(arch.ExpertTensors(l, e), h, spec.expert_intermediate_size));
       expert.activation = activation;
       layer.experts.push_back(expert);
     }

@@ -72,10 +72,9 @@ absl::Status Bind(const std::string& dir) {
 }
 
 TEST(ModelWeightsTest, BindsEveryTinyModel) {
-  for (const char* m :
-       {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe",
-        "deepseek_v3", "deepseek_v3_fp8", "deepseek_v2_lite", "gpt_oss",
-        "gpt_oss_bf16"}) {
+  for (const char* m : {"mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe",
+                        "olmoe", "deepseek_v3", "deepseek_v3_fp8",
+                        "deepseek_v2_lite", "gpt_oss", "gpt_oss_bf16"}) {
     EXPECT_TRUE(Bind(std::string("tests/testdata/moe-tiny/") + m).ok()) << m;
   }
 }
@@ -277,10 +276,10 @@ TEST(ModelWeightsTest, GptOssFusedTensorProblemsAreNamed) {
   };
   const auto erase = [](const std::string& name) {
     return [name](std::vector<TensorToWrite>& tensors) {
-      tensors.erase(
-          std::remove_if(tensors.begin(), tensors.end(),
-                         [&](const TensorToWrite& t) { return t.name == name; }),
-          tensors.end());
+      tensors.erase(std::remove_if(
+                        tensors.begin(), tensors.end(),
+                        [&](const TensorToWrite& t) { return t.name == name; }),
+                    tensors.end());
     };
   };
   const auto retype = [](const std::string& name, checkpoint::DType dtype,

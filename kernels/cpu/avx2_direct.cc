@@ -228,8 +228,7 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
                           _mm256_loadu_ps(xb + 24), dot);
     return _mm256_fmadd_ps(
         dot,
-        _mm256_set1_ps(E8m0ToF32Exact(exponents[(r0 + i) * blocks + b]) *
-                       0.5f),
+        _mm256_set1_ps(E8m0ToF32Exact(exponents[(r0 + i) * blocks + b]) * 0.5f),
         sum);
   };
   const auto prefetch = [&](int64_t b) {
@@ -237,10 +236,10 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
       if (R == 1) {
         PrefetchStream(row + 16 * b);
       } else {
-        _mm_prefetch(reinterpret_cast<const char*>(row + i * row_bytes +
-                                                   16 * b) +
-                         64 * kLongRowPrefetchLines,
-                     _MM_HINT_T0);
+        _mm_prefetch(
+            reinterpret_cast<const char*>(row + i * row_bytes + 16 * b) +
+                64 * kLongRowPrefetchLines,
+            _MM_HINT_T0);
       }
     }
   };

@@ -188,14 +188,14 @@ struct Mxfp4Loader : ScalarTail<Mxfp4Loader> {
     int32_t four;
     std::memcpy(&four, p + r * blocks * 16 + k / 2, sizeof(four));
     const __m128i bytes = _mm_cvtsi32_si128(four);
-    const __m256i codes = _mm256_srlv_epi32(
-        _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes)),
-        _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    const __m256i codes =
+        _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes)),
+                          _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
     const __m256 magnitude = _mm256_permutevar8x32_ps(
         _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f), codes);
-    const __m256 sign = _mm256_castsi256_ps(_mm256_and_si256(
-        _mm256_slli_epi32(codes, 28),
-        _mm256_set1_epi32(static_cast<int32_t>(0x80000000u))));
+    const __m256 sign = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_slli_epi32(codes, 28),
+                         _mm256_set1_epi32(static_cast<int32_t>(0x80000000u))));
     return _mm256_mul_ps(_mm256_xor_ps(magnitude, sign),
                          _mm256_set1_ps(Scale(r, k)));
   }

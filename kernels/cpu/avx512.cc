@@ -167,9 +167,9 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
 // 2^(e - 127) of the `lanes` exponents at e (e = 0: 2^-127), one per lane.
 inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
   const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, e));
-  return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                              _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)),
-                              _mm512_set1_ps(0x1p-127f));
+  return _mm512_mask_blend_ps(
+      _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
+      _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)), _mm512_set1_ps(0x1p-127f));
 }
 
 // mxfp4 against one activation row ordered by avx2::OrderMxfp4Activations: a
@@ -214,8 +214,7 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     for (; j + 2 <= count; j += 2) {
       if (j % 4 == 0) PrefetchRows<R>(row + 16 * (b0 + j), row_bytes, 0);
       for (int i = 0; i < R; ++i) {
-        acc[i][0] =
-            block(i, b0 + j, _mm512_set1_ps(scales[i][j]), acc[i][0]);
+        acc[i][0] = block(i, b0 + j, _mm512_set1_ps(scales[i][j]), acc[i][0]);
         acc[i][1] =
             block(i, b0 + j + 1, _mm512_set1_ps(scales[i][j + 1]), acc[i][1]);
       }
@@ -405,8 +404,8 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     case WeightType::kMxfp4: {
       const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-      float* ordered =
-          Scratch<float>(ScratchSlot::kOrderedActivations, blocks * kMxfp4Block);
+      float* ordered = Scratch<float>(ScratchSlot::kOrderedActivations,
+                                      blocks * kMxfp4Block);
       avx2::OrderMxfp4Activations(x, cols, ordered);
       ForEachRowTile(blocks * kMxfp4Block * 4, row_begin, row_end,
                      [&](int64_t r, auto rows) {

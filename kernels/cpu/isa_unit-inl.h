@@ -70,9 +70,9 @@ inline float E8m0ToF32Exact(uint32_t e) {
 
 // An e2m1 nibble's value (bit 3 the sign; 8 is -0).
 inline float E2m1ToF32(uint32_t nibble) {
-  static constexpr float kValues[16] = {0.f,  0.5f,  1.f,  1.5f, 2.f,  3.f,
-                                        4.f,  6.f,   -0.f, -0.5f, -1.f, -1.5f,
-                                        -2.f, -3.f,  -4.f, -6.f};
+  static constexpr float kValues[16] = {0.f,  0.5f, 1.f,  1.5f,  2.f,  3.f,
+                                        4.f,  6.f,  -0.f, -0.5f, -1.f, -1.5f,
+                                        -2.f, -3.f, -4.f, -6.f};
   return kValues[nibble & 15];
 }
 
