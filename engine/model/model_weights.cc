@@ -111,9 +111,13 @@ class Binder {
     return ckpt_.Find(name) != nullptr;
   }
 
-  // Buffers the bound weights point into, for ModelWeights::owned.
+  // Buffers the bound weights point into, for ModelWeights::owned, and
+  // where the aligned copies among them come from.
   std::vector<std::unique_ptr<uint8_t[]>> TakeOwned() {
     return std::move(owned_);
+  }
+  absl::flat_hash_map<const void*, const void*> TakeAlignedCopies() {
+    return std::move(aligned_copy_of_);
   }
 
  private:
@@ -291,6 +295,7 @@ class Binder {
     }
     auto copy = std::make_unique<uint8_t[]>(t.num_bytes);
     std::memcpy(copy.get(), t.data, t.num_bytes);
+    aligned_copy_of_[copy.get()] = t.data;
     owned_.push_back(std::move(copy));
     return reinterpret_cast<const float*>(owned_.back().get());
   }
@@ -299,6 +304,7 @@ class Binder {
   Fp8BlockSpec fp8_;
   bool mxfp4_;
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
+  absl::flat_hash_map<const void*, const void*> aligned_copy_of_;
 };
 
 absl::Status BindGqa(const ModelSpec& spec, const Architecture& arch, int l,
@@ -465,8 +471,8 @@ std::unique_ptr<uint8_t[]> ConvertTogether(const std::vector<Weight*>& matrices,
 
 }  // namespace
 
-std::vector<Weight*> MlpMatrices(MlpWeights* mlp) {
-  std::vector<Weight*> out;
+absl::InlinedVector<Weight*, 3> MlpMatrices(MlpWeights* mlp) {
+  absl::InlinedVector<Weight*, 3> out;
   for (Weight* m : {&mlp->gate, &mlp->up, &mlp->gate_up, &mlp->down}) {
     if (!m->empty()) out.push_back(m);
   }
@@ -508,7 +514,10 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
   }
   // Each unit converts into one buffer: an MLP, or a layer's attention.
   std::vector<std::vector<Weight*>> units;
-  auto add_mlp = [&](MlpWeights& mlp) { units.push_back(MlpMatrices(&mlp)); };
+  auto add_mlp = [&](MlpWeights& mlp) {
+    const absl::InlinedVector<Weight*, 3> matrices = MlpMatrices(&mlp);
+    units.emplace_back(matrices.begin(), matrices.end());
+  };
   for (LayerWeights& layer : weights->layers) {
     if (conversion.attention) units.push_back(AttentionMatrices(&layer));
     if (!layer.is_moe) add_mlp(layer.dense_mlp);
@@ -551,6 +560,7 @@ absl::StatusOr<ModelWeights> BindModelWeights(
     weights.layers.push_back(std::move(layer));
   }
   weights.owned = bind.TakeOwned();
+  weights.aligned_copy_of = bind.TakeAlignedCopies();
   return weights;
 }
 

@@ -13,6 +13,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
 #include "engine/backend/weight.h"
@@ -71,11 +73,16 @@ struct ModelWeights {
   // weights (ConvertWeights; each MLP's three matrices, data and scales,
   // share one buffer so an expert stays a self-contained region).
   std::vector<std::unique_ptr<uint8_t[]>> owned;
+  // Checkpoint bytes copied only to align them (float32 block scales at an
+  // offset the file does not align): copy -> the mapped bytes it holds, so
+  // the memory ring still finds them in the checkpoint's files.
+  absl::flat_hash_map<const void*, const void*> aligned_copy_of;
 };
 
 // Every matrix of `mlp` that is bound (gate and up, or the fused gate_up;
-// down).
-std::vector<Weight*> MlpMatrices(MlpWeights* mlp);
+// down). Inline storage: the memory ring takes a view of every streamed
+// expert it runs.
+absl::InlinedVector<Weight*, 3> MlpMatrices(MlpWeights* mlp);
 
 // Every attention matrix of `layer` that is bound (GQA's or MLA's).
 std::vector<Weight*> AttentionMatrices(LayerWeights* layer);

@@ -60,8 +60,11 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
         const uint64_t dst_offset = offset;
         offset = AlignUp(offset + size);
         expert_bytes_total += size;
+        const auto copy = weights.aligned_copy_of.find(part);
         const std::optional<checkpoint::Checkpoint::FileLocation> at =
-            checkpoint.Locate(part, size);
+            checkpoint.Locate(
+                copy == weights.aligned_copy_of.end() ? part : copy->second,
+                size);
         if (!at) {
           in_checkpoint = false;
           return -1;
@@ -207,7 +210,8 @@ model::MlpWeights StreamedExperts::ViewAt(int layer, int expert,
   auto in_slot = [&](int piece) {
     return base + streamed.pieces[piece].dst_offset;
   };
-  const std::vector<backend::Weight*> matrices = model::MlpMatrices(&view);
+  const absl::InlinedVector<backend::Weight*, 3> matrices =
+      model::MlpMatrices(&view);
   for (size_t i = 0; i < matrices.size(); ++i) {
     backend::Weight& m = *matrices[i];
     const MatrixPieces& parts = streamed.matrices[i];

@@ -4,11 +4,15 @@
 // expert cache on and off, sections of a whole layer, of one expert and of
 // three (a layer in uneven sections) — are bitwise identical to the
 // all-resident run.
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
@@ -71,19 +75,27 @@ bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The golden cases' input ids of the model in `dir`; empty on error.
+std::vector<std::vector<int32_t>> GoldenInputs(const std::string& dir) {
+  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
+  EXPECT_TRUE(golden.ok()) << golden.status();
+  std::vector<std::vector<int32_t>> inputs;
+  for (int i = 0; golden.ok() && i < kCases; ++i) {
+    auto ids = checkpoint::CopyAsInt64(
+        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
+    EXPECT_TRUE(ids.ok());
+    if (!ids.ok()) return {};
+    inputs.emplace_back(ids->begin(), ids->end());
+  }
+  return inputs;
+}
+
 class StreamingExactnessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   const std::string dir = "tests/testdata/moe-tiny/" + GetParam();
-  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
-  ASSERT_TRUE(golden.ok());
-  std::vector<std::vector<int32_t>> inputs;
-  for (int i = 0; i < kCases; ++i) {
-    auto ids = checkpoint::CopyAsInt64(
-        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
-    ASSERT_TRUE(ids.ok());
-    inputs.emplace_back(ids->begin(), ids->end());
-  }
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+  ASSERT_EQ(inputs.size(), kCases);
   auto resident = Load(dir, {});
   ASSERT_NE(resident, nullptr);
   const Trace want = RunCases(*resident, inputs);
@@ -176,6 +188,64 @@ TEST(StreamingRefusalTest, TransposedExpertsDoNotStream) {
   EXPECT_NE(engine.status().message().find("rearranged on load"),
             std::string::npos)
       << engine.status();
+}
+
+// A checkpoint whose float32 block scales lie at offsets the file does not
+// align (the binder reads aligned copies of them) still streams them from
+// the file, bitwise as when resident.
+TEST(StreamingMisalignedTest, CopiedFp8ScalesStreamFromTheFile) {
+  const std::string src = "tests/testdata/moe-tiny/deepseek_v3_fp8";
+  const std::string dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/misaligned_fp8";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto source = checkpoint::Checkpoint::Open(src);
+  ASSERT_TRUE(source.ok()) << source.status();
+  // Two bytes ahead of everything: every F32 tensor lands 2 mod 4.
+  const uint16_t pad = 0;
+  std::vector<checkpoint::TensorToWrite> tensors = {
+      {"misalignment",
+       checkpoint::DType::kBF16,
+       {1},
+       absl::string_view(reinterpret_cast<const char*>(&pad), sizeof(pad))}};
+  for (const std::string& name : (*source)->TensorNames()) {
+    const checkpoint::TensorView& t = *(*source)->Find(name);
+    tensors.push_back({t.name, t.dtype, t.shape,
+                       absl::string_view(reinterpret_cast<const char*>(t.data),
+                                         t.num_bytes)});
+  }
+  ASSERT_TRUE(
+      checkpoint::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  auto written = checkpoint::Checkpoint::Open(dir);
+  ASSERT_TRUE(written.ok());
+  const checkpoint::TensorView* scale = (*written)->Find(
+      "model.layers.1.mlp.experts.0.down_proj.weight_scale_inv");
+  ASSERT_NE(scale, nullptr);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(scale->data) % alignof(float), 0u);
+
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(src);
+  ASSERT_EQ(inputs.size(), kCases);
+  auto resident = Load(dir, {});
+  ASSERT_NE(resident, nullptr);
+  const Trace want = RunCases(*resident, inputs);
+  const memory_ring::PlacementPlan& sizes = resident->placement();
+  runtime::StreamingOptions s;
+  s.num_slots = 2;
+  s.prefetch_depth = 1;
+  s.section_experts = 1;
+  s.expert_cache = false;
+  s.force_streaming = true;
+  s.memory_budget = sizes.always_resident_bytes + 2 * sizes.expert_bytes;
+  auto streamed = Load(dir, s);
+  ASSERT_NE(streamed, nullptr);
+  ASSERT_TRUE(streamed->placement().streams());
+  const Trace got = RunCases(*streamed, inputs);
+  for (int i = 0; i < kCases; ++i) {
+    EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i])) << "case " << i;
+  }
+  EXPECT_TRUE(Bitwise(got.batched, want.batched));
+  EXPECT_GT(streamed->ring_stats().bytes_moved, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, StreamingExactnessTest,
