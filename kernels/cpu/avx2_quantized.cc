@@ -96,38 +96,28 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 
 namespace {
 
-// int4 codes, two per byte (element 2i in the low nibble of byte i), as
-// they meet int8 activations (Int8Chunk): Map turns nibbles into unsigned
-// codes (for vpmaddubsw) that lie a fixed bias (8) above the weights'
-// integer values, which the activations' offset (8 · Σx per lane) takes
-// back off; One and Chunk give the f16 weight scales (per group of 32 or
-// 64) of a group and of a chunk's lanes.
-struct Int4Codes {
-  using Scale = uint16_t;
-  static __m256i Map(__m256i nibbles) { return nibbles; }
-  static float One(const uint16_t* scales, int64_t g) {
-    return _cvtsh_ss(scales[g]);
-  }
-  // Chunk c's scales per lane: group size 64 has one, 32 has two (lanes
-  // 0-3 and 4-7).
-  template <int G>
-  static __m256 Chunk(const uint16_t* row_scales, int64_t c) {
-    if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
-    const __m128 two =
-        _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
-                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-  }
-};
+// int4 weights: two 4-bit codes per byte (element 2i in the low nibble of
+// byte i), each 8 above the weight's integer value, as unsigned bytes for
+// vpmaddubsw against int8 activations (Int8Chunk), whose offset (8 · Σx
+// per lane) takes the bias back off; f16 scales per group of 32 or 64.
 
-// Σ (code - bias) · x per int32 lane of one chunk (see Int8Chunk).
-template <typename Codes>
+// Chunk c's weight scales per lane: group size 64 has one, 32 has two
+// (lanes 0-3 and 4-7).
+template <int G>
+inline __m256 ChunkScales(const uint16_t* row_scales, int64_t c) {
+  if (G == 64) return _mm256_set1_ps(_cvtsh_ss(row_scales[c]));
+  const __m128 two =
+      _mm_cvtph_ps(_mm_cvtsi32_si128(Halves32(row_scales + 2 * c)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// Σ (code - 8) · x per int32 lane of one chunk (see Int8Chunk).
 inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i lo = Codes::Map(_mm256_and_si256(w, mask));
-  const __m256i hi =
-      Codes::Map(_mm256_and_si256(_mm256_srli_epi16(w, 4), mask));
-  // Pair sums are at most 2 · 24 · 127 per product, so int16 holds two.
+  const __m256i lo = _mm256_and_si256(w, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+  // Pair sums are at most 2 · 15 · 127 per product, so int16 holds two.
   const __m256i pairs = _mm256_add_epi16(
       _mm256_maddubs_epi16(
           lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
@@ -138,11 +128,10 @@ inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
       _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
 }
 
-template <typename Codes>
 struct NibbleRows {
   const uint8_t* p;
   int64_t row_bytes;
-  const typename Codes::Scale* scales;
+  const uint16_t* scales;
   int64_t groups;  // scales per row
 };
 
@@ -150,8 +139,8 @@ struct NibbleRows {
 // `ldx` chunks per activation row. One row against one activation row is a
 // piece of a single sequential stream (see StreamRows); other tiles
 // prefetch kAhead lines ahead in each of their rows.
-template <typename Codes, int G, int R, int N, int kAhead = kPrefetchLines>
-void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
+template <int G, int R, int N, int kAhead = kPrefetchLines>
+void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
                 int64_t ldx, float* y, int64_t ldy) {
   constexpr bool kStream = R == 1 && N == 1;
   __m256 acc[R][N];
@@ -159,7 +148,7 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const uint8_t* rows[R];
-  const typename Codes::Scale* scales[R];
+  const uint16_t* scales[R];
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i) * w.row_bytes;
     scales[i] = w.scales + (r0 + i) * w.groups;
@@ -177,12 +166,12 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
-      const __m256 ws = Codes::template Chunk<G>(scales[i], c);
+      const __m256 ws = ChunkScales<G>(scales[i], c);
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + c];
-        acc[i][j] = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(NibbleDot<Codes>(wv, xc)),
-            _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)), acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(NibbleDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
       }
     }
   }
@@ -192,12 +181,12 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_zextsi128_si256(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(rows[i] + 32 * full)));
-      const __m256 ws = _mm256_set1_ps(Codes::One(scales[i], w.groups - 1));
+      const __m256 ws = _mm256_set1_ps(_cvtsh_ss(scales[i][w.groups - 1]));
       for (int j = 0; j < N; ++j) {
         const Int8Chunk& xc = x[j * ldx + full];
-        acc[i][j] = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(NibbleDot<Codes>(wv, xc)),
-            _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)), acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(NibbleDot(wv, xc)),
+                                    _mm256_mul_ps(ws, _mm256_load_ps(xc.scale)),
+                                    acc[i][j]);
       }
     }
   }
@@ -210,16 +199,16 @@ void NibbleTile(const NibbleRows<Codes>& w, int64_t r0, const Int8Chunk* x,
 // stream (or tiles of four, see ForEachRowTile); more in tiles of four
 // weight rows, each against the activation rows three at a time, so the
 // weights are read from memory once whatever n is.
-template <typename Codes, int G>
-void NibbleRowRange(const NibbleRows<Codes>& w, int64_t rb, int64_t re,
+template <int G>
+void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
                     const Int8Chunk* x, int64_t n, int64_t ldx, float* y,
                     int64_t ldy) {
   if (n == 1) {
     ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
                    [&](int64_t r0, auto rows) {
                      constexpr int R = decltype(rows)::value;
-                     NibbleTile<Codes, G, R, 1, kLongRowPrefetchLines>(
-                         w, r0, x, ldx, y + r0, ldy);
+                     NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, ldx,
+                                                                y + r0, ldy);
                    });
     return;
   }
@@ -230,13 +219,13 @@ void NibbleRowRange(const NibbleRows<Codes>& w, int64_t rb, int64_t re,
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
-          NibbleTile<Codes, G, R, 1>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 1>(w, r, xj, ldx, yj, ldy);
           break;
         case 2:
-          NibbleTile<Codes, G, R, 2>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 2>(w, r, xj, ldx, yj, ldy);
           break;
         default:
-          NibbleTile<Codes, G, R, 3>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 3>(w, r, xj, ldx, yj, ldy);
           break;
       }
     }
@@ -246,15 +235,15 @@ void NibbleRowRange(const NibbleRows<Codes>& w, int64_t rb, int64_t re,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Activation rows against 4-bit codes, through Int8Chunk.
-template <typename Codes, int G>
-void NibbleDirectRows(const NibbleRows<Codes>& w, const float* x, int64_t n,
+// Activation rows against int4 weights, through Int8Chunk.
+template <int G>
+void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
                       int64_t cols, int64_t rb, int64_t re, float* y,
                       int64_t ldy) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  NibbleRowRange<Codes, G>(w, rb, re, xq, n, chunks, y, ldy);
+  NibbleRowRange<G>(w, rb, re, xq, n, chunks, y, ldy);
 }
 
 // int8 weights against few activation rows: widening every weight to float
@@ -440,14 +429,13 @@ void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
-  const NibbleRows<Int4Codes> rows{static_cast<const uint8_t*>(w.data),
-                                   groups * w.group_size / 2, w.scales, groups};
+  const NibbleRows rows{static_cast<const uint8_t*>(w.data),
+                        groups * w.group_size / 2, w.scales, groups};
   if (w.group_size == 64) {
-    return NibbleDirectRows<Int4Codes, 64>(rows, x, n, cols, row_begin, row_end,
-                                           y, w.rows);
+    return NibbleDirectRows<64>(rows, x, n, cols, row_begin, row_end, y,
+                                w.rows);
   }
-  return NibbleDirectRows<Int4Codes, 32>(rows, x, n, cols, row_begin, row_end,
-                                         y, w.rows);
+  return NibbleDirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
 }
 
 }  // namespace ringmoe::kernels::avx2

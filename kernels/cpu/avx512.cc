@@ -257,28 +257,22 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
 // and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
 // four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
 // integers are identical), then offset, converted and scaled per lane.
-// Int4Codes gives the codes (the nibble, 8 above the value; see
-// avx2_quantized.cc) and the f16 scales per group of 32 or 64.
-struct Int4Codes {
-  using Scale = uint16_t;
-  static __m512i Codes(__m512i nibbles) { return nibbles; }
-  template <int G>
-  static __m128 PairScales(const uint16_t* s) {
-    return _mm_cvtph_ps(
-        G == 32 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
-                : _mm_cvtsi32_si128(Halves32(s)));
-  }
-  static __m512 TailScales(const uint16_t* s, __mmask16 groups) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(groups, s));
-  }
-};
+// The codes are the nibbles, 8 above the values (see avx2_quantized.cc),
+// with f16 scales per group of 32 or 64.
 
-// 4-bit codes against int8 activations in Int8ChunkPairs, 128 weights per
-// two dpbusd (VNNI), one convert and one FMA with the pair's scales.
-template <typename C, int G, int R>
-void NibbleTile(const uint8_t* w, int64_t row_bytes,
-                const typename C::Scale* scales, int64_t groups,
-                const Int8ChunkPair* x, int64_t r0, float* y) {
+// A pair's kGroupsPerPair = 128 / G scales, in the low lanes.
+template <int G>
+inline __m128 PairScales(const uint16_t* s) {
+  return _mm_cvtph_ps(G == 32
+                          ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
+                          : _mm_cvtsi32_si128(Halves32(s)));
+}
+
+// int4 against int8 activations in Int8ChunkPairs, 128 weights per two
+// dpbusd (VNNI), one convert and one FMA with the pair's scales.
+template <int G, int R>
+void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
+                int64_t groups, const Int8ChunkPair* x, int64_t r0, float* y) {
   constexpr int kGroupsPerPair = 128 / G;
   const int64_t full = row_bytes / 64;
   const __mmask64 tail_bytes =
@@ -292,13 +286,12 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes,
           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const uint8_t* row = w + r0 * row_bytes;
-  const typename C::Scale* ws = scales + r0 * groups;
+  const uint16_t* ws = scales + r0 * groups;
   // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
   const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales, __m512 acc) {
     const Int8ChunkPair& xp = x[p];
-    const __m512i lo = C::Codes(_mm512_and_si512(wv, nibble));
-    const __m512i hi =
-        C::Codes(_mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble));
+    const __m512i lo = _mm512_and_si512(wv, nibble);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
     __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
                                       _mm512_load_si512(xp.even));
     dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
@@ -311,8 +304,8 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes,
   // of these plain ones; only the row's last, partial pair needs one.
   const auto full_pair = [&](int i, int64_t p, __m512 acc) {
     return pair(p, _mm512_loadu_si512(row + i * row_bytes + 64 * p),
-                _mm512_castps128_ps512(C::template PairScales<G>(
-                    ws + i * groups + kGroupsPerPair * p)),
+                _mm512_castps128_ps512(
+                    PairScales<G>(ws + i * groups + kGroupsPerPair * p)),
                 acc);
   };
   __m512 acc[R][2];
@@ -334,7 +327,8 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes,
       acc[i][1] = pair(
           full,
           _mm512_maskz_loadu_epi8(tail_bytes, row + i * row_bytes + 64 * full),
-          C::TailScales(ws + i * groups + kGroupsPerPair * full, tail_groups),
+          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+              tail_groups, ws + i * groups + kGroupsPerPair * full)),
           acc[i][1]);
     }
   }
@@ -342,12 +336,12 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes,
     y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
-// Rows [rb, re) of 4-bit codes against one activation row, quantized to
+// Rows [rb, re) of int4 weights against one activation row, quantized to
 // int8 chunks (as the AVX2 path does) and paired.
-template <typename C, int G>
+template <int G>
 void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
-                int64_t row_bytes, const typename C::Scale* scales,
-                int64_t groups, int64_t rb, int64_t re, float* y) {
+                int64_t row_bytes, const uint16_t* scales, int64_t groups,
+                int64_t rb, int64_t re, float* y) {
   const int64_t chunks = (row_bytes + 31) / 32;
   const int64_t num_pairs = (chunks + 1) / 2;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
@@ -357,8 +351,8 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   PairChunks(xq, chunks, pairs);
   ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
                  re, [&](int64_t r, auto rows) {
-                   NibbleTile<C, G, decltype(rows)::value>(
-                       data, row_bytes, scales, groups, pairs, r, y);
+                   NibbleTile<G, decltype(rows)::value>(data, row_bytes, scales,
+                                                        groups, pairs, r, y);
                  });
 }
 
@@ -393,13 +387,13 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
     }
     case WeightType::kInt4:
       if (w.group_size == 64) {
-        NibbleRows<Int4Codes, 64>(x, cols, static_cast<const uint8_t*>(w.data),
-                                  groups * w.group_size / 2, w.scales, groups,
-                                  row_begin, row_end, y);
+        NibbleRows<64>(x, cols, static_cast<const uint8_t*>(w.data),
+                       groups * w.group_size / 2, w.scales, groups, row_begin,
+                       row_end, y);
       } else {
-        NibbleRows<Int4Codes, 32>(x, cols, static_cast<const uint8_t*>(w.data),
-                                  groups * w.group_size / 2, w.scales, groups,
-                                  row_begin, row_end, y);
+        NibbleRows<32>(x, cols, static_cast<const uint8_t*>(w.data),
+                       groups * w.group_size / 2, w.scales, groups, row_begin,
+                       row_end, y);
       }
       break;
     case WeightType::kMxfp4: {
