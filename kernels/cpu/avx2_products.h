@@ -8,7 +8,8 @@
 // row after another, so the matrix is read as one sequential stream, or four
 // at a time when the activations outgrow L1: see DirectRows), except int8
 // and int4, whose products run on quantized activations (see Int8Rows and
-// Int8Chunk). With more rows, a panel of four weight rows is widened to
+// Int8Chunk), and mxfp4 against one row, whose activations are ordered by
+// nibble (Mxfp4Row). With more rows, a panel of four weight rows is widened to
 // float32 once into a small buffer and reused for every activation row
 // (prefill: bound by FMA throughput).
 #ifndef RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_

@@ -73,8 +73,7 @@ void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
 // y[i * ldy + k] += Σ_{r in [row_begin, row_end)} c[i * ldc + r - row_begin]
 // · w[r, k] for i < n, k < w.cols (MLA's absorbed key projection: a query
 // taken into latent space). Each weight is read once per call for every i;
-// AVX2 for every type but int4 and mxfp4, which widen rows on the scalar
-// path.
+// AVX2 for every type but int4, which widens rows on the scalar path.
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
                            const Matrix& w, int64_t row_begin, int64_t row_end,
                            float* y, int64_t ldy);
