@@ -301,11 +301,45 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
   return out;
 }
 
+// The activations as the AVX-512 mxfp4 path for one row sees them: per
+// block of 32, s * (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, q1 =
+// round(x / s), q2 and q3 the rounded remainders (as
+// QuantizeMxfp4Activations in avx512.cc).
+std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
+                                          int64_t cols) {
+  std::vector<double> out(x.size());
+  for (int64_t b = 0; b < cols; b += 32) {
+    const int64_t end = std::min(cols, b + 32);
+    float max_abs = 0.f;
+    for (int64_t c = b; c < end; ++c)
+      max_abs = std::max(max_abs, std::abs(x[c]));
+    const float inv = max_abs > 0 ? 127.f / max_abs : 0.f;
+    for (int64_t c = b; c < end; ++c) {
+      const float t = x[c] * inv;
+      float q1 = std::nearbyint(t);
+      const float r = (t - q1) * 256.f;
+      float q2 = std::nearbyint(r);
+      const float q3 = std::min(std::nearbyint((r - q2) * 256.f), 127.f);
+      if (q2 == 128.f) {
+        q1 += 1;
+        q2 -= 256;
+      }
+      EXPECT_LE(std::abs(q1), 127.f);
+      EXPECT_GE(q3, -128.f);
+      out[c] = double(max_abs / 127.f) * (q1 + q2 / 256.0 + q3 / 65536.0);
+    }
+  }
+  return out;
+}
+
 // The reference the product of x (n rows) with m must match: exact
 // activations, or for int8 and int4 on the AVX2 path with n <=
-// DirectProductRows the quantized ones.
+// DirectProductRows and mxfp4 on the AVX-512 path with n = 1 the quantized
+// ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
+  if (n == 1 && m.w.type == WeightType::kMxfp4 && UseAvx512())
+    return ReferenceProduct(ThreeLevelActivations(x, m.w.cols), n, m);
   if (n <= DirectProductRows(m.w.type) && UseAvx2()) {
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
@@ -454,8 +488,9 @@ INSTANTIATE_TEST_SUITE_P(
 // The AVX-512 one-row products (where the CPU has them) against the same
 // references as the AVX2 path, and against the AVX2 path itself: int8 and
 // int4 share its quantized activations and fp8 its scaled ones, so they
-// differ from it only in the order of float sums. bf16 checks the pass-through
-// to the AVX2 path.
+// differ from it only in the order of float sums; mxfp4 quantizes the
+// activations the AVX2 path takes as they are, to 24 bits.
+// bf16 checks the pass-through to the AVX2 path.
 class Avx512Test : public ::testing::TestWithParam<WeightType> {};
 
 TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
@@ -484,7 +519,7 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
           << rows << "x" << cols << " group " << group;
       EXPECT_LE(
           RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
-          ProductTolerance(cols))
+          type == WeightType::kMxfp4 ? 1e-5 : ProductTolerance(cols))
           << rows << "x" << cols << " group " << group;
     }
   }
@@ -498,17 +533,22 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
-// (int8 activations) and within 1e-4 for int8 (int16 activations).
+// (int8 activations), within 1e-4 for int8 (int16 activations) and within
+// 1e-5 for mxfp4 (three int8 levels on the AVX-512 path, one row).
 TEST(MatMulQuantizedTest, QuantizedActivationsCloseToExact) {
   std::mt19937 rng(31);
-  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+  for (WeightType type :
+       {WeightType::kInt8, WeightType::kInt4, WeightType::kMxfp4}) {
+    const int64_t n = type == WeightType::kMxfp4 ? 1 : 2;
     for (int64_t cols : {95, 331, 1000}) {
       const TestMatrix m = MakeMatrix(rng, type, 37, cols, 32);
-      auto x = RandomVector(rng, 2 * cols);
-      std::vector<float> y(2 * 37, NAN);
-      MatMulTransposed(x.data(), 2, m.w, y.data());
-      EXPECT_LE(RelativeError(y, ReferenceProduct(x, 2, m)),
-                type == WeightType::kInt8 ? 1e-4 : 1e-2)
+      auto x = RandomVector(rng, n * cols);
+      std::vector<float> y(n * 37, NAN);
+      MatMulTransposed(x.data(), n, m.w, y.data());
+      EXPECT_LE(RelativeError(y, ReferenceProduct(x, n, m)),
+                type == WeightType::kInt4   ? 1e-2
+                : type == WeightType::kInt8 ? 1e-4
+                                            : 1e-5)
           << WeightTypeName(type) << " " << cols;
     }
   }

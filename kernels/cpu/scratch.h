@@ -13,9 +13,10 @@ enum class ScratchSlot : int {
   kActivationsInt8,     // int4 products: activations as Int8Chunk
   kChunkPairs,          // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,    // int8 products: activations as int16
-  kActivationScales,    // int8 products: the int16 blocks' scales
+  kActivationScales,    // int8 and AVX-512 mxfp4 products: block scales
   kScaledActivations,   // fp8 decode products: activations times block scales
-  kOrderedActivations,  // mxfp4 one-row products: activations by nibble
+  kOrderedActivations,  // AVX2 mxfp4 one-row products: by nibble
+  kMxfp4Spans,          // AVX-512 mxfp4 products: two-level int8 spans
   kWeightPanel,         // prefill products: weight rows widened to float
   kActivationPanel,     // prefill products: activations packed in groups
   kAttentionKeys,       // decode attention: key row pointers
