@@ -246,11 +246,12 @@ void CpuBackend::Attend(const AttentionJob& job) {
   // items are runs of up to kQueryBlock consecutive tokens of one sequence,
   // attended together so that each key is read once per run. With fewer
   // (decode), a token's positions are split across threads and the slices
-  // merged by their log-sum-exps. Sinks need every token's log-sum-exp, so
-  // with them every token is attended in slices (one or more).
+  // merged by their log-sum-exps. Sinks join the softmax denominator: runs
+  // apply them in the kernel, sliced tokens after the merge, so with sinks
+  // even an unsplit token keeps its log-sum-exp (a slice of one).
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
   const bool sinks = !job.sinks.empty();
-  const bool runs = n >= threads && !sinks;
+  const bool runs = n >= threads;
   struct Item {
     // Tokens [token, token + count) over positions [first, end) (a run:
     // part < 0 and first, end unused) or a slice of one token's positions.
@@ -299,7 +300,8 @@ void CpuBackend::Attend(const AttentionJob& job) {
     if (runs) {
       kernels::AttendQueryBlock(qi, it.count, heads, job.kv_heads, head_dim,
                                 blocks, position_of[it.token], job.window,
-                                job.scale, job.out.row(it.token));
+                                job.scale, sinks ? job.sinks.data : nullptr,
+                                job.out.row(it.token));
     } else if (it.part < 0) {
       kernels::AttendOneQuery(qi, heads, job.kv_heads, head_dim, blocks,
                               it.first, it.end, job.scale,

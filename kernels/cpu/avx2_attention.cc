@@ -201,7 +201,7 @@ void AttendBlock(const float* q, int64_t count, int64_t num_heads,
                  int64_t num_kv_heads, int64_t head_dim,
                  const float* const* k_blocks, const float* const* v_blocks,
                  int64_t block_size, int64_t first_query, int64_t window,
-                 float scale, float* out) {
+                 float scale, const float* sinks, float* out) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t row_width = num_kv_heads * head_dim;
   const int64_t q_width = num_heads * head_dim;
@@ -269,7 +269,9 @@ void AttendBlock(const float* q, int64_t count, int64_t num_heads,
     for (int64_t i = 0; i < count; ++i) {
       for (int64_t h = 0; h < group; ++h) {
         const int64_t r = i * group + h;
-        const float inv = 1.f / row_sum[r];
+        const float sink =
+            sinks == nullptr ? 0.f : expf(sinks[g * group + h] - row_max[r]);
+        const float inv = 1.f / (row_sum[r] + sink);
         float* o = out + i * q_width + (g * group + h) * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) o[d] = acc[r * ldo + d] * inv;
       }

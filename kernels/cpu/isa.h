@@ -95,7 +95,7 @@ void AttendBlock(const float* q, int64_t count, int64_t num_heads,
                  int64_t num_kv_heads, int64_t head_dim,
                  const float* const* k_blocks, const float* const* v_blocks,
                  int64_t block_size, int64_t first_query, int64_t window,
-                 float scale, float* out);
+                 float scale, const float* sinks, float* out);
 // y = x * scale * w elementwise (RmsNorm's second pass; y may alias x).
 void ScaleMul(const float* x, float scale, const float* w, int64_t n, float* y);
 // Softmax (ops.h) with the vector exponential.

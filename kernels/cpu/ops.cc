@@ -543,18 +543,30 @@ void AttendOneQuery(const float* q, int64_t num_heads, int64_t num_kv_heads,
 void AttendQueryBlock(const float* q, int64_t count, int64_t num_heads,
                       int64_t num_kv_heads, int64_t head_dim,
                       const KvBlocks& kv, int64_t first_query, int64_t window,
-                      float scale, float* out) {
+                      float scale, const float* sinks, float* out) {
   if (UseAvx2()) {
     return avx2::AttendBlock(q, count, num_heads, num_kv_heads, head_dim,
                              kv.k_blocks, kv.v_blocks, kv.block_size,
-                             first_query, window, scale, out);
+                             first_query, window, scale, sinks, out);
   }
   const int64_t width = num_heads * head_dim;
+  std::vector<float> log_sum_exp(num_heads);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t end = first_query + i + 1;
-    AttendOneQuery(q + i * width, num_heads, num_kv_heads, head_dim, kv,
-                   window > 0 ? std::max<int64_t>(0, end - window) : 0, end,
-                   scale, out + i * width);
+    const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+    float* oi = out + i * width;
+    if (sinks == nullptr) {
+      AttendOneQuery(q + i * width, num_heads, num_kv_heads, head_dim, kv,
+                     first, end, scale, oi);
+      continue;
+    }
+    AttendOneQueryPartial(q + i * width, num_heads, num_kv_heads, head_dim, kv,
+                          first, end, scale, oi, log_sum_exp.data());
+    for (int64_t h = 0; h < num_heads; ++h) {
+      // Z / (Z + e^sink) = 1 / (1 + e^(sink - log Z)).
+      const float share = 1.f / (1.f + std::exp(sinks[h] - log_sum_exp[h]));
+      for (int64_t d = 0; d < head_dim; ++d) oi[h * head_dim + d] *= share;
+    }
   }
 }
 

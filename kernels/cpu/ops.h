@@ -164,11 +164,14 @@ void AttendOneQueryPartial(const float* q, int64_t num_heads,
 // from position 0). q and out are [count, num_heads * head_dim]. Keys are
 // taken in blocks and each block is used by every query of the call
 // (online softmax), so a key or value row is read once per call rather
-// than once per query.
+// than once per query. `sinks`, when not null, is one logit per query head
+// (gpt-oss's attention sinks) that joins every query's softmax denominator
+// and attends to nothing: head h's output is scaled by Z / (Z + e^sinks[h]),
+// Z its denominator over the keys (in scaled score units).
 void AttendQueryBlock(const float* q, int64_t count, int64_t num_heads,
                       int64_t num_kv_heads, int64_t head_dim,
                       const KvBlocks& kv, int64_t first_query, int64_t window,
-                      float scale, float* out);
+                      float scale, const float* sinks, float* out);
 
 // Combines `num_parts` partial results ([num_parts, num_heads, head_dim]
 // outputs and [num_parts, num_heads] log-sum-exps) into out.

@@ -752,9 +752,12 @@ PagedKv RandomPagedKv(std::mt19937& rng, int64_t positions, int64_t block,
 
 // Double-precision causal attention of one query head over positions
 // [first, end) of paged keys and values: [head_dim] into `want`.
+// Softmax attention of one head in double precision; `sink`, when not
+// null, one more logit in the denominator that attends to nothing.
 void ReferenceAttention(const float* q, int64_t head_dim, const KvBlocks& kv,
                         int64_t width, int64_t kv_offset, int64_t first,
-                        int64_t end, double* want) {
+                        int64_t end, double* want,
+                        const float* sink = nullptr) {
   std::vector<double> s(end - first);
   double mx = -1e300, z = 0;
   const auto row = [&](const float* const* blocks, int64_t p) {
@@ -767,7 +770,9 @@ void ReferenceAttention(const float* q, int64_t head_dim, const KvBlocks& kv,
     s[p - first] = dot / std::sqrt(double(head_dim));
     mx = std::max(mx, s[p - first]);
   }
+  if (sink != nullptr) mx = std::max(mx, double(*sink));
   for (auto& v : s) z += (v = std::exp(v - mx));
+  if (sink != nullptr) z += std::exp(*sink - mx);
   for (int64_t d = 0; d < head_dim; ++d) want[d] = 0;
   for (int64_t p = first; p < end; ++p) {
     for (int64_t d = 0; d < head_dim; ++d)
@@ -848,25 +853,33 @@ TEST_P(PathTest, QueryBlockMatchesReference) {
           RandomPagedKv(rng, first_query + count, block, width);
       const KvBlocks kv = paged.blocks();
       const auto q = RandomVector(rng, count * heads * head_dim);
-      std::vector<float> out(q.size(), NAN);
-      AttendQueryBlock(q.data(), count, heads, kv_heads, head_dim, kv,
-                       first_query, window, 1.f / std::sqrt(float(head_dim)),
-                       out.data());
-      std::vector<double> want(q.size());
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t end = first_query + i + 1;
-        const int64_t first =
-            window > 0 ? std::max<int64_t>(0, end - window) : 0;
-        for (int64_t h = 0; h < heads; ++h) {
-          const int64_t at = (i * heads + h) * head_dim;
-          ReferenceAttention(q.data() + at, head_dim, kv, width,
-                             h / (heads / kv_heads) * head_dim, first, end,
-                             want.data() + at);
+      // Without and with sinks (logits around the scores' scale, so that
+      // they take a real share of the denominator).
+      std::vector<float> sinks = RandomVector(rng, heads);
+      for (const float* sink : {static_cast<const float*>(nullptr),
+                                static_cast<const float*>(sinks.data())}) {
+        std::vector<float> out(q.size(), NAN);
+        AttendQueryBlock(q.data(), count, heads, kv_heads, head_dim, kv,
+                         first_query, window, 1.f / std::sqrt(float(head_dim)),
+                         sink, out.data());
+        std::vector<double> want(q.size());
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t end = first_query + i + 1;
+          const int64_t first =
+              window > 0 ? std::max<int64_t>(0, end - window) : 0;
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t at = (i * heads + h) * head_dim;
+            ReferenceAttention(q.data() + at, head_dim, kv, width,
+                               h / (heads / kv_heads) * head_dim, first, end,
+                               want.data() + at,
+                               sink == nullptr ? nullptr : &sinks[h]);
+          }
         }
+        EXPECT_LE(RelativeError(out, want), 1e-6)
+            << heads << "/" << kv_heads << "x" << head_dim << " queries "
+            << first_query << "+" << count << " window " << window
+            << (sink == nullptr ? "" : " sinks");
       }
-      EXPECT_LE(RelativeError(out, want), 1e-6)
-          << heads << "/" << kv_heads << "x" << head_dim << " queries "
-          << first_query << "+" << count << " window " << window;
     }
   }
 }
