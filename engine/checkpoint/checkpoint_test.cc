@@ -289,16 +289,21 @@ class BadCheckpointTest : public ::testing::Test {
     return c.ok() ? "" : std::string(c.status().message());
   }
 
+  // x and y in s1.safetensors, z in s2.safetensors, and their index.
+  void WriteTwoShards(const std::string& dir) {
+    WriteShard(dir, "s1.safetensors", {"x", "y"});
+    WriteShard(dir, "s2.safetensors", {"z"});
+    WriteIndex(dir, {{"x", "s1.safetensors"},
+                     {"y", "s1.safetensors"},
+                     {"z", "s2.safetensors"}});
+  }
+
   const std::string bytes_ = std::string(8, '\x01');
 };
 
 TEST_F(BadCheckpointTest, SyntheticShardsOpen) {
   const std::string dir = Dir("good");
-  WriteShard(dir, "s1.safetensors", {"x", "y"});
-  WriteShard(dir, "s2.safetensors", {"z"});
-  WriteIndex(dir, {{"x", "s1.safetensors"},
-                   {"y", "s1.safetensors"},
-                   {"z", "s2.safetensors"}});
+  WriteTwoShards(dir);
   std::unique_ptr<Checkpoint> c = OpenOrDie(dir);
   ASSERT_NE(c, nullptr);
   EXPECT_THAT(c->TensorNames(), ElementsAre("x", "y", "z"));
@@ -307,11 +312,7 @@ TEST_F(BadCheckpointTest, SyntheticShardsOpen) {
 
 TEST_F(BadCheckpointTest, LocateDoesNotSpanAdjacentTensors) {
   const std::string dir = Dir("adjacent");
-  WriteShard(dir, "s1.safetensors", {"x", "y"});
-  WriteShard(dir, "s2.safetensors", {"z"});
-  WriteIndex(dir, {{"x", "s1.safetensors"},
-                   {"y", "s1.safetensors"},
-                   {"z", "s2.safetensors"}});
+  WriteTwoShards(dir);
   std::unique_ptr<Checkpoint> c = OpenOrDie(dir);
   ASSERT_NE(c, nullptr);
   const TensorView& x = *c->Find("x");

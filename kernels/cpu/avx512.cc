@@ -275,8 +275,7 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
 // nibbles and looked up (vpshufb) as 2 * e2m1 + 12, then meet the three
 // activation levels in six dpbusd, shifting the sum by 8 before each next
 // level; less the offsets that is Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3)
-// exactly.
-// One convert and one FMA with each block's weight scale times its
+// exactly. One convert and one FMA with each block's weight scale times its
 // activation scale, taken 16 blocks at a time.
 template <int R>
 void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,

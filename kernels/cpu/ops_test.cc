@@ -751,9 +751,9 @@ PagedKv RandomPagedKv(std::mt19937& rng, int64_t positions, int64_t block,
 }
 
 // Double-precision causal attention of one query head over positions
-// [first, end) of paged keys and values: [head_dim] into `want`.
-// Softmax attention of one head in double precision; `sink`, when not
-// null, one more logit in the denominator that attends to nothing.
+// [first, end) of paged keys and values: [head_dim] into `want`. `sink`,
+// when not null, is one more logit in the denominator that attends to
+// nothing.
 void ReferenceAttention(const float* q, int64_t head_dim, const KvBlocks& kv,
                         int64_t width, int64_t kv_offset, int64_t first,
                         int64_t end, double* want,

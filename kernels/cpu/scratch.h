@@ -16,7 +16,7 @@ enum class ScratchSlot : int {
   kActivationScales,    // int8 and AVX-512 mxfp4 products: block scales
   kScaledActivations,   // fp8 decode products: activations times block scales
   kOrderedActivations,  // AVX2 mxfp4 one-row products: by nibble
-  kMxfp4Spans,          // AVX-512 mxfp4 products: two-level int8 spans
+  kMxfp4Spans,          // AVX-512 mxfp4 products: three-level int8 spans
   kWeightPanel,         // prefill products: weight rows widened to float
   kActivationPanel,     // prefill products: activations packed in groups
   kAttentionKeys,       // decode attention: key row pointers
