@@ -2,13 +2,16 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "memory_ring/placement.h"
 
 ABSL_FLAG(std::string, model, "",
           "Hugging Face checkpoint directory (config.json, safetensors, "
           "tokenizer.json).");
-ABSL_FLAG(std::string, device, "cpu", "Where the model runs: cpu or cuda:N.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the model runs: cpu or cuda:N (every weight resident in the "
+          "GPU's memory; builds with CUDA only).");
 ABSL_FLAG(int, threads, 0, "CPU threads for the engine; 0 = all cores.");
 ABSL_FLAG(std::string, weight_dtype, "auto",
           "Format of the MLP (expert) weights after loading: auto (as "
@@ -31,7 +34,8 @@ ABSL_FLAG(std::string, host_memory_budget, "",
           "no limit. Experts that do not fit stream from the checkpoint "
           "through the memory ring.");
 ABSL_FLAG(std::string, device_memory_budget, "",
-          "GPU memory for weights with --device=cuda:N; empty = no limit.");
+          "GPU memory for weights with --device=cuda:N, e.g. 40GiB; empty = "
+          "the device's. A model whose weights do not fit is refused.");
 ABSL_FLAG(int, ring_slots, 3,
           "Memory ring: slots (K >= 2), each holding one section of a layer's "
           "streamed experts.");
@@ -59,16 +63,16 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model DIR is required");
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu") {
-    if (absl::StartsWith(device, "cuda")) {
-      return absl::UnimplementedError(absl::StrCat(
-          "--device=", device,
-          ": the CUDA backend is not available yet; use --device=cpu"));
-    }
+  options.device = absl::GetFlag(FLAGS_device);
+  int device_index = 0;
+  if (options.device != "cpu" &&
+      !(absl::StartsWith(options.device, "cuda:") &&
+        absl::SimpleAtoi(options.device.substr(5), &device_index) &&
+        device_index >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--device=", device, ": expected cpu or cuda:N"));
+        absl::StrCat("--device=", options.device, ": expected cpu or cuda:N"));
   }
+  const bool on_device = options.device != "cpu";
   if (absl::GetFlag(FLAGS_threads) < 0) {
     return absl::InvalidArgumentError(
         "--threads must be 0 (all cores) or positive");
@@ -99,10 +103,19 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
         "--weight_group_size=", conversion.group_size, ": expected 32 or 64"));
   }
   runtime::StreamingOptions& ring = options.streaming;
-  if (!absl::GetFlag(FLAGS_device_memory_budget).empty()) {
-    return absl::InvalidArgumentError(
-        "--device_memory_budget applies to --device=cuda:N; with --device=cpu "
-        "use --host_memory_budget");
+  if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
+      !budget.empty()) {
+    if (!on_device) {
+      return absl::InvalidArgumentError(
+          "--device_memory_budget applies to --device=cuda:N; with "
+          "--device=cpu use --host_memory_budget");
+    }
+    absl::StatusOr<uint64_t> bytes = memory_ring::ParseByteSize(budget);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device_memory_budget: ", bytes.status().message()));
+    }
+    options.device_memory_budget = static_cast<int64_t>(*bytes);
   }
   if (const std::string budget = absl::GetFlag(FLAGS_host_memory_budget);
       !budget.empty()) {

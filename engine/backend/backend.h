@@ -8,7 +8,8 @@
 // Ordering: operations take effect in the order they are called (a device
 // backend queues them on one stream); host memory handed to an operation
 // (spans of indices, weights) may be reused once it returns. Results reach
-// the host through CopyToHost, which waits for everything before it.
+// the host through CopyToHost, which waits for everything before it;
+// failures through TakeError.
 #ifndef RINGMOE_ENGINE_BACKEND_BACKEND_H_
 #define RINGMOE_ENGINE_BACKEND_BACKEND_H_
 
@@ -121,6 +122,11 @@ class Backend {
 
   // Work counted from now on accumulates into `work` (null: not counted).
   virtual void set_work(Work* work) = 0;
+
+  // The first failure of an operation since the last call (a device
+  // backend's operations fail asynchronously, and their results are then
+  // unspecified), and clears it; OK when every operation succeeded.
+  virtual absl::Status TakeError() = 0;
 
   // The weight (vector) in this backend's weight memory: `host` itself when
   // the backend reads host memory, else a copy the backend owns until it is

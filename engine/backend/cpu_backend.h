@@ -20,6 +20,7 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   MemorySpace weight_memory() const override { return MemorySpace::kHost; }
   void set_work(Work* work) override { work_ = work; }
+  absl::Status TakeError() override { return absl::OkStatus(); }
 
   absl::StatusOr<Weight> Upload(const Weight& host) override;
   absl::StatusOr<Vector> Upload(const Vector& host) override;

@@ -495,6 +495,92 @@ std::vector<const Weight*> AttentionMatrices(const LayerWeights& layer) {
   return {matrices.begin(), matrices.end()};
 }
 
+namespace {
+
+// Uploads every bound tensor in place, each distinct host matrix once.
+class Uploader {
+ public:
+  explicit Uploader(backend::Backend& backend) : backend_(backend) {}
+
+  absl::Status Matrix(Weight* w, const std::string& what) {
+    if (w->empty()) return absl::OkStatus();
+    auto [it, inserted] = uploaded_.try_emplace(w->data);
+    if (inserted) {
+      absl::StatusOr<Weight> device = backend_.Upload(*w);
+      if (!device.ok()) {
+        return absl::Status(device.status().code(),
+                            absl::StrCat(what, ": ", device.status().message()));
+      }
+      it->second = *device;
+    }
+    *w = it->second;
+    return absl::OkStatus();
+  }
+
+  absl::Status Vec(Vector* v, const std::string& what) {
+    if (v->empty()) return absl::OkStatus();
+    absl::StatusOr<Vector> device = backend_.Upload(*v);
+    if (!device.ok()) {
+      return absl::Status(device.status().code(),
+                          absl::StrCat(what, ": ", device.status().message()));
+    }
+    *v = *device;
+    return absl::OkStatus();
+  }
+
+  absl::Status Mlp(MlpWeights* mlp, const std::string& what) {
+    for (Weight* m : MlpMatrices(mlp)) RETURN_IF_ERROR(Matrix(m, what));
+    RETURN_IF_ERROR(Vec(&mlp->gate_up_bias, what + " gate_up bias"));
+    return Vec(&mlp->down_bias, what + " down bias");
+  }
+
+ private:
+  backend::Backend& backend_;
+  absl::flat_hash_map<const void*, Weight> uploaded_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
+                                           backend::Backend& backend) {
+  ModelWeights device;
+  device.embed_tokens = host.embed_tokens;
+  device.lm_head = host.lm_head;
+  device.final_norm = host.final_norm;
+  device.layers = host.layers;
+  Uploader up(backend);
+  RETURN_IF_ERROR(up.Matrix(&device.embed_tokens, "embed_tokens"));
+  RETURN_IF_ERROR(up.Matrix(&device.lm_head, "lm_head"));
+  RETURN_IF_ERROR(up.Vec(&device.final_norm, "final norm"));
+  for (size_t l = 0; l < device.layers.size(); ++l) {
+    LayerWeights& layer = device.layers[l];
+    const std::string name = absl::StrCat("layer ", l);
+    for (Weight* m : AttentionMatrices(&layer)) {
+      RETURN_IF_ERROR(up.Matrix(m, name + " attention"));
+    }
+    for (Vector* v :
+         {&layer.input_norm, &layer.post_attention_norm, &layer.q_bias,
+          &layer.k_bias, &layer.v_bias, &layer.o_bias, &layer.q_norm,
+          &layer.k_norm, &layer.sinks, &layer.mla.q_a_norm,
+          &layer.mla.kv_a_norm, &layer.router_bias,
+          &layer.shared_expert_gate}) {
+      RETURN_IF_ERROR(up.Vec(v, name));
+    }
+    RETURN_IF_ERROR(up.Matrix(&layer.router, name + " router"));
+    for (size_t e = 0; e < layer.experts.size(); ++e) {
+      RETURN_IF_ERROR(
+          up.Mlp(&layer.experts[e], absl::StrCat(name, " expert ", e)));
+    }
+    if (layer.has_shared_expert) {
+      RETURN_IF_ERROR(up.Mlp(&layer.shared_expert, name + " shared expert"));
+    }
+    if (!layer.is_moe) {
+      RETURN_IF_ERROR(up.Mlp(&layer.dense_mlp, name + " dense MLP"));
+    }
+  }
+  return device;
+}
+
 absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights) {
   if (!conversion.mlp_type) return absl::OkStatus();

@@ -17,6 +17,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/weight.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/architecture.h"
@@ -115,6 +116,14 @@ absl::StatusOr<ModelWeights> BindModelWeights(
 // the work over `pool` (may be null). INVALID_ARGUMENT for a bad group size.
 absl::Status ConvertWeights(const WeightConversion& conversion,
                             ThreadPool* pool, ModelWeights* weights);
+
+// A copy of `host` whose matrices and vectors lie in `backend`'s weight
+// memory, uploaded there (the backend owns the copies; a matrix shared by
+// two fields, such as a tied lm_head, is uploaded once). The experts'
+// selection biases stay in host memory, where routing reads them. Fails,
+// naming what did not fit, when the backend has no room.
+absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
+                                           backend::Backend& backend);
 
 // Maps in now every page of the matrices a step reads whole (all but the
 // embedding table, of which a step reads one row per token), so that no

@@ -5,7 +5,8 @@
 #include <filesystem>
 
 #include "base/status_macros.h"
-#include "engine/backend/cpu_backend.h"
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
 
@@ -34,6 +35,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
       engine->tokenizer_->eos_token_id()) {
     engine->eos_token_ids_.push_back(*engine->tokenizer_->eos_token_id());
   }
+  ASSIGN_OR_RETURN(engine->backend_,
+                   backend::CreateBackend(options.device, engine->pool_.get(),
+                                          options.device_memory_budget));
+  const bool on_device =
+      engine->backend_->weight_memory() == backend::MemorySpace::kDevice;
+  if (on_device && options.streaming.memory_budget > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        options.device,
+        ": streaming experts through the memory ring runs on the CPU only "
+        "so far; on a device every weight is resident"));
+  }
   ASSIGN_OR_RETURN(
       engine->streamed_experts_,
       StreamedExperts::Create(engine->spec_, *engine->checkpoint_,
@@ -41,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                               &engine->ring_stats_, &engine->placement_));
   if (options.streaming.memory_budget > 0) {
     std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
-  } else {
+  } else if (!on_device) {
     model::PrefaultWeights(engine->weights_);
   }
   if (options.count_expert_tokens) {
@@ -49,10 +61,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
         static_cast<int>(engine->spec_.num_layers),
         static_cast<int>(engine->spec_.num_experts));
   }
-  engine->backend_ = std::make_unique<backend::CpuBackend>(engine->pool_.get());
+  if (on_device) {
+    ASSIGN_OR_RETURN(engine->device_weights_,
+                     model::UploadWeights(engine->weights_, *engine->backend_));
+  }
   engine->runner_ = std::make_unique<ModelRunner>(
-      engine->spec_, engine->weights_, engine->backend_.get(),
-      engine->streamed_experts_.get(), engine->expert_usage_.get());
+      engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
+      engine->backend_.get(), engine->streamed_experts_.get(),
+      engine->expert_usage_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
       options.kv_cache_tokens > 0
@@ -62,7 +78,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   // positions of every layer, one full-attention sequence of that length.
   engine->kv_cache_ = std::make_unique<KvCache>(
       KvCacheLayers(engine->spec_), block,
-      engine->spec_.num_layers * ((tokens + block - 1) / block));
+      engine->spec_.num_layers * ((tokens + block - 1) / block),
+      on_device ? engine->backend_.get() : nullptr);
   return engine;
 }
 

@@ -33,6 +33,12 @@ struct EngineOptions {
   // full-length sequence), at least 4096.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_size = 16;
+  // Where the forward pass runs: "cpu" or "cuda:N" (backend_factory.h).
+  std::string device = "cpu";
+  // With a CUDA device: the most device memory the weights may take (0: as
+  // much as the device has). Every weight is resident on the device; a
+  // model that does not fit is refused.
+  int64_t device_memory_budget = 0;
   // Threads for the forward pass, the caller's included; 0 = all cores.
   int threads = 0;
   // Conversion (quantization) of the weights on load.
@@ -59,7 +65,10 @@ class Engine {
   // the tokenizer's eos token.
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
 
+  // The weights as loaded, in host memory.
   const model::ModelWeights& weights() const { return weights_; }
+  // The backend that runs the forward pass.
+  const backend::Backend& backend() const { return *backend_; }
   // The CPU's threads: the forward pass's on the CPU backend, and load-time
   // conversion's.
   ThreadPool* pool() const { return pool_.get(); }
@@ -81,6 +90,9 @@ class Engine {
   std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
   model::ModelSpec spec_;
   model::ModelWeights weights_;
+  // The weights the backend reads: weights_ itself on the CPU, a copy in
+  // device memory on a device.
+  model::ModelWeights device_weights_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<backend::Backend> backend_;
   memory_ring::RingStats ring_stats_;

@@ -21,17 +21,40 @@ int64_t WidestBlock(const std::vector<KvCache::Layer>& layers,
 }  // namespace
 
 KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
-                 int64_t num_blocks)
+                 int64_t num_blocks, backend::Backend* backend)
     : layers_(std::move(layers)),
       block_size_(block_size),
       num_blocks_(num_blocks),
       block_floats_(WidestBlock(layers_, block_size)),
+      backend_(backend),
       // Left uninitialised: pages are committed only as blocks get used.
-      storage_(new float[num_blocks * block_floats_]) {
+      storage_(backend != nullptr ? backend->Allocate(num_blocks * block_floats_)
+                                  : new float[num_blocks * block_floats_]) {
   free_.reserve(num_blocks);
   // Hand out low-numbered blocks first.
   for (int64_t b = num_blocks - 1; b >= 0; --b)
     free_.push_back(static_cast<int32_t>(b));
+}
+
+KvCache::KvCache(KvCache&& other) noexcept
+    : layers_(std::move(other.layers_)),
+      block_size_(other.block_size_),
+      num_blocks_(other.num_blocks_),
+      block_floats_(other.block_floats_),
+      backend_(other.backend_),
+      storage_(other.storage_),
+      free_(std::move(other.free_)),
+      sequences_(std::move(other.sequences_)) {
+  other.storage_ = nullptr;
+}
+
+KvCache::~KvCache() {
+  if (storage_ == nullptr) return;
+  if (backend_ != nullptr) {
+    backend_->Free(storage_);
+  } else {
+    delete[] storage_;
+  }
 }
 
 int64_t KvCache::MaxBlocksHeld(int64_t length, int64_t max_chunk) const {

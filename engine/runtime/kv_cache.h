@@ -59,8 +59,16 @@ class KvCache {
   };
 
   // `layers` (one per model layer) share a pool of `num_blocks` blocks of
-  // `block_size` positions, allocated here once.
-  KvCache(std::vector<Layer> layers, int64_t block_size, int64_t num_blocks);
+  // `block_size` positions, allocated here once: in host memory, or in
+  // `backend`'s memory (which must outlive the cache) when given; the
+  // pointers Key, Value and View return point there.
+  KvCache(std::vector<Layer> layers, int64_t block_size, int64_t num_blocks,
+          backend::Backend* backend = nullptr);
+  ~KvCache();
+  KvCache(KvCache&& other) noexcept;
+  KvCache& operator=(KvCache&&) = delete;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   // The configuration: fixed at construction, so these may be called from
   // any thread while another one grows and releases sequences.
@@ -147,7 +155,7 @@ class KvCache {
   // Blocks Grow would return for `s` before taking new ones.
   int64_t Returnable(const Sequence& s) const;
   float* BlockBase(int32_t block) const {
-    return storage_.get() + static_cast<int64_t>(block) * block_floats_;
+    return storage_ + static_cast<int64_t>(block) * block_floats_;
   }
   // The start of `layer`'s rows in the block holding `position`.
   float* RowBlock(SequenceId seq, int64_t layer, int64_t position) const;
@@ -156,7 +164,8 @@ class KvCache {
   int64_t block_size_;
   int64_t num_blocks_;
   int64_t block_floats_;  // block_size * the widest key_width + value_width
-  std::unique_ptr<float[]> storage_;
+  backend::Backend* backend_;  // null: storage_ is from new[]
+  float* storage_;
   std::vector<int32_t> free_;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
 };

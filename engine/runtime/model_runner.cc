@@ -134,7 +134,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   backend.MatMul({{last, &weights_.lm_head, out}});
   logits->resize(rows * spec_.vocab_size);
   backend.CopyToHost(out, logits->data());
-  return absl::OkStatus();
+  return backend.TakeError();
 }
 
 absl::Status ModelRunner::RunLayers(const AttentionStep& step,

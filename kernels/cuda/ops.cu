@@ -1,215 +1,432 @@
+// The forward pass's kernels other than products (products.cu): row
+// operations, rotary embeddings, attention over the paged KV cache and
+// multi-head latent attention's absorbed projections.
 #include <algorithm>
-#include <cfloat>
 
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_decode.cuh"
 
 namespace ringmoe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void SiluMulKernel(const float* __restrict__ gate,
-                              const float* __restrict__ up, int64_t n,
-                              float* __restrict__ out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g / (1.f + __expf(-g)) * up[i];
+unsigned GridFor(int64_t work) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 65535));
+}
+
+// Grid-stride loop over [0, n).
+#define FOR_EACH_INDEX(i, n)                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x +   \
+                   threadIdx.x;                                       \
+       i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// The sum of v over the block (blockDim.x a multiple of 32, at most 1024),
+// returned to every thread.
+__device__ float BlockSum(float v) {
+  __shared__ float partial[32];
+  __syncthreads();  // `partial` may still be read by a previous call
+  v = WarpSum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    total += partial[w];
+  }
+  return total;
+}
+
+__global__ void EmbedKernel(DeviceWeight table, const int32_t* tokens,
+                            float* out) {
+  const int64_t i = blockIdx.x;
+  const int32_t token = tokens[i];
+  for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x) {
+    out[i * table.cols + c] = WeightAt(table, token, c);
   }
 }
 
-__global__ void RotaryHalfKernel(float* x, int heads, int head_dim,
-                                 const int32_t* positions,
-                                 const float* inv_freq,
-                                 float attention_factor) {
-  const int t = blockIdx.x;
-  const int half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
-  for (int i = threadIdx.x; i < heads * half; i += blockDim.x) {
-    const int h = i / half, j = i % half;
-    float s, c;
-    sincosf(pos * inv_freq[j], &s, &c);
-    c *= attention_factor;
-    s *= attention_factor;
-    float* v = x + (int64_t(t) * heads + h) * head_dim;
-    const float a = v[j], b = v[j + half];
-    v[j] = a * c - b * s;
-    v[j + half] = b * c + a * s;
+__global__ void AddBiasKernel(float* y, int64_t rows, int64_t cols,
+                              const float* bias) {
+  FOR_EACH_INDEX(i, rows * cols) { y[i] += bias[i % cols]; }
+}
+
+__global__ void AddKernel(float* y, const float* x, int64_t n) {
+  FOR_EACH_INDEX(i, n) { y[i] += x[i]; }
+}
+
+__global__ void ClampKernel(float* y, int64_t n, float limit) {
+  FOR_EACH_INDEX(i, n) { y[i] = fminf(fmaxf(y[i], -limit), limit); }
+}
+
+__global__ void GatedActivationKernel(const float* gate, const float* up,
+                                      int64_t stride, int64_t count,
+                                      GatedActivationParams act, float* out) {
+  FOR_EACH_INDEX(j, count) {
+    float g = gate[j * stride], u = up[j * stride];
+    if (act.clamped_swiglu) {
+      g = fminf(g, act.limit);
+      u = fminf(fmaxf(u, -act.limit), act.limit);
+      out[j] = (u + 1.f) * g / (1.f + expf(-act.alpha * g));
+    } else {
+      out[j] = g / (1.f + expf(-g)) * u;
+    }
   }
 }
 
-// One warp per token: the logits sit in registers (experts <= 256 = 8 per
-// lane), the softmax uses warp reductions, and top-k repeats an argmax.
-__global__ void RouterTopKKernel(const float* __restrict__ logits, int tokens,
-                                 int experts, int k, bool renormalize,
-                                 int32_t* chosen, float* weights) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= tokens) return;
-  float v[8];
-  float max_v = -FLT_MAX;
-  for (int j = 0; j < 8; ++j) {
-    const int e = lane + 32 * j;
-    v[j] = e < experts ? logits[int64_t(warp) * experts + e] : -FLT_MAX;
-    max_v = fmaxf(max_v, v[j]);
-  }
-  for (int o = 16; o > 0; o >>= 1)
-    max_v = fmaxf(max_v, __shfl_xor_sync(0xffffffffu, max_v, o));
-  float sum = 0.f;
-  for (int j = 0; j < 8; ++j) {
-    const int e = lane + 32 * j;
-    v[j] = e < experts ? __expf(v[j] - max_v) : -1.f;
-    if (e < experts) sum += v[j];
-  }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  float picked_sum = 0.f;
-  for (int r = 0; r < k; ++r) {
-    float best = -1.f;
-    int best_e = experts;
-    for (int j = 0; j < 8; ++j) {
-      const int e = lane + 32 * j;
-      if (v[j] > best || (v[j] == best && e < best_e)) {
-        best = v[j];
-        best_e = e;
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
-    if (lane == 0) {
-      chosen[int64_t(warp) * k + r] = best_e;
-      weights[int64_t(warp) * k + r] = best / sum;
-    }
-    picked_sum += best / sum;
-    if ((best_e % 32) == lane) v[best_e / 32] = -1.f;
-  }
-  if (renormalize && lane == 0) {
-    for (int r = 0; r < k; ++r) weights[int64_t(warp) * k + r] /= picked_sum;
+__global__ void RotaryKernel(float* x, int64_t rows, int64_t x_cols,
+                             int64_t count, int64_t stride, int64_t offset,
+                             int64_t dim, bool interleaved, const float* cos,
+                             const float* sin) {
+  const int64_t half = dim / 2;
+  FOR_EACH_INDEX(idx, rows * count * half) {
+    const int64_t i = idx / (count * half);
+    const int64_t h = idx / half % count;
+    const int64_t j = idx % half;
+    float* v = x + i * x_cols + offset + h * stride;
+    float* first = interleaved ? v + 2 * j : v + j;
+    float* second = interleaved ? v + 2 * j + 1 : v + j + half;
+    const float c = cos[i * half + j], s = sin[i * half + j];
+    const float a = *first, b = *second;
+    *first = a * c - b * s;
+    *second = b * c + a * s;
   }
 }
 
-// One block per (sequence, head); threads split the positions, keep an
-// online softmax each, and merge through shared memory (log-sum-exp).
-__global__ void PagedAttentionDecodeKernel(
-    const float* __restrict__ q, const float* __restrict__ k_cache,
-    const float* __restrict__ v_cache, const int32_t* __restrict__ block_table,
-    const int32_t* __restrict__ lengths, int heads, int kv_heads, int head_dim,
-    int block_size, int max_blocks, int64_t block_stride, float scale,
-    float* __restrict__ out) {
-  extern __shared__ float
-      shared[];  // [head_dim] q, then per-thread max/sum, then acc
-  const int s = blockIdx.x / heads, h = blockIdx.x % heads;
-  const int kvh = h / (heads / kv_heads);
-  const int length = lengths[s];
-  float* sq = shared;
-  float* smax = sq + head_dim;
-  float* ssum = smax + blockDim.x;
-  float* sacc = ssum + blockDim.x;  // [blockDim.x, head_dim]
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    sq[d] = q[(int64_t(s) * heads + h) * head_dim + d];
+__global__ void WriteRowsKernel(const float* src, int64_t cols,
+                                float* const* dst) {
+  const int64_t i = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dst[i][c] = src[i * cols + c];
+  }
+}
+
+__global__ void GatherRowsKernel(const float* x, int64_t cols,
+                                 const int32_t* rows, float* out) {
+  const int64_t i = blockIdx.x;
+  const float* from = x + static_cast<int64_t>(rows[i]) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    out[i * cols + c] = from[c];
+  }
+}
+
+// One thread per column walks the rows in order, so repeated destination
+// rows add up in the order the contract fixes.
+__global__ void AddScaledRowsKernel(const float* src, int64_t cols,
+                                    const int32_t* rows, const float* scales,
+                                    int64_t n, float* y) {
+  FOR_EACH_INDEX(c, cols) {
+    for (int64_t i = 0; i < n; ++i) {
+      y[static_cast<int64_t>(rows[i]) * cols + c] +=
+          scales[i] * src[i * cols + c];
+    }
+  }
+}
+
+__global__ void AddSigmoidGatedKernel(const float* src, const float* x,
+                                      const float* gate, int64_t cols,
+                                      float* y) {
+  const int64_t t = blockIdx.x;
+  float dot = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dot += x[t * cols + c] * gate[c];
+  }
+  const float g = 1.f / (1.f + expf(-BlockSum(dot)));
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[t * cols + c] += g * src[t * cols + c];
+  }
+}
+
+constexpr int kAttentionWarps = 4;
+
+// One block per (token, head). Each warp walks every kAttentionWarps-th
+// position with an online softmax, lanes splitting the head's dimensions
+// (kPerLane each); the warps' partial sums are merged at the end, the sink
+// (if any) joining the denominator. Shared memory: the scaled query, each
+// warp's running maximum and sum, and its accumulator.
+template <int kPerLane>
+__global__ void AttentionKernel(AttentionParams p) {
+  extern __shared__ float shared[];
+  const int64_t hd = p.head_dim;
+  float* q = shared;
+  float* warp_max = q + hd;
+  float* warp_sum = warp_max + kAttentionWarps;
+  float* warp_acc = warp_sum + kAttentionWarps;
+  const int64_t i = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    q[d] = p.d_q[(i * p.heads + h) * hd + d] * p.scale;
   }
   __syncthreads();
-  float m = -FLT_MAX, l = 0.f;
-  float* acc = sacc + threadIdx.x * head_dim;
-  for (int d = 0; d < head_dim; ++d) acc[d] = 0.f;
-  const int64_t row = int64_t(kv_heads) * head_dim;
-  for (int p = threadIdx.x; p < length; p += blockDim.x) {
-    const int64_t base =
-        int64_t(block_table[int64_t(s) * max_blocks + p / block_size]) *
-            block_stride +
-        (p % block_size) * row + int64_t(kvh) * head_dim;
+  const int64_t position = p.d_position_of[i];
+  const int64_t first =
+      p.window > 0 ? max(int64_t{0}, position + 1 - p.window) : 0;
+  const int64_t kv_head = h / (p.heads / p.kv_heads);
+  const int64_t row = p.kv_heads * hd;
+  const int64_t table = p.d_table_offset[p.d_sequence_of[i]];
+  const float* const* k_blocks = p.d_k_blocks + table;
+  const float* const* v_blocks = p.d_v_blocks + table;
+  float running_max = -INFINITY, running_sum = 0.f;
+  float acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.f;
+  for (int64_t t = first + warp; t <= position; t += kAttentionWarps) {
+    const int64_t offset = (t % p.block_size) * row + kv_head * hd;
+    const float* k = k_blocks[t / p.block_size] + offset;
     float dot = 0.f;
-    for (int d = 0; d < head_dim; ++d) dot += sq[d] * k_cache[base + d];
-    dot *= scale;
-    const float m_new = fmaxf(m, dot);
-    const float correction = __expf(m - m_new), w = __expf(dot - m_new);
-    l = l * correction + w;
-    for (int d = 0; d < head_dim; ++d)
-      acc[d] = acc[d] * correction + w * v_cache[base + d];
-    m = m_new;
-  }
-  smax[threadIdx.x] = m;
-  ssum[threadIdx.x] = l;
-  __syncthreads();
-  float gm = -FLT_MAX;
-  for (int t = 0; t < blockDim.x; ++t) gm = fmaxf(gm, smax[t]);
-  float gl = 0.f;
-  for (int t = 0; t < blockDim.x; ++t) {
-    if (ssum[t] > 0.f) gl += ssum[t] * __expf(smax[t] - gm);
-  }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.f;
-    for (int t = 0; t < blockDim.x; ++t) {
-      if (ssum[t] > 0.f) o += sacc[t * head_dim + d] * __expf(smax[t] - gm);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) dot += q[d] * k[d];
     }
-    out[(int64_t(s) * heads + h) * head_dim + d] = o / gl;
+    dot = WarpSum(dot);
+    const float new_max = fmaxf(running_max, dot);
+    const float correction = expf(running_max - new_max);
+    const float e = expf(dot - new_max);
+    running_sum = running_sum * correction + e;
+    const float* v = v_blocks[t / p.block_size] + offset;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) acc[j] = acc[j] * correction + e * v[d];
+    }
+    running_max = new_max;
   }
+  if (lane == 0) {
+    warp_max[warp] = running_max;
+    warp_sum[warp] = running_sum;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < hd) warp_acc[warp * hd + d] = acc[j];
+  }
+  __syncthreads();
+  float top = -INFINITY;
+  for (int w = 0; w < kAttentionWarps; ++w) top = fmaxf(top, warp_max[w]);
+  float weight[kAttentionWarps];
+  float total = 0.f;
+  for (int w = 0; w < kAttentionWarps; ++w) {
+    weight[w] = warp_sum[w] > 0.f ? expf(warp_max[w] - top) : 0.f;
+    total += warp_sum[w] * weight[w];
+  }
+  if (p.d_sinks != nullptr) total += expf(p.d_sinks[h] - top);
+  float* out = p.d_out + (i * p.heads + h) * hd;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      o += warp_acc[w * hd + d] * weight[w];
+    }
+    out[d] = o / total;
+  }
+}
+
+constexpr int kMlaTokens = 8;
+
+// Block (head, 128 latent columns, 8 tokens): thread c sums the head's
+// nope query dimensions against column c of its kv_b rows.
+__global__ void AbsorbMlaQueriesKernel(const float* q, int64_t n,
+                                       DeviceWeight kv_b, int64_t heads,
+                                       int64_t nope, int64_t qk, int64_t v_dim,
+                                       int64_t lora, float* absorbed) {
+  const int64_t h = blockIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kMlaTokens;
+  const int64_t tokens = min(int64_t{kMlaTokens}, n - t0);
+  const int64_t row = lora + qk - nope;
+  if (c < lora) {
+    float acc[kMlaTokens] = {};
+    for (int64_t d = 0; d < nope; ++d) {
+      const float w = WeightAt(kv_b, h * (nope + v_dim) + d, c);
+#pragma unroll
+      for (int t = 0; t < kMlaTokens; ++t) {
+        if (t < tokens) acc[t] += q[((t0 + t) * heads + h) * qk + d] * w;
+      }
+    }
+    for (int t = 0; t < tokens; ++t) {
+      absorbed[((t0 + t) * heads + h) * row + c] = acc[t];
+    }
+  } else if (c < row) {
+    for (int t = 0; t < tokens; ++t) {
+      absorbed[((t0 + t) * heads + h) * row + c] =
+          q[((t0 + t) * heads + h) * qk + nope + (c - lora)];
+    }
+  }
+}
+
+// One warp per (head, value dimension) and 8 tokens, lanes over the latent.
+__global__ void ExpandMlaValuesKernel(const float* attended, int64_t n,
+                                      DeviceWeight kv_b, int64_t heads,
+                                      int64_t nope, int64_t v_dim,
+                                      int64_t lora, int64_t row,
+                                      float* values) {
+  const int lane = threadIdx.x & 31;
+  const int64_t out =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (out >= heads * v_dim) return;
+  const int64_t h = out / v_dim, e = out % v_dim;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMlaTokens;
+  const int64_t tokens = min(int64_t{kMlaTokens}, n - t0);
+  float acc[kMlaTokens] = {};
+  for (int64_t c = lane; c < lora; c += 32) {
+    const float w = WeightAt(kv_b, h * (nope + v_dim) + nope + e, c);
+#pragma unroll
+    for (int t = 0; t < kMlaTokens; ++t) {
+      if (t < tokens) acc[t] += attended[((t0 + t) * heads + h) * row + c] * w;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMlaTokens; ++t) {
+    const float sum = WarpSum(acc[t]);
+    if (lane == 0 && t < tokens) values[((t0 + t) * heads + h) * v_dim + e] = sum;
+  }
+}
+
+template <int kPerLane>
+cudaError_t LaunchAttentionWith(const AttentionParams& p, cudaStream_t stream) {
+  const size_t shared =
+      (p.head_dim * (1 + kAttentionWarps) + 2 * kAttentionWarps) *
+      sizeof(float);
+  const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads));
+  AttentionKernel<kPerLane>
+      <<<grid, kAttentionWarps * 32, shared, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
-cublasStatus_t MatMulBf16(cublasHandle_t handle, const __nv_bfloat16* x,
-                          int64_t n, const __nv_bfloat16* w, int64_t rows,
-                          int64_t cols, __nv_bfloat16* y) {
-  // Row-major y = x wᵀ is column-major yᵀ = w xᵀ: A = w (cols x rows,
-  // transposed), B = x (cols x n).
-  const float alpha = 1.f, beta = 0.f;
-  return cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-                      static_cast<int>(n), static_cast<int>(cols), &alpha, w,
-                      CUDA_R_16BF, static_cast<int>(cols), x, CUDA_R_16BF,
-                      static_cast<int>(cols), &beta, y, CUDA_R_16BF,
-                      static_cast<int>(rows), CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT);
-}
-
-cudaError_t LaunchSiluMulF32(const float* gate, const float* up, int64_t n,
-                             float* out, cudaStream_t stream) {
+cudaError_t LaunchEmbed(const DeviceWeight& table, const int32_t* d_tokens,
+                        int64_t n, float* d_out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  const int blocks =
-      static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
-  SiluMulKernel<<<blocks, kThreads, 0, stream>>>(gate, up, n, out);
+  EmbedKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      table, d_tokens, d_out);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRotaryHalfF32(float* x, int tokens, int heads, int head_dim,
-                                const int32_t* positions, const float* inv_freq,
-                                float attention_factor, cudaStream_t stream) {
-  if (tokens <= 0) return cudaSuccess;
-  RotaryHalfKernel<<<tokens, 128, 0, stream>>>(x, heads, head_dim, positions,
-                                               inv_freq, attention_factor);
+cudaError_t LaunchAddBias(float* d_y, int64_t rows, int64_t cols,
+                          const float* d_bias, cudaStream_t stream) {
+  if (rows * cols <= 0) return cudaSuccess;
+  AddBiasKernel<<<GridFor(rows * cols), kThreads, 0, stream>>>(d_y, rows, cols,
+                                                               d_bias);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRouterTopK(const float* logits, int tokens, int experts,
-                             int k, bool renormalize, int32_t* chosen,
-                             float* weights, cudaStream_t stream) {
-  if (experts > 256 || k > experts || k <= 0) return cudaErrorInvalidValue;
-  if (tokens <= 0) return cudaSuccess;
-  const int warps_per_block = kThreads / 32;
-  RouterTopKKernel<<<(tokens + warps_per_block - 1) / warps_per_block, kThreads,
-                     0, stream>>>(logits, tokens, experts, k, renormalize,
-                                  chosen, weights);
+cudaError_t LaunchAdd(float* d_y, const float* d_x, int64_t n,
+                      cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  AddKernel<<<GridFor(n), kThreads, 0, stream>>>(d_y, d_x, n);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchPagedAttentionDecode(
-    const float* q, const float* k_cache, const float* v_cache,
-    const int32_t* block_table, const int32_t* lengths, int seqs, int heads,
-    int kv_heads, int head_dim, int block_size, int max_blocks,
-    int64_t block_stride, float scale, float* out, cudaStream_t stream) {
-  if (seqs <= 0) return cudaSuccess;
-  if (heads % kv_heads != 0) return cudaErrorInvalidValue;
-  const int threads = 64;
-  const size_t shared =
-      sizeof(float) * (head_dim + 2 * threads + threads * head_dim);
-  PagedAttentionDecodeKernel<<<seqs * heads, threads, shared, stream>>>(
-      q, k_cache, v_cache, block_table, lengths, heads, kv_heads, head_dim,
-      block_size, max_blocks, block_stride, scale, out);
+cudaError_t LaunchClamp(float* d_y, int64_t n, float limit,
+                        cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ClampKernel<<<GridFor(n), kThreads, 0, stream>>>(d_y, n, limit);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatedActivation(const float* d_gate, const float* d_up,
+                                  int64_t stride, int64_t count,
+                                  const GatedActivationParams& act,
+                                  float* d_out, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  GatedActivationKernel<<<GridFor(count), kThreads, 0, stream>>>(
+      d_gate, d_up, stride, count, act, d_out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRotary(float* d_x, int64_t rows, int64_t x_cols,
+                         int64_t count, int64_t stride, int64_t offset,
+                         int64_t dim, bool interleaved, const float* d_cos,
+                         const float* d_sin, cudaStream_t stream) {
+  const int64_t work = rows * count * (dim / 2);
+  if (work <= 0) return cudaSuccess;
+  RotaryKernel<<<GridFor(work), kThreads, 0, stream>>>(
+      d_x, rows, x_cols, count, stride, offset, dim, interleaved, d_cos, d_sin);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWriteRows(const float* d_src, int64_t rows, int64_t cols,
+                            float* const* d_dst, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  WriteRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      d_src, cols, d_dst);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
+                             const int32_t* d_rows, int64_t n, float* d_out,
+                             cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  GatherRowsKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      d_x, cols, d_rows, d_out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddScaledRows(const float* d_src, int64_t cols,
+                                const int32_t* d_rows, const float* d_scales,
+                                int64_t n, float* d_y, cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  AddScaledRowsKernel<<<GridFor(cols), kThreads, 0, stream>>>(
+      d_src, cols, d_rows, d_scales, n, d_y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddSigmoidGated(const float* d_src, const float* d_x,
+                                  const float* d_gate, int64_t rows,
+                                  int64_t cols, float* d_y,
+                                  cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  AddSigmoidGatedKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      d_src, d_x, d_gate, cols, d_y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.n <= 0 || p.heads <= 0) return cudaSuccess;
+  if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || p.kv_heads <= 0 ||
+      p.heads % p.kv_heads != 0 || p.block_size <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.head_dim <= 128) return LaunchAttentionWith<4>(p, stream);
+  if (p.head_dim <= 256) return LaunchAttentionWith<8>(p, stream);
+  if (p.head_dim <= 640) return LaunchAttentionWith<20>(p, stream);
+  return LaunchAttentionWith<kMaxHeadDim / 32>(p, stream);
+}
+
+cudaError_t LaunchAbsorbMlaQueries(const float* d_q, int64_t n,
+                                   const DeviceWeight& kv_b, int64_t heads,
+                                   int64_t nope, int64_t qk, int64_t v_dim,
+                                   int64_t lora, float* d_absorbed,
+                                   cudaStream_t stream) {
+  if (n <= 0 || heads <= 0) return cudaSuccess;
+  const int64_t row = lora + qk - nope;
+  const dim3 grid(static_cast<unsigned>(heads),
+                  static_cast<unsigned>((row + 127) / 128),
+                  static_cast<unsigned>((n + kMlaTokens - 1) / kMlaTokens));
+  AbsorbMlaQueriesKernel<<<grid, 128, 0, stream>>>(d_q, n, kv_b, heads, nope,
+                                                   qk, v_dim, lora, d_absorbed);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchExpandMlaValues(const float* d_attended, int64_t n,
+                                  const DeviceWeight& kv_b, int64_t heads,
+                                  int64_t nope, int64_t v_dim, int64_t lora,
+                                  int64_t row, float* d_values,
+                                  cudaStream_t stream) {
+  if (n <= 0 || heads <= 0) return cudaSuccess;
+  constexpr int kWarps = 8;
+  const dim3 grid(static_cast<unsigned>((heads * v_dim + kWarps - 1) / kWarps),
+                  static_cast<unsigned>((n + kMlaTokens - 1) / kMlaTokens));
+  ExpandMlaValuesKernel<<<grid, kWarps * 32, 0, stream>>>(
+      d_attended, n, kv_b, heads, nope, v_dim, lora, row, d_values);
   return cudaGetLastError();
 }
 

@@ -1,49 +1,149 @@
-// CUDA kernels of the forward pass (the CUDA backend's counterpart of
-// kernels/cpu/ops.h). bf16 weights and activations where marked, float32
-// accumulation throughout. Every launch is enqueued on the given stream with
-// no host synchronisation and returns the launch's error.
+// CUDA kernels of the forward pass: the device counterparts of
+// kernels/cpu/ops.h that the CUDA backend (engine/backend/cuda_backend.h)
+// is built from. Activations are float32 row-major device arrays; weights
+// are read in the format they are stored in (kernels/weight_format.h),
+// dequantised in registers, with float32 accumulation. Every function
+// enqueues its work on `stream` with no host synchronisation and returns
+// the launch's error; device pointers are marked d_, host ones are not.
 #ifndef RINGMOE_KERNELS_CUDA_OPS_H_
 #define RINGMOE_KERNELS_CUDA_OPS_H_
 
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/weight_format.h"
+
 namespace ringmoe::cuda {
 
-// y[n, rows] = x[n, cols] · wᵀ with w [rows, cols] bf16 (PyTorch layout),
-// x and y bf16, float32 accumulation, through cuBLAS.
-cublasStatus_t MatMulBf16(cublasHandle_t handle, const __nv_bfloat16* x,
-                          int64_t n, const __nv_bfloat16* w, int64_t rows,
-                          int64_t cols, __nv_bfloat16* y);
+// A weight matrix [rows, cols] in device memory, in PyTorch's [out, in]
+// order, with its scales as kernels/weight_format.h describes them.
+struct DeviceWeight {
+  const void* data = nullptr;
+  kernels::WeightType type = kernels::WeightType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;                // kernels::RowBytes
+  const uint16_t* scales = nullptr;     // int8, int4: f16 per group
+  int32_t group_size = 0;               // int8, int4
+  const float* block_scales = nullptr;  // fp8
+  int32_t block_rows = 0;               // fp8
+  int32_t block_cols = 0;               // fp8
+  const uint8_t* exponents = nullptr;   // mxfp4: e8m0 per 32 values
+};
 
-// out = silu(gate) * up over n float32 values.
-cudaError_t LaunchSiluMulF32(const float* gate, const float* up, int64_t n,
-                             float* out, cudaStream_t stream);
+// Products of at most this many rows run as one pass over the weight's
+// stored bytes (decode); more rows dequantise the weight in tiles to
+// float32 and multiply through cuBLAS.
+inline constexpr int64_t kMaxFusedProductRows = 8;
 
-// Rotate-half RoPE in place on x [tokens, heads, head_dim]; token t uses
-// position positions[t] and inv_freq [head_dim / 2].
-cudaError_t LaunchRotaryHalfF32(float* x, int tokens, int heads, int head_dim,
-                                const int32_t* positions, const float* inv_freq,
-                                float attention_factor, cudaStream_t stream);
+// d_y[n, w.rows] = d_x[n, w.cols] · wᵀ. Products of more than
+// kMaxFusedProductRows rows need `d_scratch` of ProductScratchFloats(w)
+// floats and `cublas` bound to `stream`; others take neither (may be null).
+cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
+                          float* d_y, float* d_scratch, cublasHandle_t cublas,
+                          cudaStream_t stream);
+int64_t ProductScratchFloats(const DeviceWeight& w);
 
-// Router: softmax over `experts` logits per token, top-k (ties to the lower
-// index), weights renormalised when `renormalize`. experts <= 256, k <= 16.
-cudaError_t LaunchRouterTopK(const float* logits, int tokens, int experts,
-                             int k, bool renormalize, int32_t* chosen,
-                             float* weights, cudaStream_t stream);
+// d_out[i, :] = row d_tokens[i] of `table`, widened to float32.
+cudaError_t LaunchEmbed(const DeviceWeight& table, const int32_t* d_tokens,
+                        int64_t n, float* d_out, cudaStream_t stream);
 
-// Decode attention over a paged KV cache. q [seqs, heads, head_dim]; for
-// sequence s, positions [0, lengths[s]) live in blocks
-// block_table[s * max_blocks + p / block_size], row p % block_size, each row
-// kv_heads * head_dim floats of k_cache (v_cache) at block * block_stride.
-cudaError_t LaunchPagedAttentionDecode(
-    const float* q, const float* k_cache, const float* v_cache,
-    const int32_t* block_table, const int32_t* lengths, int seqs, int heads,
-    int kv_heads, int head_dim, int block_size, int max_blocks,
-    int64_t block_stride, float scale, float* out, cudaStream_t stream);
+// d_y[i, j] += d_bias[j] over [rows, cols].
+cudaError_t LaunchAddBias(float* d_y, int64_t rows, int64_t cols,
+                          const float* d_bias, cudaStream_t stream);
+// d_y[i] += d_x[i].
+cudaError_t LaunchAdd(float* d_y, const float* d_x, int64_t n,
+                      cudaStream_t stream);
+// d_y[i] = clamp(d_y[i], -limit, limit).
+cudaError_t LaunchClamp(float* d_y, int64_t n, float limit,
+                        cudaStream_t stream);
+
+// How a gated MLP's gate g and up u become the down projection's input.
+struct GatedActivationParams {
+  bool clamped_swiglu = false;  // else silu(g) · u
+  float alpha = 1.702f;         // clamped SwiGLU (gpt-oss)
+  float limit = 7.f;
+};
+// d_out[j] = act(d_gate[j * stride], d_up[j * stride]) for j < count.
+cudaError_t LaunchGatedActivation(const float* d_gate, const float* d_up,
+                                  int64_t stride, int64_t count,
+                                  const GatedActivationParams& act,
+                                  float* d_out, cudaStream_t stream);
+
+// Rotates, in each of `rows` rows of d_x (row stride x_cols), `count`
+// vectors of `dim` floats starting at column offset + i * stride, by the
+// row's d_cos and d_sin ([rows, dim / 2]); pairs (j, j + dim / 2), or (2j,
+// 2j + 1) when interleaved.
+cudaError_t LaunchRotary(float* d_x, int64_t rows, int64_t x_cols,
+                         int64_t count, int64_t stride, int64_t offset,
+                         int64_t dim, bool interleaved, const float* d_cos,
+                         const float* d_sin, cudaStream_t stream);
+
+// d_dst[i][:cols] = d_src[i, :] for i < rows (d_dst: a device array of
+// device row pointers).
+cudaError_t LaunchWriteRows(const float* d_src, int64_t rows, int64_t cols,
+                            float* const* d_dst, cudaStream_t stream);
+// d_out[i, :] = d_x[d_rows[i], :] for i < n.
+cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
+                             const int32_t* d_rows, int64_t n, float* d_out,
+                             cudaStream_t stream);
+// d_y[d_rows[i], :] += d_scales[i] * d_src[i, :], in order of i (rows may
+// repeat), for i < n.
+cudaError_t LaunchAddScaledRows(const float* d_src, int64_t cols,
+                                const int32_t* d_rows, const float* d_scales,
+                                int64_t n, float* d_y, cudaStream_t stream);
+// d_y[t] += sigmoid(d_x[t] · d_gate) * d_src[t] for t < rows ([rows,
+// cols] each, d_gate [cols]).
+cudaError_t LaunchAddSigmoidGated(const float* d_src, const float* d_x,
+                                  const float* d_gate, int64_t rows,
+                                  int64_t cols, float* d_y,
+                                  cudaStream_t stream);
+
+// Causal attention over a paged KV cache. Token i (of sequence
+// d_sequence_of[i], at position d_position_of[i]) attends positions
+// [max(0, p + 1 - window), p] (window 0: [0, p]); position p of sequence s
+// lies in block d_k_blocks[d_table_offset[s] + p / block_size] (d_v_blocks
+// likewise), row p % block_size, kv_heads * head_dim floats per row. Query
+// head h reads kv head h / (heads / kv_heads). d_sinks: null, or one logit
+// per head joining every softmax denominator. head_dim <= kMaxHeadDim.
+inline constexpr int64_t kMaxHeadDim = 1024;
+struct AttentionParams {
+  const float* d_q = nullptr;  // [n, heads * head_dim]
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.f;
+  int64_t window = 0;
+  const float* const* d_k_blocks = nullptr;
+  const float* const* d_v_blocks = nullptr;
+  const int64_t* d_table_offset = nullptr;  // per sequence
+  int64_t block_size = 0;
+  const int32_t* d_sequence_of = nullptr;  // [n]
+  const int64_t* d_position_of = nullptr;  // [n]
+  const float* d_sinks = nullptr;          // [heads] or null
+  float* d_out = nullptr;                  // [n, heads * head_dim]
+};
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+
+// Multi-head latent attention's absorbed up-projection kv_b ([heads *
+// (nope + v_dim), lora]): d_absorbed[t, h * row + c] = Σ_d d_q[t, h * qk +
+// d] · kv_b[h * (nope + v_dim) + d, c] for c < lora, then the rope part of
+// the query copied after it (row = lora + qk - nope).
+cudaError_t LaunchAbsorbMlaQueries(const float* d_q, int64_t n,
+                                   const DeviceWeight& kv_b, int64_t heads,
+                                   int64_t nope, int64_t qk, int64_t v_dim,
+                                   int64_t lora, float* d_absorbed,
+                                   cudaStream_t stream);
+// d_values[t, h * v_dim + e] = Σ_c d_attended[t, h * row + c] · kv_b[h *
+// (nope + v_dim) + nope + e, c] for c < lora.
+cudaError_t LaunchExpandMlaValues(const float* d_attended, int64_t n,
+                                  const DeviceWeight& kv_b, int64_t heads,
+                                  int64_t nope, int64_t v_dim, int64_t lora,
+                                  int64_t row, float* d_values,
+                                  cudaStream_t stream);
 
 }  // namespace ringmoe::cuda
 

@@ -114,6 +114,17 @@ def main():
     if bad.returncode == 0 or "outside the vocabulary" not in bad.stderr:
         print("FAIL out-of-range id: rc=%d stderr=%s" % (bad.returncode, bad.stderr))
         failures += 1
+    # Devices: a malformed name, and cuda:N where it cannot run (here: no GPU
+    # or no CUDA in the build; with a GPU, an index past the last device).
+    for device, expected in [("gpu", "expected cpu or cuda:N"),
+                             ("cuda:-1", "expected cpu or cuda:N"),
+                             ("cuda:99", "cuda:99")]:
+        bad = subprocess.run([RINGMOE, "generate", "--model", ADDER, "--device", device,
+                              "--prompt", "1+1=", "--max_tokens", "2"],
+                             capture_output=True, text=True)
+        if bad.returncode == 0 or expected not in bad.stderr or "Aborted" in bad.stderr:
+            print("FAIL --device=%s: rc=%d stderr=%s" % (device, bad.returncode, bad.stderr))
+            failures += 1
     print("%d failures" % failures)
     return 1 if failures else 0
 

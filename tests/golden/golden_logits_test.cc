@@ -1,13 +1,16 @@
 // The forward pass against the independent float64 reference logits and
-// greedy continuations of tests/testdata/moe-tiny (see its README).
+// greedy continuations of tests/testdata/moe-tiny (see its README), on the
+// CPU, or on the device RINGMOE_TEST_DEVICE names (such as cuda:0, which
+// tools/gpu_check.sh sets; the tests skip when it is absent).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/backend/cpu_backend.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/model/architecture.h"
@@ -32,6 +35,12 @@ struct GoldenCase {
 class GoldenModelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    const char* device = std::getenv("RINGMOE_TEST_DEVICE");
+    auto backend = backend::CreateBackend(device != nullptr ? device : "cpu",
+                                          /*pool=*/nullptr);
+    if (!backend.ok()) GTEST_SKIP() << backend.status();
+    backend_ = std::move(*backend);
+    on_device_ = backend_->weight_memory() == backend::MemorySpace::kDevice;
     dir_ = "tests/testdata/moe-tiny/" + GetParam();
     auto spec = model::LoadModelConfig(dir_);
     ASSERT_TRUE(spec.ok()) << spec.status();
@@ -44,8 +53,13 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
     auto weights = model::BindModelWeights(spec_, **arch, *checkpoint_);
     ASSERT_TRUE(weights.ok()) << weights.status();
     weights_ = std::move(*weights);
-    runner_ =
-        std::make_unique<runtime::ModelRunner>(spec_, weights_, &backend_);
+    if (on_device_) {
+      auto uploaded = model::UploadWeights(weights_, *backend_);
+      ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+      weights_ = std::move(*uploaded);
+    }
+    runner_ = std::make_unique<runtime::ModelRunner>(spec_, weights_,
+                                                     backend_.get());
 
     auto golden =
         checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
@@ -67,9 +81,15 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  runtime::KvCache NewCache() const {
-    return runtime::KvCache(runtime::KvCacheLayers(spec_), /*block_size=*/8,
-                            /*num_blocks=*/spec_.num_layers * 128);
+  runtime::KvCache NewCache() const { return NewCache(spec_, 8, 128); }
+  // A cache for `spec` in the backend's memory.
+  runtime::KvCache NewCache(const model::ModelSpec& spec, int64_t block_size,
+                            int64_t blocks_per_layer) const {
+    return runtime::KvCache(runtime::KvCacheLayers(spec), block_size,
+                            spec.num_layers * blocks_per_layer, KvMemory());
+  }
+  backend::Backend* KvMemory() const {
+    return on_device_ ? backend_.get() : nullptr;
   }
 
   // Relative error and max abs difference of one position's logits.
@@ -95,7 +115,8 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
   model::ModelSpec spec_;
   std::unique_ptr<checkpoint::Checkpoint> checkpoint_;
   model::ModelWeights weights_;
-  backend::CpuBackend backend_{nullptr};
+  std::unique_ptr<backend::Backend> backend_;
+  bool on_device_ = false;
   std::unique_ptr<runtime::ModelRunner> runner_;
   std::vector<GoldenCase> cases_;
 };
@@ -205,18 +226,19 @@ TEST_P(GoldenModelTest, SlidingWindowLogitsDoNotDependOnReturnedBlocks) {
   for (int64_t l = 0; l < spec.num_layers; ++l) {
     spec.layer_sliding_window[l] = l % 2 == 0 ? kWindow : 0;
   }
-  runtime::ModelRunner runner(spec, weights_, &backend_);
+  runtime::ModelRunner runner(spec, weights_, backend_.get());
   const std::vector<runtime::KvCache::Layer> layers =
       runtime::KvCacheLayers(spec);
   for (int i = 0; i < kNumCases; ++i) {
     const std::vector<int32_t>& ids = cases_[i].input_ids;
     const int64_t n = static_cast<int64_t>(ids.size());
-    runtime::KvCache roomy(layers, kBlock, spec.num_layers * 64);
+    runtime::KvCache roomy = NewCache(spec, kBlock, 64);
     std::vector<float> want;
     ASSERT_TRUE(runner.Forward({{0, ids, true}}, &roomy, &want).ok());
     runtime::KvCache tight(
         layers, kBlock,
-        runtime::KvCache(layers, kBlock, 0).MaxBlocksHeld(n, kChunk));
+        runtime::KvCache(layers, kBlock, 0).MaxBlocksHeld(n, kChunk),
+        KvMemory());
     std::vector<float> got;
     for (int64_t t = 0; t < n;) {
       const int64_t count = t < n / 2 ? std::min(kChunk, n / 2 - t) : 1;

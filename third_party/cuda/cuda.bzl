@@ -47,6 +47,7 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = 
                 CUDA_PATH + "/bin/nvcc",
                 "-c -std=c++17 -O3 -lineinfo -Xcompiler -fPIC",
                 "--expt-relaxed-constexpr",
+                "--Werror all-warnings -Xcompiler -Wall,-Werror",
                 _NVCC_ARCH_FLAGS,
                 "-I. -I$(GENDIR)",
                 " ".join(nvcc_flags),

@@ -1,0 +1,32 @@
+#include "engine/backend/backend_factory.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/backend/cpu_backend.h"
+#ifdef RINGMOE_CUDA
+#include "engine/backend/cuda_backend.h"
+#endif
+
+namespace ringmoe::backend {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    absl::string_view device, ThreadPool* pool, int64_t device_weight_budget) {
+  if (device == "cpu") return std::make_unique<CpuBackend>(pool);
+  int index = -1;
+  if (!absl::StartsWith(device, "cuda:") ||
+      !absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", device, "\": expected cpu or cuda:N"));
+  }
+#ifdef RINGMOE_CUDA
+  return CudaBackend::Create(index, device_weight_budget);
+#else
+  (void)device_weight_budget;
+  return absl::UnimplementedError(absl::StrCat(
+      device, ": this build has no CUDA support (built with --config=cpu "
+              "or without a CUDA toolkit)"));
+#endif
+}
+
+}  // namespace ringmoe::backend

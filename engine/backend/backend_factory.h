@@ -1,0 +1,26 @@
+// The backend a device name selects: the CPU, or a CUDA device in builds
+// that include CUDA.
+#ifndef RINGMOE_ENGINE_BACKEND_BACKEND_FACTORY_H_
+#define RINGMOE_ENGINE_BACKEND_BACKEND_FACTORY_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/thread_pool.h"
+#include "engine/backend/backend.h"
+
+namespace ringmoe::backend {
+
+// "cpu": the CPU backend on `pool` (must outlive it); "cuda:N": CUDA device
+// N, its uploaded weights within `device_weight_budget` bytes (0: no
+// limit). INVALID_ARGUMENT for any other name, UNIMPLEMENTED for cuda:N in
+// a build without CUDA, and the device's error when it cannot be used.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    absl::string_view device, ThreadPool* pool,
+    int64_t device_weight_budget = 0);
+
+}  // namespace ringmoe::backend
+
+#endif  // RINGMOE_ENGINE_BACKEND_BACKEND_FACTORY_H_

@@ -1,0 +1,458 @@
+#include "engine/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/rms_norm.h"
+
+namespace ringmoe::backend {
+namespace {
+
+constexpr size_t kInitialStagingBytes = size_t{16} << 20;
+
+cuda::DeviceWeight AsDevice(const Weight& w) {
+  cuda::DeviceWeight d;
+  d.data = w.data;
+  d.type = w.type;
+  d.rows = w.rows;
+  d.cols = w.cols;
+  d.row_bytes = kernels::RowBytes(w.type, w.cols, w.group_size);
+  d.scales = w.scales;
+  d.group_size = w.group_size;
+  d.block_scales = w.block_scales;
+  d.block_rows = w.block_rows;
+  d.block_cols = w.block_cols;
+  d.exponents = w.exponents;
+  return d;
+}
+
+cuda::GatedActivationParams AsParams(const GatedActivation& act) {
+  return {act.kind == GatedActivation::Kind::kClampedSwiglu, act.alpha,
+          act.limit};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    int device, int64_t weight_budget) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", device, ": ", cudaGetErrorString(e)));
+  }
+  if (device < 0 || device >= count) {
+    return absl::NotFoundError(absl::StrCat("cuda:", device, ": ", count,
+                                            " CUDA device(s) present"));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, weight_budget));
+  const auto fail = [&](const char* what, const std::string& why) {
+    return absl::InternalError(
+        absl::StrCat("cuda:", device, ": ", what, ": ", why));
+  };
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return fail("cudaSetDevice", cudaGetErrorString(e));
+  }
+  if (cudaError_t e =
+          cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return fail("cudaStreamCreate", cudaGetErrorString(e));
+  }
+  if (cublasCreate(&backend->cublas_) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetStream(backend->cublas_, backend->stream_) !=
+          CUBLAS_STATUS_SUCCESS) {
+    return fail("cublasCreate", "cuBLAS could not be initialised");
+  }
+  // Keeps freed activations in the pool between steps instead of returning
+  // them to the driver at every synchronisation.
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  if (cudaError_t e = cudaHostAlloc(&backend->staging_, kInitialStagingBytes,
+                                    cudaHostAllocDefault);
+      e != cudaSuccess) {
+    return fail("cudaHostAlloc", cudaGetErrorString(e));
+  }
+  backend->staging_capacity_ = kInitialStagingBytes;
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  ReleaseArguments();
+  for (void* p : uploads_) cudaFree(p);
+  if (staging_ != nullptr) cudaFreeHost(staging_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
+
+void CudaBackend::Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess || !error_.ok()) return;
+  error_ = absl::InternalError(absl::StrCat(name(), ": ", what, ": ",
+                                            cudaGetErrorString(error)));
+}
+
+absl::Status CudaBackend::TakeError() {
+  if (const cudaError_t e = cudaStreamQuery(stream_); e != cudaErrorNotReady) {
+    Check(e, "stream");
+  }
+  absl::Status error = std::move(error_);
+  error_ = absl::OkStatus();
+  return error;
+}
+
+absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
+                                               const char* what) {
+  if (bytes == 0 || host == nullptr) return nullptr;
+  if (weight_budget_ > 0 && weight_bytes_ + bytes > weight_budget_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name(), ": the weights need more than the device budget of ",
+        weight_budget_, " bytes (", weight_bytes_, " uploaded, ", what,
+        " needs ", bytes, " more)"));
+  }
+  cudaSetDevice(device_);
+  void* device = nullptr;
+  if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: later allocations may succeed
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name(), ": no room for ", bytes, " bytes of ", what, " (",
+                     weight_bytes_, " bytes of weights uploaded): ",
+                     cudaGetErrorString(e)));
+  }
+  uploads_.push_back(device);
+  if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(name(), ": copying ", what, ": ",
+                                            cudaGetErrorString(e)));
+  }
+  weight_bytes_ += bytes;
+  return device;
+}
+
+absl::StatusOr<Weight> CudaBackend::Upload(const Weight& host) {
+  if (host.memory != MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": uploads come from host memory"));
+  }
+  Weight device = host;
+  device.memory = MemorySpace::kDevice;
+  ASSIGN_OR_RETURN(void* data, UploadBytes(host.data, DataBytes(host), "data"));
+  device.data = data;
+  ASSIGN_OR_RETURN(void* scales, UploadBytes(host.scales, GroupScaleBytes(host),
+                                             "group scales"));
+  device.scales = static_cast<const uint16_t*>(scales);
+  ASSIGN_OR_RETURN(void* block_scales,
+                   UploadBytes(host.block_scales, BlockScaleBytes(host),
+                               "block scales"));
+  device.block_scales = static_cast<const float*>(block_scales);
+  ASSIGN_OR_RETURN(void* exponents, UploadBytes(host.exponents,
+                                                ExponentBytes(host),
+                                                "exponents"));
+  device.exponents = static_cast<const uint8_t*>(exponents);
+  return device;
+}
+
+absl::StatusOr<Vector> CudaBackend::Upload(const Vector& host) {
+  if (host.memory != MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": uploads come from host memory"));
+  }
+  ASSIGN_OR_RETURN(void* data,
+                   UploadBytes(host.data, host.size * sizeof(float), "vector"));
+  return Vector{static_cast<const float*>(data), host.size,
+                MemorySpace::kDevice};
+}
+
+float* CudaBackend::Allocate(int64_t n) {
+  void* p = nullptr;
+  Check(cudaMallocAsync(&p, std::max<int64_t>(n, 1) * sizeof(float), stream_),
+        "cudaMallocAsync");
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::Free(float* data) {
+  if (data != nullptr) Check(cudaFreeAsync(data, stream_), "cudaFreeAsync");
+}
+
+void* CudaBackend::StagePinned(const void* host, size_t bytes) {
+  const size_t aligned = (bytes + 255) & ~size_t{255};
+  if (staging_used_ + aligned > staging_capacity_) {
+    // Every earlier copy out of the staging memory must finish first.
+    Synchronize();
+    if (aligned > staging_capacity_) {
+      cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_capacity_ = 0;
+      const size_t capacity = std::max(aligned, 2 * kInitialStagingBytes);
+      Check(cudaHostAlloc(&staging_, capacity, cudaHostAllocDefault),
+            "cudaHostAlloc");
+      if (staging_ == nullptr) return nullptr;
+      staging_capacity_ = capacity;
+    }
+  }
+  char* pinned = staging_ + staging_used_;
+  staging_used_ += aligned;
+  std::memcpy(pinned, host, bytes);
+  return pinned;
+}
+
+const void* CudaBackend::StageArgument(const void* host, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const void* pinned = StagePinned(host, bytes);
+  void* device = nullptr;
+  Check(cudaMallocAsync(&device, bytes, stream_), "cudaMallocAsync");
+  if (pinned == nullptr || device == nullptr) return device;
+  Check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream_),
+        "staging a host argument");
+  arguments_.push_back(device);
+  return device;
+}
+
+void CudaBackend::ReleaseArguments() {
+  for (void* p : arguments_) Check(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+  arguments_.clear();
+}
+
+void CudaBackend::Synchronize() {
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  staging_used_ = 0;
+}
+
+void CudaBackend::CopyToHost(const Tensor& src, float* dst) {
+  Check(cudaMemcpyAsync(dst, src.data, src.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        "copying to the host");
+  Synchronize();
+}
+
+void CudaBackend::CopyFromHost(const float* src, const Tensor& dst) {
+  const size_t bytes = dst.size() * sizeof(float);
+  if (bytes == 0) return;
+  if (const void* pinned = StagePinned(src, bytes); pinned != nullptr) {
+    Check(cudaMemcpyAsync(dst.data, pinned, bytes, cudaMemcpyHostToDevice,
+                          stream_),
+          "copying from the host");
+  }
+}
+
+void CudaBackend::CountProduct(const Weight& w, int64_t n) {
+  if (work_ == nullptr) return;
+  const int64_t bytes = StoredBytes(w);
+  work_->weight_bytes += bytes;
+  work_->weight_bytes_by_kernel["cuda"] += bytes;
+  work_->flops += 2.0 * n * w.rows * w.cols;
+}
+
+void CudaBackend::RunProduct(const Tensor& x, const Weight& w, const Tensor& y) {
+  const cuda::DeviceWeight d = AsDevice(w);
+  float* scratch = nullptr;
+  if (x.rows > cuda::kMaxFusedProductRows) {
+    if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
+      scratch = Allocate(floats);
+    }
+  }
+  Check(cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_,
+                            stream_),
+        "product");
+  Free(scratch);
+  CountProduct(w, x.rows);
+}
+
+void CudaBackend::MatMul(absl::Span<const Product> products) {
+  for (const Product& p : products) RunProduct(p.x, *p.w, p.y);
+}
+
+void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
+  for (const MlpTask& t : tasks) {
+    const MlpWeights& w = *t.weights;
+    const int64_t n = t.x.rows, inter = w.intermediate();
+    const Buffer hidden = NewTensor(n, inter);
+    if (w.fused()) {
+      const Buffer gate_up = NewTensor(n, 2 * inter);
+      RunProduct(t.x, w.gate_up, gate_up);
+      if (!w.gate_up_bias.empty()) AddBias(gate_up, w.gate_up_bias);
+      Check(cuda::LaunchGatedActivation(gate_up.tensor().data,
+                                        gate_up.tensor().data + 1, 2,
+                                        n * inter, AsParams(w.activation),
+                                        hidden.tensor().data, stream_),
+            "gated activation");
+    } else {
+      const Buffer up = NewTensor(n, inter);
+      RunProduct(t.x, w.gate, hidden);
+      RunProduct(t.x, w.up, up);
+      Check(cuda::LaunchGatedActivation(hidden.tensor().data, up.tensor().data,
+                                        1, n * inter, AsParams(w.activation),
+                                        hidden.tensor().data, stream_),
+            "gated activation");
+    }
+    RunProduct(hidden, w.down, t.out);
+    if (!w.down_bias.empty()) AddBias(t.out, w.down_bias);
+  }
+}
+
+void CudaBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,
+                        const Tensor& out) {
+  Check(cuda::LaunchEmbed(AsDevice(table), Stage(tokens),
+                          static_cast<int64_t>(tokens.size()), out.data,
+                          stream_),
+        "embedding");
+  ReleaseArguments();
+  if (work_ != nullptr) {
+    work_->weight_bytes +=
+        static_cast<int64_t>(tokens.size()) *
+        kernels::RowBytes(table.type, table.cols, table.group_size);
+  }
+}
+
+void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
+                          const Tensor& y) {
+  Check(cuda::LaunchRmsNormF32(x.data, weight.data, y.data,
+                               static_cast<int>(x.rows),
+                               static_cast<int>(x.cols), eps, stream_),
+        "RMSNorm");
+}
+
+void CudaBackend::AddBias(const Tensor& y, const Vector& bias) {
+  Check(cuda::LaunchAddBias(y.data, y.rows, y.cols, bias.data, stream_),
+        "bias");
+}
+
+void CudaBackend::Add(const Tensor& y, const Tensor& x) {
+  Check(cuda::LaunchAdd(y.data, x.data, y.size(), stream_), "add");
+}
+
+void CudaBackend::Clamp(const Tensor& y, float limit) {
+  Check(cuda::LaunchClamp(y.data, y.size(), limit, stream_), "clamp");
+}
+
+void CudaBackend::SetZero(const Tensor& y) {
+  Check(cudaMemsetAsync(y.data, 0, y.size() * sizeof(float), stream_),
+        "zero");
+}
+
+void CudaBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
+                              const Tensor& cos, const Tensor& sin) {
+  Check(cuda::LaunchRotary(x.data, x.rows, x.cols, slots.count, slots.stride,
+                           slots.offset, slots.dim, slots.interleaved,
+                           cos.data, sin.data, stream_),
+        "rotary embedding");
+}
+
+void CudaBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
+  Check(cuda::LaunchWriteRows(src.data, static_cast<int64_t>(dst.size()),
+                              src.cols, Stage(dst), stream_),
+        "writing rows");
+  ReleaseArguments();
+}
+
+void CudaBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
+                             const Tensor& out) {
+  Check(cuda::LaunchGatherRows(x.data, x.cols, Stage(rows),
+                               static_cast<int64_t>(rows.size()), out.data,
+                               stream_),
+        "gathering rows");
+  ReleaseArguments();
+}
+
+void CudaBackend::AddScaledRows(const Tensor& src,
+                                absl::Span<const int32_t> rows,
+                                absl::Span<const float> scales,
+                                const Tensor& y) {
+  Check(cuda::LaunchAddScaledRows(src.data, y.cols, Stage(rows), Stage(scales),
+                                  static_cast<int64_t>(rows.size()), y.data,
+                                  stream_),
+        "adding scaled rows");
+  ReleaseArguments();
+}
+
+void CudaBackend::AddSigmoidGated(const Tensor& src, const Tensor& x,
+                                  const Vector& gate, const Tensor& y) {
+  Check(cuda::LaunchAddSigmoidGated(src.data, x.data, gate.data, y.rows,
+                                    y.cols, y.data, stream_),
+        "sigmoid-gated add");
+}
+
+void CudaBackend::Attend(const AttentionJob& job) {
+  const int64_t n = job.q.rows;
+  // Each sequence's block table, as far as its last token reads.
+  std::vector<int64_t> blocks_of(job.sequences.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t& blocks = blocks_of[job.sequence_of[i]];
+    blocks = std::max(blocks, job.position_of[i] /
+                                      job.sequences[job.sequence_of[i]]
+                                          .block_size +
+                                  1);
+  }
+  std::vector<int64_t> offsets;
+  std::vector<const float*> k_blocks, v_blocks;
+  for (size_t s = 0; s < job.sequences.size(); ++s) {
+    offsets.push_back(static_cast<int64_t>(k_blocks.size()));
+    const KvBlocks& kv = job.sequences[s];
+    k_blocks.insert(k_blocks.end(), kv.k_blocks, kv.k_blocks + blocks_of[s]);
+    v_blocks.insert(v_blocks.end(), kv.v_blocks, kv.v_blocks + blocks_of[s]);
+  }
+  cuda::AttentionParams p;
+  p.d_q = job.q.data;
+  p.n = n;
+  p.heads = job.heads;
+  p.kv_heads = job.kv_heads;
+  p.head_dim = job.head_dim;
+  p.scale = job.scale;
+  p.window = job.window;
+  p.d_k_blocks = Stage<const float*>(k_blocks);
+  p.d_v_blocks = Stage<const float*>(v_blocks);
+  p.d_table_offset = Stage<int64_t>(offsets);
+  p.block_size = job.sequences.empty() ? 0 : job.sequences[0].block_size;
+  p.d_sequence_of = Stage(job.sequence_of);
+  p.d_position_of = Stage(job.position_of);
+  p.d_sinks = job.sinks.empty() ? nullptr : job.sinks.data;
+  p.d_out = job.out.data;
+  Check(cuda::LaunchAttention(p, stream_), "attention");
+  ReleaseArguments();
+  if (work_ != nullptr) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t end = job.position_of[i] + 1;
+      const int64_t first =
+          job.window > 0 ? std::max<int64_t>(0, end - job.window) : 0;
+      work_->flops += 4.0 * job.heads * job.head_dim * (end - first);
+    }
+  }
+}
+
+void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
+                                   const model::MlaSpec& mla, int64_t heads,
+                                   const Tensor& absorbed) {
+  const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
+  Check(cuda::LaunchAbsorbMlaQueries(q.data, q.rows, AsDevice(kv_b), heads,
+                                     nope, mla.qk_head_dim(), v_dim,
+                                     mla.kv_lora_rank, absorbed.data, stream_),
+        "MLA query absorption");
+  if (work_ != nullptr) {
+    work_->weight_bytes += StoredBytes(kv_b) * nope / (nope + v_dim);
+    work_->flops += 2.0 * q.rows * heads * nope * mla.kv_lora_rank;
+  }
+}
+
+void CudaBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
+                                  const model::MlaSpec& mla, int64_t heads,
+                                  const Tensor& values) {
+  const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
+  Check(cuda::LaunchExpandMlaValues(attended.data, attended.rows,
+                                    AsDevice(kv_b), heads, nope, v_dim,
+                                    mla.kv_lora_rank, mla.cache_width(),
+                                    values.data, stream_),
+        "MLA value expansion");
+  if (work_ != nullptr) {
+    work_->weight_bytes +=
+        StoredBytes(kv_b) - StoredBytes(kv_b) * nope / (nope + v_dim);
+    work_->flops += 2.0 * attended.rows * heads * v_dim * mla.kv_lora_rank;
+  }
+}
+
+}  // namespace ringmoe::backend

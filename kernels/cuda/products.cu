@@ -1,0 +1,158 @@
+// Products against stored weights: a fused pass over the stored bytes for
+// few rows (one warp per weight row, each lane decoding eight values per
+// load), tiles dequantised to float32 and multiplied by cuBLAS for more.
+#include <algorithm>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_decode.cuh"
+
+namespace ringmoe::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+// Floats of dequantised weight per cuBLAS tile: whole rows, at most this.
+constexpr int64_t kTileFloats = int64_t{1} << 24;
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+template <WeightType kType>
+__global__ void FusedProductKernel(DeviceWeight w, const float* __restrict__ x,
+                                   int n, bool vectorized,
+                                   float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= w.rows) return;
+  const int64_t cols = w.cols;
+  float acc[kMaxFusedProductRows] = {};
+  if (vectorized) {
+    for (int64_t c = lane * 8; c < cols; c += 32 * 8) {
+      float v[8];
+      Decode8<kType>(w, r, c, v);
+#pragma unroll
+      for (int t = 0; t < kMaxFusedProductRows; ++t) {
+        if (t < n) {
+          const float4* xp = reinterpret_cast<const float4*>(x + t * cols + c);
+          const float4 a = xp[0], b = xp[1];
+          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +
+                    v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
+        }
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += 32) {
+      const float v = WeightAt(w, r, c);
+#pragma unroll
+      for (int t = 0; t < kMaxFusedProductRows; ++t) {
+        if (t < n) acc[t] += v * x[t * cols + c];
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxFusedProductRows; ++t) {
+    if (t < n) {
+      const float sum = WarpSum(acc[t]);
+      if (lane == 0) y[t * w.rows + r] = sum;
+    }
+  }
+}
+
+// out[(r - first_row) * cols + c] = w[r, c] for r in [first_row, first_row +
+// rows).
+__global__ void DequantizeRowsKernel(DeviceWeight w, int64_t first_row,
+                                     int64_t rows, float* __restrict__ out) {
+  const int64_t total = rows * w.cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x +
+                   threadIdx.x;
+       i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = WeightAt(w, first_row + i / w.cols, i % w.cols);
+  }
+}
+
+template <WeightType kType>
+cudaError_t LaunchFused(const DeviceWeight& w, const float* x, int64_t n,
+                        float* y, cudaStream_t stream) {
+  const bool vectorized =
+      CanDecode8(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const int64_t blocks = (w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  FusedProductKernel<kType>
+      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
+          w, x, static_cast<int>(n), vectorized, y);
+  return cudaGetLastError();
+}
+
+int64_t TileRows(const DeviceWeight& w) {
+  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(w.cols, 1), 1,
+                             w.rows);
+}
+
+// y[n, rows] (row stride ldy) = x[n, cols] · a[rows, cols]ᵀ, all float32:
+// in cuBLAS's column-major terms yᵀ = a · xᵀ.
+cudaError_t Sgemm(cublasHandle_t cublas, const float* a, int64_t rows,
+                  int64_t cols, const float* x, int64_t n, float* y,
+                  int64_t ldy) {
+  const float one = 1.f, zero = 0.f;
+  const cublasStatus_t status = cublasSgemm(
+      cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+      static_cast<int>(n), static_cast<int>(cols), &one, a,
+      static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
+      static_cast<int>(ldy));
+  return status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+}  // namespace
+
+int64_t ProductScratchFloats(const DeviceWeight& w) {
+  return w.type == WeightType::kF32 ? 0 : TileRows(w) * w.cols;
+}
+
+cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
+                          float* d_y, float* d_scratch, cublasHandle_t cublas,
+                          cudaStream_t stream) {
+  if (n <= 0 || w.rows <= 0) return cudaSuccess;
+  if (w.cols == 0) return cudaMemsetAsync(d_y, 0, n * w.rows * 4, stream);
+  if (n <= kMaxFusedProductRows) {
+    switch (w.type) {
+      case WeightType::kF32:
+        return LaunchFused<WeightType::kF32>(w, d_x, n, d_y, stream);
+      case WeightType::kBF16:
+        return LaunchFused<WeightType::kBF16>(w, d_x, n, d_y, stream);
+      case WeightType::kF16:
+        return LaunchFused<WeightType::kF16>(w, d_x, n, d_y, stream);
+      case WeightType::kInt8:
+        return LaunchFused<WeightType::kInt8>(w, d_x, n, d_y, stream);
+      case WeightType::kInt4:
+        return LaunchFused<WeightType::kInt4>(w, d_x, n, d_y, stream);
+      case WeightType::kFp8E4M3:
+        return LaunchFused<WeightType::kFp8E4M3>(w, d_x, n, d_y, stream);
+      case WeightType::kMxfp4:
+        return LaunchFused<WeightType::kMxfp4>(w, d_x, n, d_y, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
+  if (w.type == WeightType::kF32) {
+    return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols,
+                 d_x, n, d_y, w.rows);
+  }
+  const int64_t tile = TileRows(w);
+  for (int64_t first = 0; first < w.rows; first += tile) {
+    const int64_t rows = std::min(tile, w.rows - first);
+    const int64_t blocks = std::min<int64_t>((rows * w.cols + 255) / 256, 4096);
+    DequantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        w, first, rows, d_scratch);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = Sgemm(cublas, d_scratch, rows, w.cols, d_x, n,
+                              d_y + first, w.rows);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace ringmoe::cuda

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU checks, in two halves for a lent GPU machine that has the CUDA
+# driver and toolkit but neither Bazel nor Debian's libraries:
+#
+#   tools/gpu_check.sh build   (here) builds the CUDA tests, the golden
+#       tests and forward_benchmark statically against the project's own
+#       libraries and packs them with the shared libraries they load into
+#       .device/bundle.tar.xz (git-ignored; carry it to the device).
+#   tools/gpu_check.sh run     (there, from the repository root) runs every
+#       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
+#       the kernel tests), the golden models on cuda:0, and the benchmarks
+#       on synthetic models, writing logs and JSON under $OUT (or
+#       ./gpu-results); the last lines summarise.
+#
+# With the device tool: run `tools/gpu_check.sh build` here, then
+#   run(command="tools/gpu_check.sh run", carry=[".device"])
+# and copy the benchmark JSON into docs/bench/gpu/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+tests=(
+  //kernels/cuda:rms_norm_test
+  //kernels/cuda:device_info_test
+  //memory_ring:cuda_tier_test
+  #CONF //engine/backend:backend_conformance_test
+  //tests/golden:golden_logits_test
+)
+tools=(//engine/runtime:forward_benchmark)
+
+build() {
+  set -e
+  # Static linking of the project's own libraries keeps the bundle to one
+  # binary per target plus the system libraries.
+  bazel build --config=opt --dynamic_mode=off "${tests[@]}" "${tools[@]}"
+  local bin_dir binaries=()
+  bin_dir=$(bazel info --config=opt bazel-bin)
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bundle/bin" "$stage/bundle/lib"
+  for target in "${tests[@]}" "${tools[@]}"; do
+    local path=${target#//}
+    path=${path/://}
+    cp "$bin_dir/$path" "$stage/bundle/bin/"
+    binaries+=("$stage/bundle/bin/$(basename "$path")")
+  done
+  bash deploy/bundle_libs.sh "$stage/bundle/lib" "${binaries[@]}"
+  mkdir -p .device
+  tar -C "$stage" -cJf .device/bundle.tar.xz bundle
+  du -h .device/bundle.tar.xz
+}
+
+run() {
+  local out=${OUT:-gpu-results}
+  mkdir -p "$out"
+  rm -rf /tmp/bundle
+  tar -xJf .device/bundle.tar.xz -C /tmp || return 1
+  local bin=/tmp/bundle/bin
+  export LD_LIBRARY_PATH="/tmp/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export RINGMOE_TEST_DEVICE=cuda:0
+  export PATH="/usr/local/cuda/bin:$PATH"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem \
+    --format=csv >"$out/nvidia-smi.csv" 2>&1
+  local summary=() status=0
+  check() {  # name, command...
+    local name=$1
+    shift
+    local tmp
+    tmp=$(mktemp -d)
+    if TEST_TMPDIR=$tmp "$@" >"$out/$name.log" 2>&1; then
+      summary+=("PASS $name")
+    else
+      summary+=("FAIL $name (see $name.log)")
+      status=1
+    fi
+    rm -rf "$tmp"
+  }
+  for test in rms_norm_test device_info_test cuda_tier_test \
+    backend_conformance_test golden_logits_test; do
+    check "$test" "$bin/$test"
+  done
+  local sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
+  for test in rms_norm_test cuda_tier_test backend_conformance_test \
+    golden_logits_test; do
+    check "memcheck_$test" "${sanitize[@]}" --tool memcheck "$bin/$test"
+  done
+  for test in rms_norm_test backend_conformance_test; do
+    check "racecheck_$test" "${sanitize[@]}" --tool racecheck "$bin/$test"
+  done
+  # Benchmarks: synthetic checkpoints of real shapes, written here.
+  local models=/tmp/gpu-check-models
+  mkdir -p "$models"
+  for arch in mixtral deepseek_v3 gpt_oss; do
+    [[ -d $models/$arch ]] ||
+      python3 tools/make_synthetic_moe.py --arch "$arch" \
+        --out "$models/$arch" >"$out/make_$arch.log" 2>&1
+    check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
+      --model $models/$arch --device cuda:0 --batches 1,32 \
+      >$out/bench_$arch.json"
+  done
+  for f in "$out"/*_test.log; do
+    grep -hE "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY" "$f" |
+      sed "s|^|$(basename "$f"): |"
+  done
+  # The device tool brings back few files: the logs travel as one.
+  (cd "$out" && tar -czf logs.tar.gz -- *.log && rm -f -- *.log)
+  printf '%s\n' "${summary[@]}"
+  return $status
+}
+
+case ${1:-} in
+  build) build ;;
+  run) run ;;
+  *)
+    echo "usage: $0 build|run" >&2
+    exit 2
+    ;;
+esac
