@@ -22,7 +22,7 @@ tests=(
   //kernels/cuda:rms_norm_test
   //kernels/cuda:device_info_test
   //memory_ring:cuda_tier_test
-  #CONF //engine/backend:backend_conformance_test
+  //engine/backend:backend_conformance_test
   //tests/golden:golden_logits_test
 )
 tools=(//engine/runtime:forward_benchmark)

@@ -64,6 +64,12 @@ int RunDevices() {
     std::printf("cuda:%d  %s  sm_%d%d  %.1f GiB  %d SMs\n", d.index,
                 d.name.c_str(), d.compute_major, d.compute_minor,
                 d.total_memory_bytes / double(1 << 30), d.multiprocessors);
+    const cuda::DeviceCeilings c = cuda::MeasureCeilings(d.index);
+    std::printf(
+        "  measured: host->device %.1f GB/s (pinned), device copy %.0f GB/s "
+        "(read + write), float32 products %.1f TFLOP/s\n",
+        c.host_to_device_bytes_per_s / 1e9, c.device_copy_bytes_per_s / 1e9,
+        c.sgemm_flops_per_s / 1e12);
   }
   return 0;
 }

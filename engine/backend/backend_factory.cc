@@ -23,9 +23,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   return CudaBackend::Create(index, device_weight_budget);
 #else
   (void)device_weight_budget;
-  return absl::UnimplementedError(absl::StrCat(
-      device, ": this build has no CUDA support (built with --config=cpu "
-              "or without a CUDA toolkit)"));
+  return absl::UnimplementedError(
+      absl::StrCat(device,
+                   ": this build has no CUDA support (built with --config=cpu "
+                   "or without a CUDA toolkit)"));
 #endif
 }
 

@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         absl::StrCat("cuda:", device, ": ", cudaGetErrorString(e)));
   }
   if (device < 0 || device >= count) {
-    return absl::NotFoundError(absl::StrCat("cuda:", device, ": ", count,
-                                            " CUDA device(s) present"));
+    return absl::NotFoundError(
+        absl::StrCat("cuda:", device, ": ", count, " CUDA device(s) present"));
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend(device, weight_budget));
   const auto fail = [&](const char* what, const std::string& why) {
@@ -59,8 +59,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
       e != cudaSuccess) {
     return fail("cudaStreamCreate", cudaGetErrorString(e));
   }
+  // Pedantic math: float32 products stay float32 (no TF32 tensor-core
+  // rounding, which would move routers' scores enough to flip experts).
   if (cublasCreate(&backend->cublas_) != CUBLAS_STATUS_SUCCESS ||
       cublasSetStream(backend->cublas_, backend->stream_) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(backend->cublas_, CUBLAS_PEDANTIC_MATH) !=
           CUBLAS_STATUS_SUCCESS) {
     return fail("cublasCreate", "cuBLAS could not be initialised");
   }
@@ -92,13 +96,16 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
 
+void CudaBackend::Bind() { Check(cudaSetDevice(device_), "cudaSetDevice"); }
+
 void CudaBackend::Check(cudaError_t error, const char* what) {
   if (error == cudaSuccess || !error_.ok()) return;
-  error_ = absl::InternalError(absl::StrCat(name(), ": ", what, ": ",
-                                            cudaGetErrorString(error)));
+  error_ = absl::InternalError(
+      absl::StrCat(name(), ": ", what, ": ", cudaGetErrorString(error)));
 }
 
 absl::Status CudaBackend::TakeError() {
+  Bind();
   if (const cudaError_t e = cudaStreamQuery(stream_); e != cudaErrorNotReady) {
     Check(e, "stream");
   }
@@ -109,27 +116,30 @@ absl::Status CudaBackend::TakeError() {
 
 absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
                                                const char* what) {
-  if (bytes == 0 || host == nullptr) return nullptr;
+  if (bytes == 0) return nullptr;
+  if (host == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": ", what, " of ", bytes, " bytes has no data"));
+  }
   if (weight_budget_ > 0 && weight_bytes_ + bytes > weight_budget_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         name(), ": the weights need more than the device budget of ",
         weight_budget_, " bytes (", weight_bytes_, " uploaded, ", what,
         " needs ", bytes, " more)"));
   }
-  cudaSetDevice(device_);
+  Bind();
   void* device = nullptr;
   if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
     cudaGetLastError();  // not sticky: later allocations may succeed
-    return absl::ResourceExhaustedError(
-        absl::StrCat(name(), ": no room for ", bytes, " bytes of ", what, " (",
-                     weight_bytes_, " bytes of weights uploaded): ",
-                     cudaGetErrorString(e)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name(), ": no room for ", bytes, " bytes of ", what, " (",
+        weight_bytes_, " bytes of weights uploaded): ", cudaGetErrorString(e)));
   }
   uploads_.push_back(device);
   if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
       e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat(name(), ": copying ", what, ": ",
-                                            cudaGetErrorString(e)));
+    return absl::InternalError(
+        absl::StrCat(name(), ": copying ", what, ": ", cudaGetErrorString(e)));
   }
   weight_bytes_ += bytes;
   return device;
@@ -147,13 +157,13 @@ absl::StatusOr<Weight> CudaBackend::Upload(const Weight& host) {
   ASSIGN_OR_RETURN(void* scales, UploadBytes(host.scales, GroupScaleBytes(host),
                                              "group scales"));
   device.scales = static_cast<const uint16_t*>(scales);
-  ASSIGN_OR_RETURN(void* block_scales,
-                   UploadBytes(host.block_scales, BlockScaleBytes(host),
-                               "block scales"));
+  ASSIGN_OR_RETURN(
+      void* block_scales,
+      UploadBytes(host.block_scales, BlockScaleBytes(host), "block scales"));
   device.block_scales = static_cast<const float*>(block_scales);
-  ASSIGN_OR_RETURN(void* exponents, UploadBytes(host.exponents,
-                                                ExponentBytes(host),
-                                                "exponents"));
+  ASSIGN_OR_RETURN(
+      void* exponents,
+      UploadBytes(host.exponents, ExponentBytes(host), "exponents"));
   device.exponents = static_cast<const uint8_t*>(exponents);
   return device;
 }
@@ -170,6 +180,7 @@ absl::StatusOr<Vector> CudaBackend::Upload(const Vector& host) {
 }
 
 float* CudaBackend::Allocate(int64_t n) {
+  Bind();
   void* p = nullptr;
   Check(cudaMallocAsync(&p, std::max<int64_t>(n, 1) * sizeof(float), stream_),
         "cudaMallocAsync");
@@ -177,6 +188,7 @@ float* CudaBackend::Allocate(int64_t n) {
 }
 
 void CudaBackend::Free(float* data) {
+  Bind();
   if (data != nullptr) Check(cudaFreeAsync(data, stream_), "cudaFreeAsync");
 }
 
@@ -220,11 +232,13 @@ void CudaBackend::ReleaseArguments() {
 }
 
 void CudaBackend::Synchronize() {
+  Bind();
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   staging_used_ = 0;
 }
 
 void CudaBackend::CopyToHost(const Tensor& src, float* dst) {
+  Bind();
   Check(cudaMemcpyAsync(dst, src.data, src.size() * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         "copying to the host");
@@ -232,6 +246,7 @@ void CudaBackend::CopyToHost(const Tensor& src, float* dst) {
 }
 
 void CudaBackend::CopyFromHost(const float* src, const Tensor& dst) {
+  Bind();
   const size_t bytes = dst.size() * sizeof(float);
   if (bytes == 0) return;
   if (const void* pinned = StagePinned(src, bytes); pinned != nullptr) {
@@ -249,7 +264,8 @@ void CudaBackend::CountProduct(const Weight& w, int64_t n) {
   work_->flops += 2.0 * n * w.rows * w.cols;
 }
 
-void CudaBackend::RunProduct(const Tensor& x, const Weight& w, const Tensor& y) {
+void CudaBackend::RunProduct(const Tensor& x, const Weight& w,
+                             const Tensor& y) {
   const cuda::DeviceWeight d = AsDevice(w);
   float* scratch = nullptr;
   if (x.rows > cuda::kMaxFusedProductRows) {
@@ -257,18 +273,20 @@ void CudaBackend::RunProduct(const Tensor& x, const Weight& w, const Tensor& y) 
       scratch = Allocate(floats);
     }
   }
-  Check(cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_,
-                            stream_),
-        "product");
+  Check(
+      cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_, stream_),
+      "product");
   Free(scratch);
   CountProduct(w, x.rows);
 }
 
 void CudaBackend::MatMul(absl::Span<const Product> products) {
+  Bind();
   for (const Product& p : products) RunProduct(p.x, *p.w, p.y);
 }
 
 void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
+  Bind();
   for (const MlpTask& t : tasks) {
     const MlpWeights& w = *t.weights;
     const int64_t n = t.x.rows, inter = w.intermediate();
@@ -277,10 +295,9 @@ void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
       const Buffer gate_up = NewTensor(n, 2 * inter);
       RunProduct(t.x, w.gate_up, gate_up);
       if (!w.gate_up_bias.empty()) AddBias(gate_up, w.gate_up_bias);
-      Check(cuda::LaunchGatedActivation(gate_up.tensor().data,
-                                        gate_up.tensor().data + 1, 2,
-                                        n * inter, AsParams(w.activation),
-                                        hidden.tensor().data, stream_),
+      Check(cuda::LaunchGatedActivation(
+                gate_up.tensor().data, gate_up.tensor().data + 1, 2, n * inter,
+                AsParams(w.activation), hidden.tensor().data, stream_),
             "gated activation");
     } else {
       const Buffer up = NewTensor(n, inter);
@@ -298,10 +315,11 @@ void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
 
 void CudaBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,
                         const Tensor& out) {
-  Check(cuda::LaunchEmbed(AsDevice(table), Stage(tokens),
-                          static_cast<int64_t>(tokens.size()), out.data,
-                          stream_),
-        "embedding");
+  Bind();
+  Check(
+      cuda::LaunchEmbed(AsDevice(table), Stage(tokens),
+                        static_cast<int64_t>(tokens.size()), out.data, stream_),
+      "embedding");
   ReleaseArguments();
   if (work_ != nullptr) {
     work_->weight_bytes +=
@@ -312,6 +330,7 @@ void CudaBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,
 
 void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
                           const Tensor& y) {
+  Bind();
   Check(cuda::LaunchRmsNormF32(x.data, weight.data, y.data,
                                static_cast<int>(x.rows),
                                static_cast<int>(x.cols), eps, stream_),
@@ -319,32 +338,37 @@ void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
 }
 
 void CudaBackend::AddBias(const Tensor& y, const Vector& bias) {
+  Bind();
   Check(cuda::LaunchAddBias(y.data, y.rows, y.cols, bias.data, stream_),
         "bias");
 }
 
 void CudaBackend::Add(const Tensor& y, const Tensor& x) {
+  Bind();
   Check(cuda::LaunchAdd(y.data, x.data, y.size(), stream_), "add");
 }
 
 void CudaBackend::Clamp(const Tensor& y, float limit) {
+  Bind();
   Check(cuda::LaunchClamp(y.data, y.size(), limit, stream_), "clamp");
 }
 
 void CudaBackend::SetZero(const Tensor& y) {
-  Check(cudaMemsetAsync(y.data, 0, y.size() * sizeof(float), stream_),
-        "zero");
+  Bind();
+  Check(cudaMemsetAsync(y.data, 0, y.size() * sizeof(float), stream_), "zero");
 }
 
 void CudaBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
                               const Tensor& cos, const Tensor& sin) {
+  Bind();
   Check(cuda::LaunchRotary(x.data, x.rows, x.cols, slots.count, slots.stride,
-                           slots.offset, slots.dim, slots.interleaved,
-                           cos.data, sin.data, stream_),
+                           slots.offset, slots.dim, slots.interleaved, cos.data,
+                           sin.data, stream_),
         "rotary embedding");
 }
 
 void CudaBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
+  Bind();
   Check(cuda::LaunchWriteRows(src.data, static_cast<int64_t>(dst.size()),
                               src.cols, Stage(dst), stream_),
         "writing rows");
@@ -353,6 +377,7 @@ void CudaBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
 
 void CudaBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                              const Tensor& out) {
+  Bind();
   Check(cuda::LaunchGatherRows(x.data, x.cols, Stage(rows),
                                static_cast<int64_t>(rows.size()), out.data,
                                stream_),
@@ -364,6 +389,7 @@ void CudaBackend::AddScaledRows(const Tensor& src,
                                 absl::Span<const int32_t> rows,
                                 absl::Span<const float> scales,
                                 const Tensor& y) {
+  Bind();
   Check(cuda::LaunchAddScaledRows(src.data, y.cols, Stage(rows), Stage(scales),
                                   static_cast<int64_t>(rows.size()), y.data,
                                   stream_),
@@ -373,21 +399,22 @@ void CudaBackend::AddScaledRows(const Tensor& src,
 
 void CudaBackend::AddSigmoidGated(const Tensor& src, const Tensor& x,
                                   const Vector& gate, const Tensor& y) {
-  Check(cuda::LaunchAddSigmoidGated(src.data, x.data, gate.data, y.rows,
+  Bind();
+  Check(cuda::LaunchAddSigmoidGated(src.data, x.data, gate.data, y.rows, x.cols,
                                     y.cols, y.data, stream_),
         "sigmoid-gated add");
 }
 
 void CudaBackend::Attend(const AttentionJob& job) {
+  Bind();
   const int64_t n = job.q.rows;
   // Each sequence's block table, as far as its last token reads.
   std::vector<int64_t> blocks_of(job.sequences.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t& blocks = blocks_of[job.sequence_of[i]];
-    blocks = std::max(blocks, job.position_of[i] /
-                                      job.sequences[job.sequence_of[i]]
-                                          .block_size +
-                                  1);
+    blocks = std::max(
+        blocks,
+        job.position_of[i] / job.sequences[job.sequence_of[i]].block_size + 1);
   }
   std::vector<int64_t> offsets;
   std::vector<const float*> k_blocks, v_blocks;
@@ -409,6 +436,12 @@ void CudaBackend::Attend(const AttentionJob& job) {
   p.d_v_blocks = Stage<const float*>(v_blocks);
   p.d_table_offset = Stage<int64_t>(offsets);
   p.block_size = job.sequences.empty() ? 0 : job.sequences[0].block_size;
+  for (const KvBlocks& kv : job.sequences) {
+    // One paged cache serves a job: the kernel takes one block size.
+    if (kv.block_size != p.block_size)
+      Check(cudaErrorInvalidValue,
+            "attention over caches of different block sizes");
+  }
   p.d_sequence_of = Stage(job.sequence_of);
   p.d_position_of = Stage(job.position_of);
   p.d_sinks = job.sinks.empty() ? nullptr : job.sinks.data;
@@ -428,6 +461,7 @@ void CudaBackend::Attend(const AttentionJob& job) {
 void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
                                    const model::MlaSpec& mla, int64_t heads,
                                    const Tensor& absorbed) {
+  Bind();
   const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
   Check(cuda::LaunchAbsorbMlaQueries(q.data, q.rows, AsDevice(kv_b), heads,
                                      nope, mla.qk_head_dim(), v_dim,
@@ -442,11 +476,11 @@ void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
 void CudaBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                                   const model::MlaSpec& mla, int64_t heads,
                                   const Tensor& values) {
+  Bind();
   const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
-  Check(cuda::LaunchExpandMlaValues(attended.data, attended.rows,
-                                    AsDevice(kv_b), heads, nope, v_dim,
-                                    mla.kv_lora_rank, mla.cache_width(),
-                                    values.data, stream_),
+  Check(cuda::LaunchExpandMlaValues(
+            attended.data, attended.rows, AsDevice(kv_b), heads, nope, v_dim,
+            mla.kv_lora_rank, mla.cache_width(), values.data, stream_),
         "MLA value expansion");
   if (work_ != nullptr) {
     work_->weight_bytes +=

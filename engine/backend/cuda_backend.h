@@ -80,6 +80,9 @@ class CudaBackend : public Backend {
   CudaBackend(int device, int64_t weight_budget)
       : device_(device), weight_budget_(weight_budget) {}
 
+  // Makes device_ current on the calling thread: steps may run on another
+  // thread than the one that created the backend.
+  void Bind();
   // Records the first failure (kept until TakeError).
   void Check(cudaError_t error, const char* what);
   // A pinned copy of `bytes` host bytes, reusable once the stream passes

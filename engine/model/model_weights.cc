@@ -508,8 +508,9 @@ class Uploader {
     if (inserted) {
       absl::StatusOr<Weight> device = backend_.Upload(*w);
       if (!device.ok()) {
-        return absl::Status(device.status().code(),
-                            absl::StrCat(what, ": ", device.status().message()));
+        return absl::Status(
+            device.status().code(),
+            absl::StrCat(what, ": ", device.status().message()));
       }
       it->second = *device;
     }
@@ -558,12 +559,11 @@ absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
     for (Weight* m : AttentionMatrices(&layer)) {
       RETURN_IF_ERROR(up.Matrix(m, name + " attention"));
     }
-    for (Vector* v :
-         {&layer.input_norm, &layer.post_attention_norm, &layer.q_bias,
-          &layer.k_bias, &layer.v_bias, &layer.o_bias, &layer.q_norm,
-          &layer.k_norm, &layer.sinks, &layer.mla.q_a_norm,
-          &layer.mla.kv_a_norm, &layer.router_bias,
-          &layer.shared_expert_gate}) {
+    for (Vector* v : {&layer.input_norm, &layer.post_attention_norm,
+                      &layer.q_bias, &layer.k_bias, &layer.v_bias,
+                      &layer.o_bias, &layer.q_norm, &layer.k_norm, &layer.sinks,
+                      &layer.mla.q_a_norm, &layer.mla.kv_a_norm,
+                      &layer.router_bias, &layer.shared_expert_gate}) {
       RETURN_IF_ERROR(up.Vec(v, name));
     }
     RETURN_IF_ERROR(up.Matrix(&layer.router, name + " router"));

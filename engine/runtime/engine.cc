@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "base/status_macros.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"

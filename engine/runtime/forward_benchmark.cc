@@ -76,7 +76,8 @@ int Run() {
   const runtime::ModelRunner runner(*spec, on_device ? weights : *host,
                                     backend->get());
   std::vector<int64_t> batches;
-  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+  for (absl::string_view b :
+       absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(b, &v) || v <= 0) {
       return Fail(absl::InvalidArgumentError("--batches: positive integers"));
@@ -110,18 +111,20 @@ int Run() {
   std::vector<float> logits;
   // Prefill: one sequence of `prompt` tokens, three runs, median.
   std::vector<int32_t> tokens(prompt);
-  for (int i = 0; i < prompt; ++i) tokens[i] = (i * 7919 + 13) % spec->vocab_size;
+  for (int i = 0; i < prompt; ++i)
+    tokens[i] = (i * 7919 + 13) % spec->vocab_size;
   std::vector<double> prefill_times;
   backend::Work prefill_work;
   for (int r = 0; r < 4; ++r) {
     backend::Work work;
     const auto start = Clock::now();
-    if (absl::Status s = runner.Forward({{1000 + r, tokens, false}}, &cache,
-                                        &logits, &work);
+    if (absl::Status s =
+            runner.Forward({{1000 + r, tokens, false}}, &cache, &logits, &work);
         !s.ok()) {
       return Fail(s);
     }
-    const double t = std::chrono::duration<double>(Clock::now() - start).count();
+    const double t =
+        std::chrono::duration<double>(Clock::now() - start).count();
     cache.Release(1000 + r);
     if (r > 0) prefill_times.push_back(t);  // the first run warms up
     prefill_work = work;
@@ -173,13 +176,13 @@ int Run() {
     for (int64_t s = 0; s < batch; ++s) cache.Release(s);
     const double t = Median(times);
     const double bandwidth = step_work.weight_bytes / t;
-    nlohmann::json figure = {
-        {"batch", batch},
-        {"step_seconds", t},
-        {"tokens_per_s", batch / t},
-        {"weight_bytes_per_step", step_work.weight_bytes},
-        {"weight_GBps", bandwidth / 1e9}};
-    if (copy_bandwidth > 0) figure["ratio_to_copy"] = bandwidth / copy_bandwidth;
+    nlohmann::json figure = {{"batch", batch},
+                             {"step_seconds", t},
+                             {"tokens_per_s", batch / t},
+                             {"weight_bytes_per_step", step_work.weight_bytes},
+                             {"weight_GBps", bandwidth / 1e9}};
+    if (copy_bandwidth > 0)
+      figure["ratio_to_copy"] = bandwidth / copy_bandwidth;
     out["decode"].push_back(figure);
   }
   std::printf("%s\n", out.dump(2).c_str());

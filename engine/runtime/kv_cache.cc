@@ -28,8 +28,9 @@ KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
       block_floats_(WidestBlock(layers_, block_size)),
       backend_(backend),
       // Left uninitialised: pages are committed only as blocks get used.
-      storage_(backend != nullptr ? backend->Allocate(num_blocks * block_floats_)
-                                  : new float[num_blocks * block_floats_]) {
+      storage_(backend != nullptr
+                   ? backend->Allocate(num_blocks * block_floats_)
+                   : new float[num_blocks * block_floats_]) {
   free_.reserve(num_blocks);
   // Hand out low-numbered blocks first.
   for (int64_t b = num_blocks - 1; b >= 0; --b)

@@ -17,9 +17,9 @@ unsigned GridFor(int64_t work) {
 }
 
 // Grid-stride loop over [0, n).
-#define FOR_EACH_INDEX(i, n)                                          \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x +   \
-                   threadIdx.x;                                       \
+#define FOR_EACH_INDEX(i, n)                                            \
+  for (int64_t i =                                                      \
+           static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
        i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -131,12 +131,12 @@ __global__ void AddScaledRowsKernel(const float* src, int64_t cols,
 }
 
 __global__ void AddSigmoidGatedKernel(const float* src, const float* x,
-                                      const float* gate, int64_t cols,
-                                      float* y) {
+                                      const float* gate, int64_t x_cols,
+                                      int64_t cols, float* y) {
   const int64_t t = blockIdx.x;
   float dot = 0.f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    dot += x[t * cols + c] * gate[c];
+  for (int64_t c = threadIdx.x; c < x_cols; c += blockDim.x) {
+    dot += x[t * x_cols + c] * gate[c];
   }
   const float g = 1.f / (1.f + expf(-BlockSum(dot)));
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -264,9 +264,8 @@ __global__ void AbsorbMlaQueriesKernel(const float* q, int64_t n,
 // One warp per (head, value dimension) and 8 tokens, lanes over the latent.
 __global__ void ExpandMlaValuesKernel(const float* attended, int64_t n,
                                       DeviceWeight kv_b, int64_t heads,
-                                      int64_t nope, int64_t v_dim,
-                                      int64_t lora, int64_t row,
-                                      float* values) {
+                                      int64_t nope, int64_t v_dim, int64_t lora,
+                                      int64_t row, float* values) {
   const int lane = threadIdx.x & 31;
   const int64_t out =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -285,7 +284,8 @@ __global__ void ExpandMlaValuesKernel(const float* attended, int64_t n,
 #pragma unroll
   for (int t = 0; t < kMlaTokens; ++t) {
     const float sum = WarpSum(acc[t]);
-    if (lane == 0 && t < tokens) values[((t0 + t) * heads + h) * v_dim + e] = sum;
+    if (lane == 0 && t < tokens)
+      values[((t0 + t) * heads + h) * v_dim + e] = sum;
   }
 }
 
@@ -295,8 +295,7 @@ cudaError_t LaunchAttentionWith(const AttentionParams& p, cudaStream_t stream) {
       (p.head_dim * (1 + kAttentionWarps) + 2 * kAttentionWarps) *
       sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads));
-  AttentionKernel<kPerLane>
-      <<<grid, kAttentionWarps * 32, shared, stream>>>(p);
+  AttentionKernel<kPerLane><<<grid, kAttentionWarps * 32, shared, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -381,11 +380,11 @@ cudaError_t LaunchAddScaledRows(const float* d_src, int64_t cols,
 
 cudaError_t LaunchAddSigmoidGated(const float* d_src, const float* d_x,
                                   const float* d_gate, int64_t rows,
-                                  int64_t cols, float* d_y,
+                                  int64_t x_cols, int64_t cols, float* d_y,
                                   cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   AddSigmoidGatedKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      d_src, d_x, d_gate, cols, d_y);
+      d_src, d_x, d_gate, x_cols, cols, d_y);
   return cudaGetLastError();
 }
 

@@ -94,11 +94,11 @@ cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
 cudaError_t LaunchAddScaledRows(const float* d_src, int64_t cols,
                                 const int32_t* d_rows, const float* d_scales,
                                 int64_t n, float* d_y, cudaStream_t stream);
-// d_y[t] += sigmoid(d_x[t] · d_gate) * d_src[t] for t < rows ([rows,
-// cols] each, d_gate [cols]).
+// d_y[t] += sigmoid(d_x[t] · d_gate) * d_src[t] for t < rows (d_x [rows,
+// x_cols], d_gate [x_cols], d_src and d_y [rows, cols]).
 cudaError_t LaunchAddSigmoidGated(const float* d_src, const float* d_x,
                                   const float* d_gate, int64_t rows,
-                                  int64_t cols, float* d_y,
+                                  int64_t x_cols, int64_t cols, float* d_y,
                                   cudaStream_t stream);
 
 // Causal attention over a paged KV cache. Token i (of sequence

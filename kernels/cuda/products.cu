@@ -67,8 +67,7 @@ __global__ void FusedProductKernel(DeviceWeight w, const float* __restrict__ x,
 __global__ void DequantizeRowsKernel(DeviceWeight w, int64_t first_row,
                                      int64_t rows, float* __restrict__ out) {
   const int64_t total = rows * w.cols;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x +
-                   threadIdx.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = WeightAt(w, first_row + i / w.cols, i % w.cols);
   }
@@ -97,11 +96,11 @@ cudaError_t Sgemm(cublasHandle_t cublas, const float* a, int64_t rows,
                   int64_t cols, const float* x, int64_t n, float* y,
                   int64_t ldy) {
   const float one = 1.f, zero = 0.f;
-  const cublasStatus_t status = cublasSgemm(
-      cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-      static_cast<int>(n), static_cast<int>(cols), &one, a,
-      static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
-      static_cast<int>(ldy));
+  const cublasStatus_t status =
+      cublasSgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+                  static_cast<int>(n), static_cast<int>(cols), &one, a,
+                  static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
+                  static_cast<int>(ldy));
   return status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
@@ -136,8 +135,8 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
     return cudaErrorInvalidValue;
   }
   if (w.type == WeightType::kF32) {
-    return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols,
-                 d_x, n, d_y, w.rows);
+    return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols, d_x,
+                 n, d_y, w.rows);
   }
   const int64_t tile = TileRows(w);
   for (int64_t first = 0; first < w.rows; first += tile) {
@@ -146,8 +145,8 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
     DequantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
         w, first, rows, d_scratch);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    if (cudaError_t e = Sgemm(cublas, d_scratch, rows, w.cols, d_x, n,
-                              d_y + first, w.rows);
+    if (cudaError_t e =
+            Sgemm(cublas, d_scratch, rows, w.cols, d_x, n, d_y + first, w.rows);
         e != cudaSuccess) {
       return e;
     }

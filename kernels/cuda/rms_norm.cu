@@ -14,9 +14,10 @@ __inline__ __device__ float WarpSum(float v) {
 
 // One block per row; the sum of squares is reduced in float32 across the
 // block, so rows of any length (ragged, not multiples of 32) are handled.
-__global__ void RmsNormF32Kernel(const float* __restrict__ x,
-                                 const float* __restrict__ weight,
-                                 float* __restrict__ y, int cols, float eps) {
+// x and y may alias (in-place normalisation): neither is __restrict__.
+__global__ void RmsNormF32Kernel(const float* x,
+                                 const float* __restrict__ weight, float* y,
+                                 int cols, float eps) {
   const float* row_in = x + static_cast<size_t>(blockIdx.x) * cols;
   float* row_out = y + static_cast<size_t>(blockIdx.x) * cols;
   float sum = 0.f;

@@ -36,8 +36,7 @@ __device__ __forceinline__ float E2m1(uint32_t code) {
   // in local memory.
   const uint32_t e = (code >> 1) & 3, m = code & 1;
   const float magnitude =
-      e == 0 ? 0.5f * m
-             : __int_as_float((e + 126) << 23) * (1.f + 0.5f * m);
+      e == 0 ? 0.5f * m : __int_as_float((e + 126) << 23) * (1.f + 0.5f * m);
   return (code & 8) ? -magnitude : magnitude;
 }
 
@@ -63,8 +62,8 @@ __device__ __forceinline__ float ScaleAt(const DeviceWeight& w, int64_t r,
       return w.block_scales[(r / w.block_rows) * blocks + c / w.block_cols];
     }
     case WeightType::kMxfp4: {
-      const int64_t blocks = (w.cols + kernels::kMxfp4Block - 1) /
-                             kernels::kMxfp4Block;
+      const int64_t blocks =
+          (w.cols + kernels::kMxfp4Block - 1) / kernels::kMxfp4Block;
       return E8m0(w.exponents[r * blocks + c / kernels::kMxfp4Block]);
     }
     default:
@@ -84,8 +83,7 @@ __device__ __forceinline__ float WeightAt(const DeviceWeight& w, int64_t r,
     case WeightType::kF16:
       return F16Bits(reinterpret_cast<const uint16_t*>(row)[c]);
     case WeightType::kInt8:
-      return static_cast<float>(static_cast<int8_t>(row[c])) *
-             ScaleAt(w, r, c);
+      return static_cast<float>(static_cast<int8_t>(row[c])) * ScaleAt(w, r, c);
     case WeightType::kInt4: {
       const uint32_t nibble = (row[c / 2] >> ((c & 1) * 4)) & 15;
       return static_cast<float>(static_cast<int32_t>(nibble) - 8) *

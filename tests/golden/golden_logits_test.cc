@@ -58,8 +58,8 @@ class GoldenModelTest : public ::testing::TestWithParam<std::string> {
       ASSERT_TRUE(uploaded.ok()) << uploaded.status();
       weights_ = std::move(*uploaded);
     }
-    runner_ = std::make_unique<runtime::ModelRunner>(spec_, weights_,
-                                                     backend_.get());
+    runner_ =
+        std::make_unique<runtime::ModelRunner>(spec_, weights_, backend_.get());
 
     auto golden =
         checkpoint::SafetensorsFile::Open(dir_ + "/golden.safetensors");
