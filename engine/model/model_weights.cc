@@ -567,6 +567,15 @@ absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
       RETURN_IF_ERROR(up.Vec(v, name));
     }
     RETURN_IF_ERROR(up.Matrix(&layer.router, name + " router"));
+    // Routing reads the selection bias on the host: the copy keeps its own,
+    // so it outlives `host`.
+    if (!layer.expert_score_bias.empty()) {
+      const size_t bytes = layer.expert_score_bias.size * sizeof(float);
+      auto copy = std::make_unique<uint8_t[]>(bytes);
+      std::memcpy(copy.get(), layer.expert_score_bias.data, bytes);
+      layer.expert_score_bias.data = reinterpret_cast<const float*>(copy.get());
+      device.owned.push_back(std::move(copy));
+    }
     for (size_t e = 0; e < layer.experts.size(); ++e) {
       RETURN_IF_ERROR(
           up.Mlp(&layer.experts[e], absl::StrCat(name, " expert ", e)));

@@ -120,7 +120,8 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
 // A copy of `host` whose matrices and vectors lie in `backend`'s weight
 // memory, uploaded there (the backend owns the copies; a matrix shared by
 // two fields, such as a tied lm_head, is uploaded once). The experts'
-// selection biases stay in host memory, where routing reads them. Fails,
+// selection biases stay in host memory, where routing reads them, copied:
+// the result does not depend on `host` staying alive. Fails,
 // naming what did not fit, when the backend has no room.
 absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
                                            backend::Backend& backend);

@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "base/status_macros.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/backend/host_weight.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -349,6 +350,32 @@ TEST(ModelWeightsTest, ConvertsLmHeadOnlyWhenAsked) {
     EXPECT_EQ(weights->embed_tokens.type, stored);
     EXPECT_EQ(weights->layers[0].q.type, stored);
   }
+}
+
+TEST(ModelWeightsTest, UploadedSelectionBiasesOutliveTheHostWeights) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  auto host = BindDir("tests/testdata/moe-tiny/deepseek_v3", &checkpoint);
+  ASSERT_TRUE(host.ok()) << host.status();
+  std::vector<std::vector<float>> want;
+  for (const LayerWeights& layer : host->layers) {
+    const Vector& bias = layer.expert_score_bias;
+    want.emplace_back(bias.data, bias.data + bias.size);
+  }
+  backend::CpuBackend cpu(/*pool=*/nullptr);
+  auto uploaded = UploadWeights(*host, cpu);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  // The host's owned buffers (where bound vectors live) are freed; the
+  // checkpoint, which the CPU backend's matrices alias, stays.
+  *host = ModelWeights();
+  int biased_layers = 0;
+  for (size_t l = 0; l < uploaded->layers.size(); ++l) {
+    const Vector& bias = uploaded->layers[l].expert_score_bias;
+    ASSERT_EQ(bias.size, static_cast<int64_t>(want[l].size())) << l;
+    EXPECT_EQ(std::vector<float>(bias.data, bias.data + bias.size), want[l])
+        << "layer " << l;
+    biased_layers += bias.size > 0;
+  }
+  EXPECT_EQ(biased_layers, 2);
 }
 
 TEST(ModelWeightsTest, TiedEmbeddingFollowsLmHead) {
