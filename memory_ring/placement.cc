@@ -17,6 +17,13 @@ std::string PlacementPlan::Summary() const {
         "placement: all %d bytes resident (budget %s)", resident_bytes,
         budget_bytes ? absl::StrCat(budget_bytes) : "unlimited");
   }
+  if (num_slots == 0) {
+    return absl::StrFormat(
+        "placement: budget %d bytes: %d resident (%d experts), %d outside "
+        "(%d experts, not streamed)",
+        budget_bytes, resident_bytes, resident_experts, streamed_bytes,
+        streamed_experts);
+  }
   return absl::StrFormat(
       "placement: budget %d bytes: %d resident (%d experts), %d streamed (%d "
       "experts), ring %d slots x %d bytes (%d of a layer's %d experts each), "
@@ -50,7 +57,9 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
       input.section_experts > 0
           ? std::min(input.section_experts, plan.layer_experts)
           : std::min(1, plan.layer_experts);
-  const uint64_t smallest_slot = smallest_section * plan.expert_bytes;
+  const bool ring = input.num_slots > 0;
+  const uint64_t smallest_slot =
+      ring ? smallest_section * plan.expert_bytes : 0;
   plan.section_experts =
       input.section_experts > 0 ? smallest_section : plan.layer_experts;
   plan.slot_bytes = plan.section_experts * plan.expert_bytes;
@@ -59,6 +68,14 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
   if (input.budget_bytes == 0 ||
       (plan.resident_bytes <= input.budget_bytes && !input.force_streaming)) {
     return plan;
+  }
+  if (input.budget_bytes < minimum && !ring) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "memory budget of %d bytes is too small: %d bytes must stay resident "
+        "(embeddings, attention, norms, routers, shared experts); the "
+        "smallest budget that works is %d bytes (%.1f MiB)",
+        input.budget_bytes, input.always_resident_bytes, minimum,
+        minimum / 1048576.0));
   }
   if (input.budget_bytes < minimum) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -71,11 +88,13 @@ absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input) {
         minimum, minimum / 1048576.0));
   }
   const uint64_t available = input.budget_bytes - input.always_resident_bytes;
-  plan.num_slots = std::max(2, input.num_slots);
+  plan.num_slots = ring ? std::max(2, input.num_slots) : 0;
   while (plan.num_slots > 2 && available < plan.num_slots * smallest_slot) {
     --plan.num_slots;
   }
-  if (input.section_experts == 0 && plan.expert_bytes > 0) {
+  if (!ring) {
+    plan.section_experts = 0;
+  } else if (input.section_experts == 0 && plan.expert_bytes > 0) {
     const uint64_t fit = available / (plan.num_slots * plan.expert_bytes);
     uint64_t section = std::min<uint64_t>(plan.layer_experts, fit);
     if (input.expert_cache && section < plan.layer_experts) {

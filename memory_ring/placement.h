@@ -33,6 +33,9 @@ struct PlacementInput {
   int num_layers = 0;
   int experts_per_layer = 0;
   uint64_t budget_bytes = 0;  // 0: unlimited (everything resident)
+  // Ring slots; 0: none, for experts that do not fit and run elsewhere
+  // (the hybrid executor's CPU): they are not streamed, and the memory left
+  // holds resident experts (expert_cache must be false).
   int num_slots = 2;
   // Experts per section; 0: a whole layer where num_slots of them fit;
   // otherwise as many as fit, but with the expert cache on no more than
@@ -53,7 +56,7 @@ struct PlacementPlan {
   uint64_t resident_bytes = 0;  // always-resident + resident experts
   uint64_t streamed_bytes = 0;  // experts that live in the source tier
   uint64_t always_resident_bytes = 0;
-  int num_slots = 0;  // 0: nothing streams
+  int num_slots = 0;  // 0: no ring
   int section_experts =
       0;  // experts a slot holds (all of a layer's: 1 section)
   uint64_t slot_bytes = 0;      // section_experts x expert_bytes
@@ -66,7 +69,8 @@ struct PlacementPlan {
   int streamed_experts = 0;
   std::vector<std::vector<bool>> expert_resident;  // [layer][expert]
 
-  bool streams() const { return num_slots > 0; }
+  // Whether some experts live outside the compute tier.
+  bool streams() const { return streamed_experts > 0; }
   // One line for logs and GetModelInfo.
   std::string Summary() const;
 };

@@ -147,5 +147,38 @@ TEST(PlacementTest, ParsesByteSizes) {
   EXPECT_FALSE(ParseByteSize("-5MiB").ok());
 }
 
+TEST(PlacementTest, WithoutARingTheBudgetHoldsExpertsForGood) {
+  PlacementInput in;
+  in.always_resident_bytes = 1000;
+  in.num_layers = 2;
+  in.experts_per_layer = 4;
+  for (int l = 0; l < 2; ++l) {
+    for (int e = 0; e < 4; ++e) in.experts.push_back({l, e, 100});
+  }
+  in.num_slots = 0;
+  in.expert_cache = false;
+  in.budget_bytes = 1350;
+  auto plan = PlanPlacement(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->streams());
+  EXPECT_EQ(plan->num_slots, 0);
+  EXPECT_EQ(plan->slot_bytes, 0u);
+  EXPECT_EQ(plan->resident_experts, 3);
+  EXPECT_EQ(plan->streamed_experts, 5);
+  EXPECT_EQ(plan->resident_bytes, 1300u);
+  EXPECT_TRUE(plan->expert_resident[0][2]);
+  EXPECT_FALSE(plan->expert_resident[0][3]);
+  EXPECT_NE(plan->Summary().find("not streamed"), std::string::npos);
+  // Only what every token needs must fit.
+  in.budget_bytes = 1000;
+  EXPECT_TRUE(PlanPlacement(in).ok());
+  in.budget_bytes = 999;
+  const auto small = PlanPlacement(in);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("smallest budget that works is 1000"),
+            std::string::npos)
+      << small.status();
+}
+
 }  // namespace
 }  // namespace ringmoe::memory_ring

@@ -23,12 +23,15 @@ std::string RingStats::ToJson() const {
       "\"sections_loaded\": %d, \"prefetch_hits\": %d, \"prefetch_misses\": "
       "%d, "
       "\"cache_hits\": %d, \"cache_misses\": %d, \"cache_evictions\": %d, "
-      "\"load_errors\": %d}",
+      "\"load_errors\": %d, \"expert_runs_device\": %d, "
+      "\"expert_runs_cpu\": %d, \"expert_runs_streamed\": %d}",
       bytes_resident.load(), bytes_streamed.load(), bytes_moved.load(),
       bytes_disk_to_host.load(), bytes_host_to_device.load(),
       bytes_slot_to_cache.load(), stall_seconds(), sections_loaded.load(),
       prefetch_hits.load(), prefetch_misses.load(), cache_hits.load(),
-      cache_misses.load(), cache_evictions.load(), load_errors.load());
+      cache_misses.load(), cache_evictions.load(), load_errors.load(),
+      expert_runs_device.load(), expert_runs_cpu.load(),
+      expert_runs_streamed.load());
 }
 
 }  // namespace ringmoe::memory_ring

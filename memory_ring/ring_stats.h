@@ -27,6 +27,11 @@ struct RingStats {
   std::atomic<uint64_t> cache_misses{0};
   std::atomic<uint64_t> cache_evictions{0};
   std::atomic<uint64_t> load_errors{0};
+  // Routed experts run by a device backend's hybrid executor, by where:
+  // from device memory (resident or cached), on the CPU, streamed.
+  std::atomic<uint64_t> expert_runs_device{0};
+  std::atomic<uint64_t> expert_runs_cpu{0};
+  std::atomic<uint64_t> expert_runs_streamed{0};
 
   double stall_seconds() const { return stall_nanos.load() * 1e-9; }
 

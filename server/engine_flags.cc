@@ -10,8 +10,8 @@ ABSL_FLAG(std::string, model, "",
           "Hugging Face checkpoint directory (config.json, safetensors, "
           "tokenizer.json).");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where the model runs: cpu or cuda:N (every weight resident in the "
-          "GPU's memory; builds with CUDA only).");
+          "Where the model runs: cpu, cuda:N (builds with CUDA only) or "
+          "standin (a CPU-backed stand-in for a GPU, for tests).");
 ABSL_FLAG(int, threads, 0, "CPU threads for the engine; 0 = all cores.");
 ABSL_FLAG(std::string, weight_dtype, "auto",
           "Format of the MLP (expert) weights after loading: auto (as "
@@ -34,8 +34,16 @@ ABSL_FLAG(std::string, host_memory_budget, "",
           "no limit. Experts that do not fit stream from the checkpoint "
           "through the memory ring.");
 ABSL_FLAG(std::string, device_memory_budget, "",
-          "GPU memory for weights with --device=cuda:N, e.g. 40GiB; empty = "
-          "the device's. A model whose weights do not fit is refused.");
+          "GPU memory for weights, ring slots and expert cache with "
+          "--device=cuda:N, e.g. 40GiB; empty = the device's, every weight "
+          "resident. Routed experts that do not fit run hybrid: from the "
+          "GPU's cache, on the CPU or streamed to the GPU (--placement).");
+ABSL_FLAG(std::string, placement, "auto",
+          "With --device_memory_budget: where experts outside device memory "
+          "run: auto (per step and expert, by a cost model calibrated at "
+          "start-up), cpu (where their weights lie), stream (copied to the "
+          "GPU through the ring), gpu (none may be outside: refuse a budget "
+          "too small).");
 ABSL_FLAG(int, ring_slots, 3,
           "Memory ring: slots (K >= 2), each holding one section of a layer's "
           "streamed experts.");
@@ -65,12 +73,13 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   }
   options.device = absl::GetFlag(FLAGS_device);
   int device_index = 0;
-  if (options.device != "cpu" &&
+  if (options.device != "cpu" && options.device != "standin" &&
       !(absl::StartsWith(options.device, "cuda:") &&
         absl::SimpleAtoi(options.device.substr(5), &device_index) &&
         device_index >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--device=", options.device, ": expected cpu or cuda:N"));
+        absl::StrCat("--device=", options.device,
+                     ": expected cpu, cuda:N or standin"));
   }
   const bool on_device = options.device != "cpu";
   if (absl::GetFlag(FLAGS_threads) < 0) {
@@ -102,6 +111,13 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight_group_size=", conversion.group_size, ": expected 32 or 64"));
   }
+  absl::StatusOr<runtime::PlacementMode> placement =
+      runtime::ParsePlacementMode(absl::GetFlag(FLAGS_placement));
+  if (!placement.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", placement.status().message()));
+  }
+  options.placement = *placement;
   runtime::StreamingOptions& ring = options.streaming;
   if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
       !budget.empty()) {

@@ -19,6 +19,7 @@ ABSL_DECLARE_FLAG(int64_t, kv_cache_tokens);
 ABSL_DECLARE_FLAG(int64_t, kv_block_size);
 ABSL_DECLARE_FLAG(std::string, host_memory_budget);
 ABSL_DECLARE_FLAG(std::string, device_memory_budget);
+ABSL_DECLARE_FLAG(std::string, placement);
 ABSL_DECLARE_FLAG(int, ring_slots);
 ABSL_DECLARE_FLAG(int, prefetch_depth);
 ABSL_DECLARE_FLAG(std::string, ring_mode);

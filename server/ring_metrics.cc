@@ -83,6 +83,17 @@ std::vector<prometheus::MetricFamily> RingMetrics::Collect() const {
              prometheus::MetricType::Gauge);
   AddValue(&streamed, stats_.bytes_streamed.load());
   families.push_back(std::move(streamed));
+  auto runs = Family(
+      "ringmoe_expert_runs_total",
+      "Routed experts a device's hybrid executor ran, by placement: gpu "
+      "(from device memory), cpu (where the weights lie), stream (copied "
+      "to the device).",
+      prometheus::MetricType::Counter);
+  AddValue(&runs, stats_.expert_runs_device.load(), {{"placement", "gpu"}});
+  AddValue(&runs, stats_.expert_runs_cpu.load(), {{"placement", "cpu"}});
+  AddValue(&runs, stats_.expert_runs_streamed.load(),
+           {{"placement", "stream"}});
+  families.push_back(std::move(runs));
   return families;
 }
 

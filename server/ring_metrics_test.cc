@@ -17,6 +17,8 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   stats.prefetch_hits = 3;
   stats.cache_evictions = 2;
   stats.bytes_resident = 12345;
+  stats.expert_runs_cpu = 5;
+  stats.expert_runs_streamed = 4;
   std::map<std::string, const prometheus::MetricFamily*> by_name;
   const auto families = metrics.Collect();
   for (const auto& f : families) by_name[f.name] = &f;
@@ -37,6 +39,13 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
             2);
   EXPECT_EQ(by_name.at("ringmoe_ring_resident_bytes")->metric[0].gauge.value,
             12345);
+  const auto* runs = by_name.at("ringmoe_expert_runs_total");
+  ASSERT_EQ(runs->metric.size(), 3u);
+  EXPECT_EQ(runs->metric[1].label[0].value, "cpu");
+  EXPECT_EQ(runs->metric[1].counter.value, 5);
+  EXPECT_EQ(runs->metric[2].label[0].value, "stream");
+  EXPECT_EQ(runs->metric[2].counter.value, 4);
+  EXPECT_EQ(runs->metric[0].counter.value, 0);
   for (const auto& [name, family] : by_name) {
     EXPECT_EQ(name.rfind("ringmoe_", 0), 0u);
     if (family->type == prometheus::MetricType::Counter) {

@@ -17,11 +17,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/weight.h"
 #include "engine/model/model_spec.h"
+#include "memory_ring/tier.h"
 
 namespace ringmoe::backend {
 
@@ -133,6 +135,22 @@ class Backend {
   // destroyed. Fails when the device has no room.
   virtual absl::StatusOr<Weight> Upload(const Weight& host) = 0;
   virtual absl::StatusOr<Vector> Upload(const Vector& host) = 0;
+
+  // Streaming weights into this backend's weight memory (the memory ring's
+  // compute tier), for a backend whose weights live apart from the host's:
+  // host memory the copy path reads fastest (pinned, for a GPU), and the
+  // copy path itself, reading `sources` (which must outlive it) on a copy
+  // engine of its own, ordered after this backend's compute by its fences.
+  // Slots it allocates count against the backend's weight budget where it
+  // keeps one. UNIMPLEMENTED for a backend that reads host memory.
+  virtual absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>
+  AllocateStreamingSource(size_t bytes) {
+    return absl::UnimplementedError(name() + " reads weights in host memory");
+  }
+  virtual absl::StatusOr<std::unique_ptr<memory_ring::Tier>>
+  CreateStreamingTier(std::vector<memory_ring::TierBuffer*> sources) {
+    return absl::UnimplementedError(name() + " reads weights in host memory");
+  }
 
   // Memory for n floats (uninitialised) and its release.
   virtual float* Allocate(int64_t n) = 0;

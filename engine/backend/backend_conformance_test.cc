@@ -1,6 +1,6 @@
 // Every Backend operation on every backend this build and machine offer
-// ("cpu", and "cuda:0" where a GPU is present in a CUDA build; skipped
-// elsewhere), against double-precision references on ragged shapes. The
+// ("cpu", the CPU-backed "standin" device, and "cuda:0" where a GPU is
+// present in a CUDA build; skipped elsewhere), against double-precision references on ragged shapes. The
 // tests go through the interface alone: tensors in the backend's memory
 // (written and read through CopyFromHost and CopyToHost), weights and
 // vectors uploaded, KV blocks pointing into a backend tensor, so the same
@@ -812,7 +812,7 @@ TEST_P(BackendConformanceTest, MlaAbsorbAndExpandMatchADoubleReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, BackendConformanceTest,
-                         ::testing::Values("cpu", "cuda:0"),
+                         ::testing::Values("cpu", "standin", "cuda:0"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), ':', '_');

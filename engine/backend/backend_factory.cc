@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/stand_in_device.h"
 #ifdef RINGMOE_CUDA
 #include "engine/backend/cuda_backend.h"
 #endif
@@ -13,11 +14,19 @@ namespace ringmoe::backend {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     absl::string_view device, ThreadPool* pool, int64_t device_weight_budget) {
   if (device == "cpu") return std::make_unique<CpuBackend>(pool);
+  if (device == "standin") {
+    StandInOptions options;
+    options.memory_budget = static_cast<uint64_t>(device_weight_budget);
+    // As many threads as the host's: kernels that split a product by
+    // thread count then sum as the CPU backend does, bit for bit.
+    options.threads = pool != nullptr ? pool->num_threads() : 1;
+    return std::make_unique<StandInDevice>(options);
+  }
   int index = -1;
   if (!absl::StartsWith(device, "cuda:") ||
       !absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device \"", device, "\": expected cpu or cuda:N"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device \"", device, "\": expected cpu, cuda:N or standin"));
   }
 #ifdef RINGMOE_CUDA
   return CudaBackend::Create(index, device_weight_budget);

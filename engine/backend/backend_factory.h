@@ -1,5 +1,5 @@
-// The backend a device name selects: the CPU, or a CUDA device in builds
-// that include CUDA.
+// The backend a device name selects: the CPU, a CUDA device in builds that
+// include CUDA, or the CPU-backed stand-in for one (tests).
 #ifndef RINGMOE_ENGINE_BACKEND_BACKEND_FACTORY_H_
 #define RINGMOE_ENGINE_BACKEND_BACKEND_FACTORY_H_
 
@@ -15,7 +15,9 @@ namespace ringmoe::backend {
 
 // "cpu": the CPU backend on `pool` (must outlive it); "cuda:N": CUDA device
 // N, its uploaded weights within `device_weight_budget` bytes (0: no
-// limit). INVALID_ARGUMENT for any other name, UNIMPLEMENTED for cuda:N in
+// limit); "standin": a StandInDevice of that budget with threads of its own,
+// as many as `pool` has (stand_in_device.h).
+// INVALID_ARGUMENT for any other name, UNIMPLEMENTED for cuda:N in
 // a build without CUDA, and the device's error when it cannot be used.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     absl::string_view device, ThreadPool* pool,

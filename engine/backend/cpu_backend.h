@@ -62,6 +62,9 @@ class CpuBackend : public Backend {
 
   ThreadPool* pool() const { return pool_; }
 
+ protected:
+  void set_pool(ThreadPool* pool) { pool_ = pool; }
+
  private:
   // Counts products of n rows against w.
   void CountProduct(const Weight& w, int64_t n);

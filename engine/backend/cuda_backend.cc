@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/rms_norm.h"
+#include "memory_ring/cuda_tier.h"
 
 namespace ringmoe::backend {
 namespace {
@@ -121,19 +122,16 @@ absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": ", what, " of ", bytes, " bytes has no data"));
   }
-  if (weight_budget_ > 0 && weight_bytes_ + bytes > weight_budget_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        name(), ": the weights need more than the device budget of ",
-        weight_budget_, " bytes (", weight_bytes_, " uploaded, ", what,
-        " needs ", bytes, " more)"));
-  }
+  RETURN_IF_ERROR(budget_.Take(bytes, what));
   Bind();
   void* device = nullptr;
   if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
     cudaGetLastError();  // not sticky: later allocations may succeed
+    budget_.Give(bytes);
     return absl::ResourceExhaustedError(absl::StrCat(
         name(), ": no room for ", bytes, " bytes of ", what, " (",
-        weight_bytes_, " bytes of weights uploaded): ", cudaGetErrorString(e)));
+        budget_.used(), " bytes of weights uploaded): ",
+        cudaGetErrorString(e)));
   }
   uploads_.push_back(device);
   if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
@@ -141,7 +139,6 @@ absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
     return absl::InternalError(
         absl::StrCat(name(), ": copying ", what, ": ", cudaGetErrorString(e)));
   }
-  weight_bytes_ += bytes;
   return device;
 }
 
@@ -190,6 +187,24 @@ float* CudaBackend::Allocate(int64_t n) {
 void CudaBackend::Free(float* data) {
   Bind();
   if (data != nullptr) Check(cudaFreeAsync(data, stream_), "cudaFreeAsync");
+}
+
+absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>
+CudaBackend::AllocateStreamingSource(size_t bytes) {
+  Bind();
+  ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::PinnedBuffer> pinned,
+                   memory_ring::PinnedBuffer::Create(bytes));
+  return std::unique_ptr<memory_ring::TierBuffer>(std::move(pinned));
+}
+
+absl::StatusOr<std::unique_ptr<memory_ring::Tier>>
+CudaBackend::CreateStreamingTier(
+    std::vector<memory_ring::TierBuffer*> sources) {
+  Bind();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<memory_ring::Tier> tier,
+      memory_ring::CreateCudaTier(std::move(sources), device_, stream_));
+  return memory_ring::WithBudget(std::move(tier), &budget_);
 }
 
 void* CudaBackend::StagePinned(const void* host, size_t bytes) {

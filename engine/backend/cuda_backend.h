@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "kernels/cuda/ops.h"
+#include "memory_ring/memory_budget.h"
 
 namespace ringmoe::backend {
 
@@ -73,12 +75,19 @@ class CudaBackend : public Backend {
                        const model::MlaSpec& mla, int64_t heads,
                        const Tensor& values) override;
 
-  // Bytes of device memory the uploaded weights hold.
-  int64_t weight_bytes() const { return weight_bytes_; }
+  absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>
+  AllocateStreamingSource(size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<memory_ring::Tier>> CreateStreamingTier(
+      std::vector<memory_ring::TierBuffer*> sources) override;
+
+  // Bytes of device memory the uploaded weights and ring buffers hold.
+  int64_t weight_bytes() const { return static_cast<int64_t>(budget_.used()); }
 
  private:
   CudaBackend(int device, int64_t weight_budget)
-      : device_(device), weight_budget_(weight_budget) {}
+      : device_(device),
+        budget_(absl::StrCat("cuda:", device),
+                static_cast<uint64_t>(weight_budget)) {}
 
   // Makes device_ current on the calling thread: steps may run on another
   // thread than the one that created the backend.
@@ -104,8 +113,7 @@ class CudaBackend : public Backend {
   void CountProduct(const Weight& w, int64_t n);
 
   int device_;
-  int64_t weight_budget_;
-  int64_t weight_bytes_ = 0;
+  memory_ring::MemoryBudget budget_;  // weights, ring slots, expert cache
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   Work* work_ = nullptr;

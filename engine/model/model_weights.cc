@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -497,6 +498,18 @@ std::vector<const Weight*> AttentionMatrices(const LayerWeights& layer) {
 
 namespace {
 
+// The layer's vectors the forward pass reads on the compute device (the
+// experts' selection bias is read by routing, on the host).
+std::vector<Vector*> LayerVectors(LayerWeights& layer) {
+  return {&layer.input_norm,   &layer.post_attention_norm,
+          &layer.q_bias,       &layer.k_bias,
+          &layer.v_bias,       &layer.o_bias,
+          &layer.q_norm,       &layer.k_norm,
+          &layer.sinks,        &layer.mla.q_a_norm,
+          &layer.mla.kv_a_norm, &layer.router_bias,
+          &layer.shared_expert_gate};
+}
+
 // Uploads every bound tensor in place, each distinct host matrix once.
 class Uploader {
  public:
@@ -542,8 +555,9 @@ class Uploader {
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
-                                           backend::Backend& backend) {
+absl::StatusOr<ModelWeights> UploadWeights(
+    const ModelWeights& host, backend::Backend& backend,
+    const std::vector<std::vector<bool>>* expert_on_device) {
   ModelWeights device;
   device.embed_tokens = host.embed_tokens;
   device.lm_head = host.lm_head;
@@ -559,13 +573,7 @@ absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
     for (Weight* m : AttentionMatrices(&layer)) {
       RETURN_IF_ERROR(up.Matrix(m, name + " attention"));
     }
-    for (Vector* v : {&layer.input_norm, &layer.post_attention_norm,
-                      &layer.q_bias, &layer.k_bias, &layer.v_bias,
-                      &layer.o_bias, &layer.q_norm, &layer.k_norm, &layer.sinks,
-                      &layer.mla.q_a_norm, &layer.mla.kv_a_norm,
-                      &layer.router_bias, &layer.shared_expert_gate}) {
-      RETURN_IF_ERROR(up.Vec(v, name));
-    }
+    for (Vector* v : LayerVectors(layer)) RETURN_IF_ERROR(up.Vec(v, name));
     RETURN_IF_ERROR(up.Matrix(&layer.router, name + " router"));
     // Routing reads the selection bias on the host: the copy keeps its own,
     // so it outlives `host`.
@@ -577,6 +585,7 @@ absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
       device.owned.push_back(std::move(copy));
     }
     for (size_t e = 0; e < layer.experts.size(); ++e) {
+      if (expert_on_device != nullptr && !(*expert_on_device)[l][e]) continue;
       RETURN_IF_ERROR(
           up.Mlp(&layer.experts[e], absl::StrCat(name, " expert ", e)));
     }
@@ -588,6 +597,31 @@ absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
     }
   }
   return device;
+}
+
+uint64_t NonExpertBytes(const ModelWeights& weights) {
+  absl::flat_hash_set<const void*> seen;
+  uint64_t bytes = 0;
+  auto matrix = [&](const Weight& w) {
+    if (!w.empty() && seen.insert(w.data).second) bytes += StoredBytes(w);
+  };
+  auto vec = [&](const Vector& v) { bytes += v.size * sizeof(float); };
+  auto mlp = [&](const MlpWeights& m) {
+    for (const Weight* w : {&m.gate, &m.up, &m.gate_up, &m.down}) matrix(*w);
+    vec(m.gate_up_bias);
+    vec(m.down_bias);
+  };
+  matrix(weights.embed_tokens);
+  matrix(weights.lm_head);
+  vec(weights.final_norm);
+  for (const LayerWeights& layer : weights.layers) {
+    for (const Weight* m : AttentionMatrices(layer)) matrix(*m);
+    for (Vector* v : LayerVectors(const_cast<LayerWeights&>(layer))) vec(*v);
+    matrix(layer.router);
+    if (layer.has_shared_expert) mlp(layer.shared_expert);
+    if (!layer.is_moe) mlp(layer.dense_mlp);
+  }
+  return bytes;
 }
 
 absl::Status ConvertWeights(const WeightConversion& conversion,

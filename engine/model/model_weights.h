@@ -121,10 +121,16 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
 // memory, uploaded there (the backend owns the copies; a matrix shared by
 // two fields, such as a tied lm_head, is uploaded once). The experts'
 // selection biases stay in host memory, where routing reads them, copied:
-// the result does not depend on `host` staying alive. Fails,
+// the result does not depend on `host` staying alive. With
+// `expert_on_device` ([layer][expert]), the routed experts it marks false
+// keep their host views (an expert executor runs them elsewhere). Fails,
 // naming what did not fit, when the backend has no room.
-absl::StatusOr<ModelWeights> UploadWeights(const ModelWeights& host,
-                                           backend::Backend& backend);
+absl::StatusOr<ModelWeights> UploadWeights(
+    const ModelWeights& host, backend::Backend& backend,
+    const std::vector<std::vector<bool>>* expert_on_device = nullptr);
+
+// Bytes UploadWeights moves for everything but the routed experts.
+uint64_t NonExpertBytes(const ModelWeights& weights);
 
 // Maps in now every page of the matrices a step reads whole (all but the
 // embedding table, of which a step reads one row per token), so that no

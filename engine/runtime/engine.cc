@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/backend/backend_factory.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
 
@@ -43,32 +44,63 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   if (on_device && options.streaming.memory_budget > 0) {
     return absl::UnimplementedError(absl::StrCat(
         options.device,
-        ": streaming experts through the memory ring runs on the CPU only "
-        "so far; on a device every weight is resident"));
+        ": --host_memory_budget (experts streamed from disk) runs on the CPU "
+        "only so far; on a device, experts outside its memory are kept in "
+        "host RAM"));
   }
-  ASSIGN_OR_RETURN(
-      engine->streamed_experts_,
-      StreamedExperts::Create(engine->spec_, *engine->checkpoint_,
-                              &engine->weights_, options.streaming,
-                              &engine->ring_stats_, &engine->placement_));
-  if (options.streaming.memory_budget > 0) {
-    std::fprintf(stderr, "ringmoe: %s\n", engine->placement_.Summary().c_str());
-  } else if (!on_device) {
-    model::PrefaultWeights(engine->weights_);
+  if (!on_device && options.placement != PlacementMode::kAuto) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--placement ", PlacementModeName(options.placement),
+        " places experts relative to a device (--device cuda:N)"));
+  }
+  if (on_device && options.device_memory_budget == 0 &&
+      (options.placement == PlacementMode::kCpu ||
+       options.placement == PlacementMode::kStream)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--placement ", PlacementModeName(options.placement),
+        " needs --device_memory_budget: without one every expert is resident "
+        "on the device"));
   }
   if (options.count_expert_tokens) {
     engine->expert_usage_ = std::make_unique<moe::ExpertUsage>(
         static_cast<int>(engine->spec_.num_layers),
         static_cast<int>(engine->spec_.num_experts));
   }
+  moe::ExpertExecutor* experts = nullptr;
   if (on_device) {
-    ASSIGN_OR_RETURN(engine->device_weights_,
-                     model::UploadWeights(engine->weights_, *engine->backend_));
+    engine->host_backend_ =
+        std::make_unique<backend::CpuBackend>(engine->pool_.get());
+    HybridOptions hybrid;
+    hybrid.mode = options.placement;
+    hybrid.device_budget = static_cast<uint64_t>(options.device_memory_budget);
+    hybrid.num_slots = options.streaming.num_slots;
+    hybrid.prefetch_depth = options.streaming.prefetch_depth;
+    hybrid.costs = options.placement_costs;
+    ASSIGN_OR_RETURN(
+        engine->hybrid_experts_,
+        HybridExperts::Create(engine->spec_, engine->weights_,
+                              engine->backend_.get(),
+                              engine->host_backend_.get(), hybrid,
+                              &engine->ring_stats_, &engine->placement_,
+                              &engine->device_weights_));
+    experts = engine->hybrid_experts_.get();
+  } else {
+    ASSIGN_OR_RETURN(
+        engine->streamed_experts_,
+        StreamedExperts::Create(engine->spec_, *engine->checkpoint_,
+                                &engine->weights_, options.streaming,
+                                &engine->ring_stats_, &engine->placement_));
+    if (options.streaming.memory_budget > 0) {
+      std::fprintf(stderr, "ringmoe: %s\n",
+                   engine->placement_.Summary().c_str());
+    } else {
+      model::PrefaultWeights(engine->weights_);
+    }
+    experts = engine->streamed_experts_.get();
   }
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
-      engine->backend_.get(), engine->streamed_experts_.get(),
-      engine->expert_usage_.get());
+      engine->backend_.get(), experts, engine->expert_usage_.get());
   const int64_t block = std::max<int64_t>(1, options.kv_block_size);
   const int64_t tokens =
       options.kv_cache_tokens > 0

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "engine/moe/expert_usage.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/hybrid_experts.h"
+#include "engine/runtime/placement_policy.h"
 #include "engine/runtime/streamed_experts.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "memory_ring/placement.h"
@@ -33,12 +36,17 @@ struct EngineOptions {
   // full-length sequence), at least 4096.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_size = 16;
-  // Where the forward pass runs: "cpu" or "cuda:N" (backend_factory.h).
+  // Where the forward pass runs: "cpu", "cuda:N" or "standin"
+  // (backend_factory.h).
   std::string device = "cpu";
-  // With a CUDA device: the most device memory the weights may take (0: as
-  // much as the device has). Every weight is resident on the device; a
-  // model that does not fit is refused.
+  // With a device: the most device memory the weights, ring slots and
+  // expert cache may take (0: as much as the device has, every weight
+  // resident). Routed experts that do not fit run hybrid (HybridExperts).
   int64_t device_memory_budget = 0;
+  // With a device budget: where experts outside device memory run.
+  PlacementMode placement = PlacementMode::kAuto;
+  // Path costs for the placement policy; measured at start-up when absent.
+  std::optional<PathCosts> placement_costs;
   // Threads for the forward pass, the caller's included; 0 = all cores.
   int threads = 0;
   // Conversion (quantization) of the weights on load.
@@ -98,6 +106,9 @@ class Engine {
   memory_ring::RingStats ring_stats_;
   memory_ring::PlacementPlan placement_;
   std::unique_ptr<StreamedExperts> streamed_experts_;
+  // On a device: the CPU that runs experts outside device memory.
+  std::unique_ptr<backend::Backend> host_backend_;
+  std::unique_ptr<HybridExperts> hybrid_experts_;
   std::unique_ptr<moe::ExpertUsage> expert_usage_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;

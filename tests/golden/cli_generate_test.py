@@ -116,8 +116,8 @@ def main():
         failures += 1
     # Devices: a malformed name, and cuda:N where it cannot run (here: no GPU
     # or no CUDA in the build; with a GPU, an index past the last device).
-    for device, expected in [("gpu", "expected cpu or cuda:N"),
-                             ("cuda:-1", "expected cpu or cuda:N"),
+    for device, expected in [("gpu", "expected cpu, cuda:N or standin"),
+                             ("cuda:-1", "expected cpu, cuda:N or standin"),
                              ("cuda:99", "cuda:99")]:
         bad = subprocess.run([RINGMOE, "generate", "--model", ADDER, "--device", device,
                               "--prompt", "1+1=", "--max_tokens", "2"],

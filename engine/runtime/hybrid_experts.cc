@@ -1,0 +1,370 @@
+#include "engine/runtime/hybrid_experts.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/model/packed_mlp.h"
+
+namespace ringmoe::runtime {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
+}
+
+// The fastest of `reps` runs of `fn`, in seconds.
+template <typename Fn>
+double FastestOf(int reps, Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, SecondsSince(start));
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
+    const model::ModelSpec& spec, const model::ModelWeights& host_weights,
+    backend::Backend* device, backend::Backend* host,
+    const HybridOptions& options, memory_ring::RingStats* stats,
+    memory_ring::PlacementPlan* plan, model::ModelWeights* device_weights) {
+  std::unique_ptr<HybridExperts> h(new HybridExperts(spec, host_weights));
+  h->device_ = device;
+  h->host_ = host;
+  h->options_ = options;
+  h->stats_ = stats;
+  const int num_layers = static_cast<int>(spec.num_layers);
+  const int num_experts = static_cast<int>(spec.num_experts);
+
+  memory_ring::PlacementInput input;
+  input.always_resident_bytes = model::NonExpertBytes(host_weights);
+  input.num_layers = num_layers;
+  input.experts_per_layer = num_experts;
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec.layer_is_moe[l]) continue;
+    for (const model::MlpWeights& e : host_weights.layers[l].experts) {
+      h->expert_stride_ = std::max(h->expert_stride_, model::PackedMlpBytes(e));
+    }
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec.layer_is_moe[l]) continue;
+    for (int e = 0; e < num_experts; ++e) {
+      input.experts.push_back({l, e, h->expert_stride_});
+    }
+  }
+  input.budget_bytes = options.device_budget;
+  // Under --placement cpu nothing streams: no ring, and what the budget
+  // leaves holds experts for good rather than a cache fed by streaming.
+  input.num_slots =
+      options.mode == PlacementMode::kCpu ? 0 : options.num_slots;
+  input.experts_per_token = static_cast<int>(spec.experts_per_token);
+  input.expert_cache = options.mode != PlacementMode::kCpu;
+  input.force_streaming = options.mode == PlacementMode::kCpu ||
+                          options.mode == PlacementMode::kStream;
+  ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
+  if (options.mode == PlacementMode::kGpu && plan->streams()) {
+    const uint64_t all = input.always_resident_bytes +
+                         input.experts.size() * h->expert_stride_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--placement gpu keeps every expert in device memory: ", all,
+        " bytes, more than the device memory budget of ",
+        options.device_budget, " bytes"));
+  }
+  if (!plan->streams()) {
+    ASSIGN_OR_RETURN(*device_weights,
+                     model::UploadWeights(host_weights, *device));
+    return std::unique_ptr<HybridExperts>();
+  }
+  h->on_device_ = plan->expert_resident;
+  ASSIGN_OR_RETURN(*device_weights, model::UploadWeights(host_weights, *device,
+                                                         &h->on_device_));
+  h->device_weights_ = device_weights;
+  stats->bytes_resident = plan->resident_bytes;
+  stats->bytes_streamed = plan->streamed_bytes;
+
+  // Each layer's experts outside device memory, packed one after another.
+  h->source_of_.assign(num_layers, -1);
+  h->host_offset_.assign(num_layers, std::vector<uint64_t>(num_experts, 0));
+  std::vector<memory_ring::TierBuffer*> sources;
+  std::pair<int, int> sample{-1, -1};
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec.layer_is_moe[l]) continue;
+    uint64_t offset = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      if (h->on_device_[l][e]) continue;
+      h->host_offset_[l][e] = offset;
+      offset += h->expert_stride_;
+      if (sample.first < 0) sample = {l, e};
+    }
+    if (offset == 0) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> source,
+                     device->AllocateStreamingSource(offset));
+    for (int e = 0; e < num_experts; ++e) {
+      if (h->on_device_[l][e]) continue;
+      model::PackMlp(host_weights.layers[l].experts[e],
+                     source->data() + h->host_offset_[l][e]);
+    }
+    h->source_of_[l] = static_cast<int>(sources.size());
+    sources.push_back(source.get());
+    h->sources_.push_back(std::move(source));
+  }
+  ASSIGN_OR_RETURN(h->tier_, device->CreateStreamingTier(sources));
+  PathCosts costs;
+  if (options.costs) {
+    costs = *options.costs;
+  } else {
+    ASSIGN_OR_RETURN(costs, h->Calibrate(sample.first, sample.second));
+  }
+  h->policy_ = std::make_unique<PlacementPolicy>(costs, h->expert_stride_);
+  if (options.mode != PlacementMode::kCpu) {
+    const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
+    h->section_experts_ = plan->section_experts;
+    ASSIGN_OR_RETURN(h->ring_, memory_ring::SectionRing::Create(
+                                   h->tier_.get(), plan->slot_bytes,
+                                   {plan->num_slots, depth}, stats));
+    if (plan->cache_bytes >= h->expert_stride_) {
+      ASSIGN_OR_RETURN(h->cache_, memory_ring::ExpertCache::Create(
+                                      h->tier_.get(), plan->cache_bytes,
+                                      h->expert_stride_, stats));
+    }
+  }
+  std::fprintf(stderr,
+               "ringmoe: %s\nringmoe: hybrid experts (--placement %s): %s\n",
+               plan->Summary().c_str(),
+               std::string(PlacementModeName(options.mode)).c_str(),
+               h->policy_->Describe().c_str());
+  return h;
+}
+
+HybridExperts::~HybridExperts() {
+  // The ring waits for loads in flight before the tier goes away.
+  ring_.reset();
+  cache_.reset();
+}
+
+absl::StatusOr<PathCosts> HybridExperts::Calibrate(int layer, int expert) {
+  const model::MlpWeights& stored = host_weights_.layers[layer].experts[expert];
+  const int64_t hidden = spec_.hidden_size;
+  constexpr int64_t kMany = 16;
+  constexpr int kReps = 3;
+  PathCosts costs;
+  // The CPU on host tensors, from the packed copy.
+  const model::MlpWeights on_host = model::PackedMlpView(
+      stored, PackedOnHost(layer, expert), backend::MemorySpace::kHost);
+  std::vector<float> x(kMany * hidden, 0.01f), out(kMany * hidden);
+  auto cpu = [&](int64_t n) {
+    const backend::MlpTask task{&on_host, {x.data(), n, hidden},
+                                {out.data(), n, hidden}};
+    return FastestOf(kReps, [&] { host_->RunMlps({&task, 1}); });
+  };
+  const double cpu_one = cpu(1), cpu_many = cpu(kMany);
+  costs.cpu_seconds_per_token =
+      std::max(0.0, (cpu_many - cpu_one) / (kMany - 1));
+  costs.cpu_seconds_fixed = std::max(0.0, cpu_one - costs.cpu_seconds_per_token);
+
+  // One copy over the streaming path into a buffer of the device's.
+  ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> slot,
+                   tier_->Allocate(expert_stride_));
+  const double copy = FastestOf(kReps, [&] {
+    std::promise<absl::Status> done;
+    tier_->CopyAsync({{source_of_[layer], host_offset_[layer][expert],
+                       expert_stride_, 0}},
+                     slot->data(), tier_->RecordComputeFence(),
+                     [&](absl::Status s) { done.set_value(std::move(s)); });
+    done.get_future().get().IgnoreError();
+  });
+  costs.copy_bytes_per_second = expert_stride_ / std::max(copy, 1e-9);
+  const model::MlpWeights on_device = model::PackedMlpView(
+      stored, slot->data(), device_->weight_memory());
+  const backend::Backend::Buffer dx = device_->NewTensor(kMany, hidden);
+  const backend::Backend::Buffer dout = device_->NewTensor(kMany, hidden);
+  device_->CopyFromHost(x.data(), dx);
+  auto on_gpu = [&](int64_t n) {
+    const backend::MlpTask task{&on_device, dx.tensor().Rows(0, n),
+                                dout.tensor().Rows(0, n)};
+    return FastestOf(kReps, [&] {
+      device_->RunMlps({&task, 1});
+      device_->Synchronize();
+    });
+  };
+  const double gpu_one = on_gpu(1), gpu_many = on_gpu(kMany);
+  costs.device_seconds_per_token =
+      std::max(0.0, (gpu_many - gpu_one) / (kMany - 1));
+  costs.device_seconds_fixed =
+      std::max(0.0, gpu_one - costs.device_seconds_per_token);
+  RETURN_IF_ERROR(device_->TakeError());
+  return costs;
+}
+
+void HybridExperts::BeginStep(int64_t) { failed_ = false; }
+
+absl::Status HybridExperts::Run(int layer,
+                                absl::Span<const moe::ExpertTask> tasks,
+                                absl::Span<const backend::MlpTask> alongside,
+                                backend::Backend& backend) {
+  std::vector<backend::MlpTask> now(alongside.begin(), alongside.end());
+  std::vector<model::MlpWeights> cached(tasks.size());
+  std::vector<const moe::ExpertTask*> outside;
+  std::vector<int64_t> tokens;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const moe::ExpertTask& t = tasks[i];
+    const model::MlpWeights& stored =
+        host_weights_.layers[layer].experts[t.expert];
+    if (on_device_[layer][t.expert]) {
+      now.push_back(
+          {&device_weights_->layers[layer].experts[t.expert], t.x, t.out});
+    } else if (const uint8_t* in_cache =
+                   cache_ ? cache_->Lookup(CacheKey(layer, t.expert))
+                          : nullptr) {
+      cached[i] =
+          model::PackedMlpView(stored, in_cache, backend.weight_memory());
+      now.push_back({&cached[i], t.x, t.out});
+    } else {
+      outside.push_back(&t);
+      tokens.push_back(t.x.rows);
+    }
+  }
+  stats_->expert_runs_device += tasks.size() - outside.size();
+
+  std::vector<ExpertPlace> places;
+  switch (options_.mode) {
+    case PlacementMode::kCpu:
+      places.assign(outside.size(), ExpertPlace::kCpu);
+      break;
+    case PlacementMode::kStream:
+    case PlacementMode::kGpu:
+      places.assign(outside.size(), ExpertPlace::kStream);
+      break;
+    case PlacementMode::kAuto:
+      places = policy_->Plan(tokens);
+      break;
+  }
+  std::vector<const moe::ExpertTask*> on_cpu, streamed;
+  double cpu_predicted = 0, stream_predicted = 0;
+  for (size_t i = 0; i < outside.size(); ++i) {
+    if (places[i] == ExpertPlace::kCpu) {
+      on_cpu.push_back(outside[i]);
+      cpu_predicted += policy_->CpuSeconds(tokens[i]);
+    } else {
+      streamed.push_back(outside[i]);
+      stream_predicted += policy_->StreamSeconds(tokens[i]);
+    }
+  }
+  stats_->expert_runs_cpu += on_cpu.size();
+  stats_->expert_runs_streamed += streamed.size();
+
+  // The CPU experts' rows come down first (this waits for the device to
+  // produce them); the CPU then runs them while the device runs the rest.
+  const int64_t hidden = spec_.hidden_size;
+  int64_t cpu_rows = 0;
+  for (const moe::ExpertTask* t : on_cpu) cpu_rows += t->x.rows;
+  std::vector<float> x_host(cpu_rows * hidden), out_host(cpu_rows * hidden);
+  std::vector<model::MlpWeights> host_views(on_cpu.size());
+  std::vector<backend::MlpTask> host_tasks;
+  int64_t row = 0;
+  for (size_t i = 0; i < on_cpu.size(); ++i) {
+    const moe::ExpertTask& t = *on_cpu[i];
+    backend.CopyToHost(t.x, x_host.data() + row * hidden);
+    host_views[i] = model::PackedMlpView(
+        host_weights_.layers[layer].experts[t.expert],
+        PackedOnHost(layer, t.expert), backend::MemorySpace::kHost);
+    host_tasks.push_back({&host_views[i],
+                          {x_host.data() + row * hidden, t.x.rows, hidden},
+                          {out_host.data() + row * hidden, t.x.rows, hidden}});
+    row += t.x.rows;
+  }
+  double cpu_seconds = 0;
+  std::thread cpu_path;
+  if (!host_tasks.empty()) {
+    cpu_path = std::thread([&] {
+      const auto start = std::chrono::steady_clock::now();
+      host_->RunMlps(host_tasks);
+      cpu_seconds = SecondsSince(start);
+    });
+  }
+  backend.RunMlps(now);
+  const auto stream_start = std::chrono::steady_clock::now();
+  absl::Status status = RunStreamed(layer, streamed, backend);
+  const double stream_seconds = SecondsSince(stream_start);
+  if (cpu_path.joinable()) cpu_path.join();
+  row = 0;
+  for (const moe::ExpertTask* t : on_cpu) {
+    backend.CopyFromHost(out_host.data() + row * hidden, t->out);
+    row += t->x.rows;
+  }
+  if (!status.ok()) {
+    failed_ = true;
+    return absl::Status(status.code(),
+                        absl::StrCat("streaming the experts of layer ", layer,
+                                     ": ", status.message()));
+  }
+  if (options_.mode == PlacementMode::kAuto) {
+    policy_->Observe(ExpertPlace::kCpu, cpu_predicted, cpu_seconds);
+    policy_->Observe(ExpertPlace::kStream, stream_predicted, stream_seconds);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HybridExperts::RunStreamed(
+    int layer, absl::Span<const moe::ExpertTask* const> tasks,
+    backend::Backend& backend) {
+  // Every section is scheduled before the first is waited for, so the
+  // ring fills the next slots while a slot computes.
+  std::vector<memory_ring::SectionRing::Ticket> tickets;
+  for (size_t first = 0; first < tasks.size(); first += section_experts_) {
+    std::vector<memory_ring::CopyPiece> pieces;
+    for (size_t i = first;
+         i < std::min(tasks.size(), first + section_experts_); ++i) {
+      pieces.push_back({source_of_[layer],
+                        host_offset_[layer][tasks[i]->expert], expert_stride_,
+                        (i - first) * expert_stride_});
+    }
+    tickets.push_back(ring_->Enqueue(std::move(pieces)));
+  }
+  std::vector<model::MlpWeights> views(section_experts_);
+  for (size_t s = 0; s < tickets.size(); ++s) {
+    ASSIGN_OR_RETURN(uint8_t * slot, ring_->Acquire(tickets[s]));
+    std::vector<backend::MlpTask> mlps;
+    const size_t first = s * section_experts_;
+    const size_t count = std::min(tasks.size() - first, section_experts_);
+    for (size_t i = 0; i < count; ++i) {
+      const moe::ExpertTask& t = *tasks[first + i];
+      views[i] = model::PackedMlpView(
+          host_weights_.layers[layer].experts[t.expert],
+          slot + i * expert_stride_, backend.weight_memory());
+      mlps.push_back({&views[i], t.x, t.out});
+    }
+    backend.RunMlps(mlps);
+    if (cache_) {
+      // A failed copy into the cache only costs a later transfer.
+      for (size_t i = 0; i < count; ++i) {
+        cache_
+            ->Offer(CacheKey(layer, tasks[first + i]->expert),
+                    slot + i * expert_stride_, expert_stride_)
+            .IgnoreError();
+      }
+    }
+    ring_->Release(tickets[s]);
+  }
+  return absl::OkStatus();
+}
+
+void HybridExperts::EndStep() {
+  // Sections scheduled but never used (a failed step): drop them all.
+  if (failed_ && ring_) ring_->Reset();
+  failed_ = false;
+}
+
+}  // namespace ringmoe::runtime
