@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/rms_norm.h"
 #include "memory_ring/cuda_tier.h"
 
@@ -62,10 +63,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   }
   // Pedantic math: float32 products stay float32 (no TF32 tensor-core
   // rounding, which would move routers' scores enough to flip experts).
-  if (cublasCreate(&backend->cublas_) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetStream(backend->cublas_, backend->stream_) !=
+  std::string cublas_error;
+  const cuda::Cublas* cublas = cuda::LoadCublas(&cublas_error);
+  if (cublas == nullptr) return fail("cuBLAS", cublas_error);
+  if (cublas->create(&backend->cublas_) != CUBLAS_STATUS_SUCCESS ||
+      cublas->set_stream(backend->cublas_, backend->stream_) !=
           CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(backend->cublas_, CUBLAS_PEDANTIC_MATH) !=
+      cublas->set_math_mode(backend->cublas_, CUBLAS_PEDANTIC_MATH) !=
           CUBLAS_STATUS_SUCCESS) {
     return fail("cublasCreate", "cuBLAS could not be initialised");
   }
@@ -91,7 +95,7 @@ CudaBackend::~CudaBackend() {
   ReleaseArguments();
   for (void* p : uploads_) cudaFree(p);
   if (staging_ != nullptr) cudaFreeHost(staging_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cuda::LoadCublas()->destroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

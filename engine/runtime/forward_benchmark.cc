@@ -1,38 +1,48 @@
-// forward_benchmark: the forward pass of a checkpoint on one backend, every
-// weight resident: prefill of --prompt tokens, then decode steps at each
-// batch size of --batches, each figure beside the device's ceilings
-// measured in the same run (memory bandwidth for decode, matrix-product
-// rate for prefill). Prints one JSON object. Needs no tokenizer, so GPU
-// machines run it from tools/gpu_check.sh's bundle.
+// forward_benchmark: the forward pass of a checkpoint through the engine on
+// one device: prefill of --prompt tokens, then decode steps at each batch
+// size of --batches, each figure beside the ceilings measured in the same
+// run (device memory bandwidth for decode, matrix-product rate for
+// prefill). With --device_memory_budget the routed experts that do not fit
+// run hybrid, once per --placements entry, and each decode figure also
+// stands beside its bound: the bytes of the experts outside device memory
+// that a step touched, moved at the host's read bandwidth and the
+// host-to-device bandwidth together (the CPU and the copy engine in
+// parallel). Prints one JSON object. Needs no tokenizer, so GPU machines
+// run it from tools/gpu_check.sh's bundle.
 //
 //   forward_benchmark --model DIR --device cuda:0 --batches 1,32
+//   forward_benchmark --model DIR --device cuda:0 --device_memory_budget 1GiB
+//       --placements auto,cpu,stream
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend/backend_factory.h"
-#include "engine/checkpoint/checkpoint.h"
-#include "engine/model/architecture.h"
-#include "engine/model/config.h"
-#include "engine/model/model_weights.h"
-#include "engine/runtime/kv_cache.h"
-#include "engine/runtime/model_runner.h"
+#include "base/status_macros.h"
+#include "base/thread_pool.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/placement_policy.h"
+#include "kernels/cpu/probes.h"
 #include "kernels/cuda/device_info.h"
+#include "memory_ring/placement.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory.");
-ABSL_FLAG(std::string, device, "cuda:0", "cpu or cuda:N.");
+ABSL_FLAG(std::string, device, "cuda:0", "cpu, cuda:N or standin.");
 ABSL_FLAG(std::string, batches, "1,32", "Decode batch sizes.");
 ABSL_FLAG(int, prompt, 512, "Prefill tokens (one sequence).");
 ABSL_FLAG(int, context, 64, "Positions each decode sequence holds first.");
 ABSL_FLAG(int, steps, 20, "Timed decode steps per batch size.");
+ABSL_FLAG(std::string, device_memory_budget, "",
+          "Device memory for weights; empty: every weight resident.");
+ABSL_FLAG(std::string, placements, "auto",
+          "With a budget: the --placement values to run, in turn.");
 
 namespace ringmoe {
 namespace {
@@ -44,37 +54,126 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "forward_benchmark: %s\n", status.ToString().c_str());
   return 1;
 }
 
-int Run() {
-  const std::string dir = absl::GetFlag(FLAGS_model);
-  const std::string device = absl::GetFlag(FLAGS_device);
-  auto spec = model::LoadModelConfig(dir);
-  if (!spec.ok()) return Fail(spec.status());
-  auto arch = model::FindArchitecture(spec->architecture);
-  if (!arch.ok()) return Fail(arch.status());
-  auto checkpoint = checkpoint::Checkpoint::Open(dir);
-  if (!checkpoint.ok()) return Fail(checkpoint.status());
-  auto host = model::BindModelWeights(*spec, **arch, **checkpoint);
-  if (!host.ok()) return Fail(host.status());
-  ThreadPool pool(0);
-  auto backend = backend::CreateBackend(device, &pool);
-  if (!backend.ok()) return Fail(backend.status());
-  const bool on_device =
-      (*backend)->weight_memory() == backend::MemorySpace::kDevice;
-  model::ModelWeights weights;
-  if (on_device) {
-    auto uploaded = model::UploadWeights(*host, **backend);
-    if (!uploaded.ok()) return Fail(uploaded.status());
-    weights = std::move(*uploaded);
-  } else {
-    model::PrefaultWeights(*host);
+struct Ceilings {
+  double device_copy = 0;     // bytes/s
+  double host_to_device = 0;  // bytes/s
+  double matmul = 0;          // FLOP/s
+  double host_read = 0;       // bytes/s
+};
+
+uint64_t OutsideRuns(const memory_ring::RingStats& s) {
+  return s.expert_runs_cpu + s.expert_runs_streamed;
+}
+
+// Prefill and decode figures of one engine.
+absl::StatusOr<nlohmann::json> Measure(runtime::Engine& engine,
+                                       const Ceilings& ceilings,
+                                       const std::vector<int64_t>& batches) {
+  const model::ModelSpec& spec = engine.spec();
+  const int prompt = absl::GetFlag(FLAGS_prompt);
+  const int context = absl::GetFlag(FLAGS_context);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const memory_ring::RingStats& stats = engine.ring_stats();
+  const double expert_bytes = engine.placement().expert_bytes;
+  nlohmann::json out;
+  std::vector<float> logits;
+  // Prefill: one sequence of `prompt` tokens, four runs (the first warms
+  // up), median.
+  std::vector<int32_t> tokens(prompt);
+  for (int i = 0; i < prompt; ++i) {
+    tokens[i] = (i * 7919 + 13) % spec.vocab_size;
   }
-  const runtime::ModelRunner runner(*spec, on_device ? weights : *host,
-                                    backend->get());
+  std::vector<double> prefill_times;
+  backend::Work prefill_work;
+  for (int r = 0; r < 4; ++r) {
+    backend::Work work;
+    const auto start = Clock::now();
+    RETURN_IF_ERROR(
+        engine.Step({{1000 + r, tokens, false}}, &logits, &work));
+    const double t = SecondsSince(start);
+    engine.kv_cache().Release(1000 + r);
+    if (r > 0) prefill_times.push_back(t);
+    prefill_work = work;
+  }
+  const double prefill_s = Median(prefill_times);
+  nlohmann::json& prefill = out["prefill"];
+  prefill = {{"tokens", prompt},
+             {"seconds", prefill_s},
+             {"tokens_per_s", prompt / prefill_s},
+             {"TFLOPs", prefill_work.flops / prefill_s / 1e12}};
+  if (ceilings.matmul > 0) {
+    prefill["ratio_to_sgemm"] = prefill_work.flops / prefill_s / ceilings.matmul;
+  }
+
+  for (const int64_t batch : batches) {
+    std::vector<std::vector<int32_t>> prefix(batch), next(batch);
+    std::vector<runtime::SequenceChunk> chunks;
+    for (int64_t s = 0; s < batch; ++s) {
+      prefix[s].resize(context);
+      for (int i = 0; i < context; ++i) {
+        prefix[s][i] = ((s + 1) * 104729 + i * 31) % spec.vocab_size;
+      }
+      chunks.push_back({s, prefix[s], false});
+    }
+    RETURN_IF_ERROR(engine.Step(chunks, &logits));
+    std::vector<double> times, outside_bytes;
+    backend::Work step_work;
+    for (int step = 0; step < steps + 1; ++step) {
+      chunks.clear();
+      for (int64_t s = 0; s < batch; ++s) {
+        next[s] = {static_cast<int32_t>((step * 17 + s) % spec.vocab_size)};
+        chunks.push_back({s, next[s], false});
+      }
+      backend::Work work;
+      const uint64_t runs_before = OutsideRuns(stats);
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(engine.Step(chunks, &logits, &work));
+      const double t = SecondsSince(start);
+      if (step == 0) continue;  // warm-up
+      times.push_back(t);
+      outside_bytes.push_back((OutsideRuns(stats) - runs_before) *
+                              expert_bytes);
+      step_work = work;
+    }
+    for (int64_t s = 0; s < batch; ++s) engine.kv_cache().Release(s);
+    const double t = Median(times);
+    const double bandwidth = step_work.weight_bytes / t;
+    nlohmann::json figure = {{"batch", batch},
+                             {"step_seconds", t},
+                             {"tokens_per_s", batch / t},
+                             {"weight_bytes_per_step", step_work.weight_bytes},
+                             {"weight_GBps", bandwidth / 1e9}};
+    if (ceilings.device_copy > 0) {
+      figure["ratio_to_copy"] = bandwidth / ceilings.device_copy;
+    }
+    const double outside = Median(outside_bytes);
+    if (engine.placement().streams() && ceilings.host_read > 0) {
+      // The experts outside device memory, over both paths at once.
+      const double bound =
+          outside / (ceilings.host_read + ceilings.host_to_device);
+      figure["outside_expert_bytes_per_step"] = outside;
+      figure["bound_seconds"] = bound;
+      figure["ratio_to_bound"] = bound / t;
+    }
+    out["decode"].push_back(figure);
+  }
+  out["expert_runs"] = {{"gpu", stats.expert_runs_device.load()},
+                        {"cpu", stats.expert_runs_cpu.load()},
+                        {"stream", stats.expert_runs_streamed.load()}};
+  out["host_to_device_bytes"] = stats.bytes_host_to_device.load();
+  return out;
+}
+
+int Run() {
   std::vector<int64_t> batches;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
@@ -84,106 +183,63 @@ int Run() {
     }
     batches.push_back(v);
   }
-  const int prompt = absl::GetFlag(FLAGS_prompt);
-  const int context = absl::GetFlag(FLAGS_context);
-  const int steps = absl::GetFlag(FLAGS_steps);
+  runtime::EngineOptions options;
+  options.model_dir = absl::GetFlag(FLAGS_model);
+  options.device = absl::GetFlag(FLAGS_device);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
-  const int64_t block = 16;
-  const int64_t positions =
-      std::max<int64_t>(prompt, max_batch * (context + steps + 2));
-  runtime::KvCache cache(runtime::KvCacheLayers(*spec), block,
-                         spec->num_layers * (positions / block + max_batch + 1),
-                         on_device ? backend->get() : nullptr);
+  options.kv_cache_tokens = std::max<int64_t>(
+      absl::GetFlag(FLAGS_prompt),
+      max_batch * (absl::GetFlag(FLAGS_context) + absl::GetFlag(FLAGS_steps) +
+                   2) +
+          max_batch * options.kv_block_size);
+  std::vector<runtime::PlacementMode> placements = {
+      runtime::PlacementMode::kAuto};
+  if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
+      !budget.empty()) {
+    absl::StatusOr<uint64_t> bytes = memory_ring::ParseByteSize(budget);
+    if (!bytes.ok()) return Fail(bytes.status());
+    options.device_memory_budget = static_cast<int64_t>(*bytes);
+    placements.clear();
+    for (absl::string_view p :
+         absl::StrSplit(absl::GetFlag(FLAGS_placements), ',')) {
+      absl::StatusOr<runtime::PlacementMode> mode =
+          runtime::ParsePlacementMode(p);
+      if (!mode.ok()) return Fail(mode.status());
+      placements.push_back(*mode);
+    }
+  }
 
-  nlohmann::json out = {{"device", device}, {"model", dir}};
-  double copy_bandwidth = 0, matmul_rate = 0;
-  if (on_device) {
+  nlohmann::json out = {{"device", options.device},
+                        {"model", options.model_dir}};
+  Ceilings ceilings;
+  {
+    ThreadPool probe_pool(0);
+    ceilings.host_read = kernels::MeasureReadBandwidth(&probe_pool);
+  }
+  if (options.device.rfind("cuda:", 0) == 0) {
     const cuda::DeviceCeilings c =
-        cuda::MeasureCeilings(std::stoi(device.substr(5)));
-    copy_bandwidth = c.device_copy_bytes_per_s;
-    matmul_rate = c.sgemm_flops_per_s;
-    out["ceilings"] = {
-        {"device_copy_GBps", c.device_copy_bytes_per_s / 1e9},
-        {"host_to_device_GBps", c.host_to_device_bytes_per_s / 1e9},
-        {"sgemm_TFLOPs", c.sgemm_flops_per_s / 1e12}};
+        cuda::MeasureCeilings(std::stoi(options.device.substr(5)));
+    ceilings.device_copy = c.device_copy_bytes_per_s;
+    ceilings.host_to_device = c.host_to_device_bytes_per_s;
+    ceilings.matmul = c.sgemm_flops_per_s;
   }
-
-  std::vector<float> logits;
-  // Prefill: one sequence of `prompt` tokens, three runs, median.
-  std::vector<int32_t> tokens(prompt);
-  for (int i = 0; i < prompt; ++i)
-    tokens[i] = (i * 7919 + 13) % spec->vocab_size;
-  std::vector<double> prefill_times;
-  backend::Work prefill_work;
-  for (int r = 0; r < 4; ++r) {
-    backend::Work work;
-    const auto start = Clock::now();
-    if (absl::Status s =
-            runner.Forward({{1000 + r, tokens, false}}, &cache, &logits, &work);
-        !s.ok()) {
-      return Fail(s);
-    }
-    const double t =
-        std::chrono::duration<double>(Clock::now() - start).count();
-    cache.Release(1000 + r);
-    if (r > 0) prefill_times.push_back(t);  // the first run warms up
-    prefill_work = work;
+  out["ceilings"] = {{"host_read_GBps", ceilings.host_read / 1e9},
+                     {"device_copy_GBps", ceilings.device_copy / 1e9},
+                     {"host_to_device_GBps", ceilings.host_to_device / 1e9},
+                     {"sgemm_TFLOPs", ceilings.matmul / 1e12}};
+  if (options.device_memory_budget > 0) {
+    out["device_memory_budget"] = options.device_memory_budget;
   }
-  const double prefill_s = Median(prefill_times);
-  nlohmann::json& prefill = out["prefill"];
-  prefill = {{"tokens", prompt},
-             {"seconds", prefill_s},
-             {"tokens_per_s", prompt / prefill_s},
-             {"TFLOPs", prefill_work.flops / prefill_s / 1e12}};
-  if (matmul_rate > 0) {
-    prefill["ratio_to_sgemm"] = prefill_work.flops / prefill_s / matmul_rate;
-  }
-
-  for (size_t bi = 0; bi < batches.size(); ++bi) {
-    const int64_t batch = batches[bi];
-    std::vector<std::vector<int32_t>> next(batch);
-    std::vector<runtime::SequenceChunk> chunks;
-    std::vector<std::vector<int32_t>> prefix(batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      prefix[s].resize(context);
-      for (int i = 0; i < context; ++i) {
-        prefix[s][i] = ((s + 1) * 104729 + i * 31) % spec->vocab_size;
-      }
-      chunks.push_back({s, prefix[s], false});
-    }
-    if (absl::Status s = runner.Forward(chunks, &cache, &logits); !s.ok()) {
-      return Fail(s);
-    }
-    std::vector<double> times;
-    backend::Work step_work;
-    for (int step = 0; step < steps + 1; ++step) {
-      chunks.clear();
-      for (int64_t s = 0; s < batch; ++s) {
-        next[s] = {static_cast<int32_t>((step * 17 + s) % spec->vocab_size)};
-        chunks.push_back({s, next[s], false});
-      }
-      backend::Work work;
-      const auto start = Clock::now();
-      if (absl::Status s = runner.Forward(chunks, &cache, &logits, &work);
-          !s.ok()) {
-        return Fail(s);
-      }
-      const double t =
-          std::chrono::duration<double>(Clock::now() - start).count();
-      if (step > 0) times.push_back(t);
-      step_work = work;
-    }
-    for (int64_t s = 0; s < batch; ++s) cache.Release(s);
-    const double t = Median(times);
-    const double bandwidth = step_work.weight_bytes / t;
-    nlohmann::json figure = {{"batch", batch},
-                             {"step_seconds", t},
-                             {"tokens_per_s", batch / t},
-                             {"weight_bytes_per_step", step_work.weight_bytes},
-                             {"weight_GBps", bandwidth / 1e9}};
-    if (copy_bandwidth > 0)
-      figure["ratio_to_copy"] = bandwidth / copy_bandwidth;
-    out["decode"].push_back(figure);
+  for (const runtime::PlacementMode mode : placements) {
+    options.placement = mode;
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+        runtime::Engine::Load(options);
+    if (!engine.ok()) return Fail(engine.status());
+    absl::StatusOr<nlohmann::json> run = Measure(**engine, ceilings, batches);
+    if (!run.ok()) return Fail(run.status());
+    (*run)["placement"] = runtime::PlacementModeName(mode);
+    (*run)["plan"] = (*engine)->placement().Summary();
+    out["runs"].push_back(*run);
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -21,18 +21,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// The fastest of `reps` runs of `fn`, in seconds.
-template <typename Fn>
-double FastestOf(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, SecondsSince(start));
-  }
-  return best;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
@@ -88,9 +76,6 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
     return std::unique_ptr<HybridExperts>();
   }
   h->on_device_ = plan->expert_resident;
-  ASSIGN_OR_RETURN(*device_weights, model::UploadWeights(host_weights, *device,
-                                                         &h->on_device_));
-  h->device_weights_ = device_weights;
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;
 
@@ -98,7 +83,8 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   h->source_of_.assign(num_layers, -1);
   h->host_offset_.assign(num_layers, std::vector<uint64_t>(num_experts, 0));
   std::vector<memory_ring::TierBuffer*> sources;
-  std::pair<int, int> sample{-1, -1};
+  // Experts to calibrate on: the first eight outside device memory.
+  std::vector<std::pair<int, int>> samples;
   for (int l = 0; l < num_layers; ++l) {
     if (!spec.layer_is_moe[l]) continue;
     uint64_t offset = 0;
@@ -106,7 +92,7 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
       if (h->on_device_[l][e]) continue;
       h->host_offset_[l][e] = offset;
       offset += h->expert_stride_;
-      if (sample.first < 0) sample = {l, e};
+      if (samples.size() < 8) samples.push_back({l, e});
     }
     if (offset == 0) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> source,
@@ -125,9 +111,13 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   if (options.costs) {
     costs = *options.costs;
   } else {
-    ASSIGN_OR_RETURN(costs, h->Calibrate(sample.first, sample.second));
+    ASSIGN_OR_RETURN(costs, h->Calibrate(samples));
   }
   h->policy_ = std::make_unique<PlacementPolicy>(costs, h->expert_stride_);
+  // Uploaded after calibrating, whose buffer then has room in any budget.
+  ASSIGN_OR_RETURN(*device_weights, model::UploadWeights(host_weights, *device,
+                                                         &h->on_device_));
+  h->device_weights_ = device_weights;
   if (options.mode != PlacementMode::kCpu) {
     const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
     h->section_experts_ = plan->section_experts;
@@ -154,47 +144,69 @@ HybridExperts::~HybridExperts() {
   cache_.reset();
 }
 
-absl::StatusOr<PathCosts> HybridExperts::Calibrate(int layer, int expert) {
-  const model::MlpWeights& stored = host_weights_.layers[layer].experts[expert];
+absl::StatusOr<PathCosts> HybridExperts::Calibrate(
+    absl::Span<const std::pair<int, int>> samples) {
   const int64_t hidden = spec_.hidden_size;
   constexpr int64_t kMany = 16;
-  constexpr int kReps = 3;
+  // Each measurement is the median over distinct experts, each run once, so
+  // the weights come from memory as in a step, not from the caches.
+  auto median_over_samples = [&](auto&& run_one) {
+    std::vector<double> times;
+    for (const auto& [layer, expert] : samples) {
+      const auto start = std::chrono::steady_clock::now();
+      run_one(layer, expert);
+      times.push_back(SecondsSince(start));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
   PathCosts costs;
-  // The CPU on host tensors, from the packed copy.
-  const model::MlpWeights on_host = model::PackedMlpView(
-      stored, PackedOnHost(layer, expert), backend::MemorySpace::kHost);
   std::vector<float> x(kMany * hidden, 0.01f), out(kMany * hidden);
   auto cpu = [&](int64_t n) {
-    const backend::MlpTask task{&on_host, {x.data(), n, hidden},
-                                {out.data(), n, hidden}};
-    return FastestOf(kReps, [&] { host_->RunMlps({&task, 1}); });
+    return median_over_samples([&](int layer, int expert) {
+      const model::MlpWeights on_host = model::PackedMlpView(
+          host_weights_.layers[layer].experts[expert],
+          PackedOnHost(layer, expert), backend::MemorySpace::kHost);
+      const backend::MlpTask task{&on_host, {x.data(), n, hidden},
+                                  {out.data(), n, hidden}};
+      host_->RunMlps({&task, 1});
+    });
   };
   const double cpu_one = cpu(1), cpu_many = cpu(kMany);
   costs.cpu_seconds_per_token =
       std::max(0.0, (cpu_many - cpu_one) / (kMany - 1));
-  costs.cpu_seconds_fixed = std::max(0.0, cpu_one - costs.cpu_seconds_per_token);
+  costs.cpu_seconds_fixed =
+      std::max(0.0, cpu_one - costs.cpu_seconds_per_token);
 
-  // One copy over the streaming path into a buffer of the device's.
+  // Copies over the streaming path into a buffer of the device's, then
+  // the device's compute on what landed.
   ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> slot,
                    tier_->Allocate(expert_stride_));
-  const double copy = FastestOf(kReps, [&] {
+  auto copy_in = [&](int layer, int expert) {
     std::promise<absl::Status> done;
-    tier_->CopyAsync({{source_of_[layer], host_offset_[layer][expert],
-                       expert_stride_, 0}},
-                     slot->data(), tier_->RecordComputeFence(),
-                     [&](absl::Status s) { done.set_value(std::move(s)); });
-    done.get_future().get().IgnoreError();
+    tier_->CopyAsync(
+        {{source_of_[layer], host_offset_[layer][expert], expert_stride_, 0}},
+        slot->data(), tier_->RecordComputeFence(),
+        [&](absl::Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  };
+  absl::Status copied = absl::OkStatus();
+  const double copy = median_over_samples([&](int layer, int expert) {
+    copied.Update(copy_in(layer, expert));
   });
+  RETURN_IF_ERROR(copied);
   costs.copy_bytes_per_second = expert_stride_ / std::max(copy, 1e-9);
-  const model::MlpWeights on_device = model::PackedMlpView(
-      stored, slot->data(), device_->weight_memory());
   const backend::Backend::Buffer dx = device_->NewTensor(kMany, hidden);
   const backend::Backend::Buffer dout = device_->NewTensor(kMany, hidden);
   device_->CopyFromHost(x.data(), dx);
+  const auto [layer, expert] = samples.back();  // the copy in the slot
+  const model::MlpWeights on_device =
+      model::PackedMlpView(host_weights_.layers[layer].experts[expert],
+                           slot->data(), device_->weight_memory());
   auto on_gpu = [&](int64_t n) {
     const backend::MlpTask task{&on_device, dx.tensor().Rows(0, n),
                                 dout.tensor().Rows(0, n)};
-    return FastestOf(kReps, [&] {
+    return median_over_samples([&](int, int) {
       device_->RunMlps({&task, 1});
       device_->Synchronize();
     });

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,8 +78,10 @@ class HybridExperts : public moe::ExpertExecutor {
                 const model::ModelWeights& host_weights)
       : spec_(spec), host_weights_(host_weights) {}
 
-  // Measures the path costs on `layer`'s `expert` (packed in host memory).
-  absl::StatusOr<PathCosts> Calibrate(int layer, int expert);
+  // Measures the path costs on `samples` ({layer, expert} outside device
+  // memory).
+  absl::StatusOr<PathCosts> Calibrate(
+      absl::Span<const std::pair<int, int>> samples);
   // Runs `tasks` (device tensors) on the CPU from the packed host copies.
   void RunOnCpu(int layer, absl::Span<const moe::ExpertTask* const> tasks);
   // Streams `tasks`' experts through the ring and runs them on the device.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/device_info.h"
 
 namespace ringmoe::cuda {
@@ -61,20 +62,21 @@ DeviceCeilings MeasureCeilings(int index) {
     });
     if (upload > 0) c.host_to_device_bytes_per_s = kCopyBytes / upload;
     cublasHandle_t cublas;
-    if (cublasCreate(&cublas) == CUBLAS_STATUS_SUCCESS) {
-      cublasSetStream(cublas, stream);
+    const Cublas* api = LoadCublas();
+    if (api != nullptr && api->create(&cublas) == CUBLAS_STATUS_SUCCESS) {
+      api->set_stream(cublas, stream);
       // Three 8192² float32 matrices (768 MiB) in the two buffers.
       float* x = static_cast<float*>(a);
       float* y = static_cast<float*>(b);
       float* z = y + size_t{kDim} * kDim;
       const float one = 1.f, zero = 0.f;
       const double product = MedianSeconds(stream, 5, [&] {
-        return cublasSgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, kDim, kDim, kDim,
+        return api->sgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, kDim, kDim, kDim,
                            &one, x, kDim, y, kDim, &zero, z,
                            kDim) == CUBLAS_STATUS_SUCCESS;
       });
       if (product > 0) c.sgemm_flops_per_s = 2.0 * kDim * kDim * kDim / product;
-      cublasDestroy(cublas);
+      api->destroy(cublas);
     }
   }
   cudaFree(a);

@@ -3,6 +3,7 @@
 // load), tiles dequantised to float32 and multiplied by cuBLAS for more.
 #include <algorithm>
 
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -96,8 +97,10 @@ cudaError_t Sgemm(cublasHandle_t cublas, const float* a, int64_t rows,
                   int64_t cols, const float* x, int64_t n, float* y,
                   int64_t ldy) {
   const float one = 1.f, zero = 0.f;
+  const Cublas* api = LoadCublas();
+  if (api == nullptr) return cudaErrorSharedObjectInitFailed;
   const cublasStatus_t status =
-      cublasSgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+      api->sgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
                   static_cast<int>(n), static_cast<int>(cols), &one, a,
                   static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
                   static_cast<int>(ldy));

@@ -125,6 +125,42 @@ def main():
         if bad.returncode == 0 or expected not in bad.stderr or "Aborted" in bad.stderr:
             print("FAIL --device=%s: rc=%d stderr=%s" % (device, bad.returncode, bad.stderr))
             failures += 1
+    # Hybrid experts on the stand-in device under a budget that holds a
+    # fraction of the experts: the same answer on every placement, and the
+    # counters say where experts ran.
+    for placement in ["auto", "cpu", "stream"]:
+        run = subprocess.run([RINGMOE, "generate", "--model", ADDER, "--device", "standin",
+                              "--device_memory_budget", "16900000", "--placement", placement,
+                              "--prompt", "37+485=", "--max_tokens", "8", "--json", "--stats"],
+                             capture_output=True, text=True)
+        stats = {}
+        for line in run.stderr.splitlines():
+            if line.startswith("{"):
+                stats = json.loads(line)
+        ok = run.returncode == 0 and json.loads(run.stdout or "{}").get("text") == "522"
+        runs = (stats.get("expert_runs_cpu", 0), stats.get("expert_runs_streamed", 0))
+        if placement == "cpu":
+            ok = ok and runs[0] > 0 and runs[1] == 0
+        elif placement == "stream":
+            ok = ok and runs[0] == 0 and runs[1] > 0
+        else:
+            ok = ok and sum(runs) > 0
+        if not ok:
+            print("FAIL --placement=%s: rc=%d stdout=%s stderr=%s" %
+                  (placement, run.returncode, run.stdout, run.stderr))
+            failures += 1
+    for args, expected in [(["--placement", "everywhere"], "expected auto, cpu, stream or gpu"),
+                           (["--device", "standin", "--placement", "cpu"],
+                            "needs --device_memory_budget"),
+                           (["--device", "standin", "--device_memory_budget", "16900000",
+                             "--placement", "gpu"], "--placement gpu"),
+                           (["--device", "standin", "--device_memory_budget", "1MiB"],
+                            "smallest budget")]:
+        bad = subprocess.run([RINGMOE, "generate", "--model", ADDER, "--prompt", "1+1=",
+                              "--max_tokens", "2"] + args, capture_output=True, text=True)
+        if bad.returncode == 0 or expected not in bad.stderr or "Aborted" in bad.stderr:
+            print("FAIL %s: rc=%d stderr=%s" % (args, bad.returncode, bad.stderr))
+            failures += 1
     print("%d failures" % failures)
     return 1 if failures else 0
 
