@@ -6,7 +6,9 @@
 #       tests and forward_benchmark statically against the project's own
 #       libraries and packs them with the shared libraries they load into
 #       .device/bundle.tar.xz (git-ignored; carry it to the device).
-#   tools/gpu_check.sh run     (there, from the repository root) runs every
+#   tools/gpu_check.sh run [tests|bench]  (there, from the repository root;
+#       both parts without an argument: one part per call keeps each within
+#       the device tool's time limit) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -55,7 +57,7 @@ build() {
     [[ -e $icu_data ]] || continue
     local symbol
     symbol=$(nm -D --defined-only "$icu_data" | awk '/_dat$/ {print $3}')
-    echo "const char $symbol[64] = {0};" |
+    echo "const char ${symbol}[64] = {0};" |
       gcc -x c -shared -o "$icu_data.stub" -Wl,-soname,"$(basename "$icu_data")" -
     mv "$icu_data.stub" "$icu_data"
   done
@@ -64,7 +66,51 @@ build() {
   du -h .device/bundle.tar.xz
 }
 
+# Every CUDA test plain, under memcheck and racecheck; the goldens on cuda:0.
+# Uses run()'s check, bin and out.
+run_tests() {
+  local test
+  for test in rms_norm_test device_info_test cuda_tier_test \
+    backend_conformance_test golden_logits_test hybrid_golden_test; do
+    check "$test" "$bin/$test"
+  done
+  local sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
+  for test in rms_norm_test cuda_tier_test backend_conformance_test \
+    golden_logits_test; do
+    check "memcheck_$test" "${sanitize[@]}" --tool memcheck "$bin/$test"
+  done
+  # Hybrid under memcheck: one model per weight format (bf16, fp8, mxfp4).
+  check memcheck_hybrid_golden_test "${sanitize[@]}" --tool memcheck \
+    "$bin/hybrid_golden_test" \
+    --gtest_filter='*/mixtral_*:*/deepseek_v3_fp8_*:*/gpt_oss_*:Hybrid*'
+  for test in rms_norm_test backend_conformance_test; do
+    check "racecheck_$test" "${sanitize[@]}" --tool racecheck "$bin/$test"
+  done
+}
+
+# Benchmarks on synthetic checkpoints of real shapes, written here: every
+# weight resident, then hybrid under a third of the model's size.
+run_benchmarks() {
+  local models=/tmp/gpu-check-models arch
+  mkdir -p "$models"
+  for arch in mixtral deepseek_v3 gpt_oss; do
+    [[ -d $models/$arch ]] ||
+      python3 tools/make_synthetic_moe.py --arch "$arch" \
+        --out "$models/$arch" >"$out/make_$arch.log" 2>&1
+    check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
+      --model $models/$arch --device cuda:0 --batches 1,32 \
+      >$out/bench_$arch.json"
+  done
+  # The synthetic Mixtral is about 2.2 GB, 0.6 GB of it what every token
+  # needs.
+  check "bench_hybrid_mixtral" bash -c "\"$bin/forward_benchmark\" \
+    --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
+    --steps 10 --device_memory_budget 730MB --placements auto,cpu,stream \
+    >$out/bench_hybrid_mixtral.json"
+}
+
 run() {
+  local part=${1:-all}
   local out=${OUT:-gpu-results}
   mkdir -p "$out"
   rm -rf /tmp/bundle
@@ -89,41 +135,16 @@ run() {
     fi
     rm -rf "$tmp"
   }
-  for test in rms_norm_test device_info_test cuda_tier_test \
-    backend_conformance_test golden_logits_test hybrid_golden_test; do
-    check "$test" "$bin/$test"
-  done
-  local sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
-  for test in rms_norm_test cuda_tier_test backend_conformance_test \
-    golden_logits_test; do
-    check "memcheck_$test" "${sanitize[@]}" --tool memcheck "$bin/$test"
-  done
-  # Hybrid under memcheck: one model per weight format (bf16, fp8, mxfp4).
-  check memcheck_hybrid_golden_test "${sanitize[@]}" --tool memcheck \
-    "$bin/hybrid_golden_test" \
-    --gtest_filter='*/mixtral_*:*/deepseek_v3_fp8_*:*/gpt_oss_*:Hybrid*'
-  
-  for test in rms_norm_test backend_conformance_test; do
-    check "racecheck_$test" "${sanitize[@]}" --tool racecheck "$bin/$test"
-  done
-  # Benchmarks: synthetic checkpoints of real shapes, written here.
-  local models=/tmp/gpu-check-models
-  mkdir -p "$models"
-  for arch in mixtral deepseek_v3 gpt_oss; do
-    [[ -d $models/$arch ]] ||
-      python3 tools/make_synthetic_moe.py --arch "$arch" \
-        --out "$models/$arch" >"$out/make_$arch.log" 2>&1
-    check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
-      --model $models/$arch --device cuda:0 --batches 1,32 \
-      >$out/bench_$arch.json"
-  done
-  # Hybrid: the synthetic Mixtral (about 2.2 GB, 0.6 GB of it what every
-  # token needs) under a budget of a third of it, every placement.
-  check "bench_hybrid_mixtral" bash -c "\"$bin/forward_benchmark\" \
-    --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
-    --steps 10 --device_memory_budget 730MB --placements auto,cpu,stream \
-    >$out/bench_hybrid_mixtral.json"
+  case $part in
+    tests) run_tests ;;
+    bench) run_benchmarks ;;
+    *)
+      run_tests
+      run_benchmarks
+      ;;
+  esac
   for f in "$out"/*_test.log; do
+    [[ -e $f ]] || continue
     grep -hE "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY" "$f" |
       sed "s|^|$(basename "$f"): |"
   done
@@ -135,9 +156,9 @@ run() {
 
 case ${1:-} in
   build) build ;;
-  run) run ;;
+  run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run" >&2
+    echo "usage: $0 build|run [tests|bench]" >&2
     exit 2
     ;;
 esac
