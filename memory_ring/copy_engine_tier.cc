@@ -76,9 +76,9 @@ class CopyEngineTier : public Tier {
     for (const CopyPiece& p : job.pieces) {
       if (p.source < 0 || p.source >= static_cast<int>(sources_.size()) ||
           p.offset + p.size > sources_[p.source]->size()) {
-        return absl::OutOfRangeError(absl::StrCat(
-            "copy of ", p.size, " bytes at offset ", p.offset,
-            " is outside source ", p.source));
+        return absl::OutOfRangeError(
+            absl::StrCat("copy of ", p.size, " bytes at offset ", p.offset,
+                         " is outside source ", p.source));
       }
       std::memcpy(job.dst + p.dst_offset, sources_[p.source]->data() + p.offset,
                   p.size);
@@ -118,8 +118,7 @@ class CopyEngineTier : public Tier {
 
 std::unique_ptr<Tier> CreateCopyEngineTier(std::vector<TierBuffer*> sources,
                                            double bytes_per_second) {
-  return std::make_unique<CopyEngineTier>(std::move(sources),
-                                          bytes_per_second);
+  return std::make_unique<CopyEngineTier>(std::move(sources), bytes_per_second);
 }
 
 std::unique_ptr<TierBuffer> NewHostBuffer(size_t bytes) {

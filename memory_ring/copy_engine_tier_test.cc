@@ -26,9 +26,8 @@ TEST(CopyEngineTierTest, CopiesPiecesFromTheirSources) {
   EXPECT_EQ(tier->name(), "host_to_device");
   auto dst = tier->Allocate(16);
   ASSERT_TRUE(dst.ok());
-  ASSERT_TRUE(CopyAndWait(*tier, {{0, 10, 4, 0}, {1, 46, 4, 8}},
-                          (*dst)->data())
-                  .ok());
+  ASSERT_TRUE(
+      CopyAndWait(*tier, {{0, 10, 4, 0}, {1, 46, 4, 8}}, (*dst)->data()).ok());
   const uint8_t want_a[] = {10, 11, 12, 13}, want_b[] = {246, 247, 248, 249};
   EXPECT_EQ(std::memcmp((*dst)->data(), want_a, 4), 0);
   EXPECT_EQ(std::memcmp((*dst)->data() + 8, want_b, 4), 0);

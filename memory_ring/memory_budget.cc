@@ -11,10 +11,10 @@ absl::Status MemoryBudget::Take(uint64_t bytes, absl::string_view what) {
   uint64_t used = used_.load();
   do {
     if (limit_ > 0 && used + bytes > limit_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          memory_name_, ": ", what, " needs ", bytes,
-          " bytes, more than the memory budget of ", limit_, " bytes leaves (",
-          used, " taken)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(memory_name_, ": ", what, " needs ", bytes,
+                       " bytes, more than the memory budget of ", limit_,
+                       " bytes leaves (", used, " taken)"));
     }
   } while (!used_.compare_exchange_weak(used, used + bytes));
   return absl::OkStatus();
@@ -45,8 +45,7 @@ class BudgetedTier : public Tier {
   absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override {
     absl::Status taken = budget_->Take(bytes, "a ring slot or cache");
     if (!taken.ok()) return taken;
-    absl::StatusOr<std::unique_ptr<TierBuffer>> buffer =
-        tier_->Allocate(bytes);
+    absl::StatusOr<std::unique_ptr<TierBuffer>> buffer = tier_->Allocate(bytes);
     if (!buffer.ok()) {
       budget_->Give(bytes);
       return buffer.status();
@@ -59,8 +58,7 @@ class BudgetedTier : public Tier {
 
   void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
                  Done done) override {
-    tier_->CopyAsync(std::move(pieces), dst, std::move(after),
-                     std::move(done));
+    tier_->CopyAsync(std::move(pieces), dst, std::move(after), std::move(done));
   }
 
   absl::Status CopyWithin(uint8_t* dst, const uint8_t* src,

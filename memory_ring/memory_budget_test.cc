@@ -28,8 +28,8 @@ TEST(MemoryBudgetTest, ZeroLimitIsUnlimited) {
 
 TEST(MemoryBudgetTest, TierAllocationsDrawOnTheBudgetUntilFreed) {
   MemoryBudget budget("device", 1000);
-  std::unique_ptr<Tier> tier = WithBudget(
-      std::make_unique<FakeTier>(absl::ZeroDuration(), 0), &budget);
+  std::unique_ptr<Tier> tier =
+      WithBudget(std::make_unique<FakeTier>(absl::ZeroDuration(), 0), &budget);
   auto a = tier->Allocate(600);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ((*a)->size(), 600u);

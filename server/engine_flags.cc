@@ -77,9 +77,8 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
       !(absl::StartsWith(options.device, "cuda:") &&
         absl::SimpleAtoi(options.device.substr(5), &device_index) &&
         device_index >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", options.device,
-                     ": expected cpu, cuda:N or standin"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", options.device, ": expected cpu, cuda:N or standin"));
   }
   const bool on_device = options.device != "cpu";
   if (absl::GetFlag(FLAGS_threads) < 0) {

@@ -6,9 +6,10 @@
 #       tests and forward_benchmark statically against the project's own
 #       libraries and packs them with the shared libraries they load into
 #       .device/bundle.tar.xz (git-ignored; carry it to the device).
-#   tools/gpu_check.sh run [tests|bench]  (there, from the repository root;
-#       both parts without an argument: one part per call keeps each within
-#       the device tool's time limit) runs every
+#   tools/gpu_check.sh run [tests|bench|hybrid]  (there, from the
+#       repository root; tests and bench without an argument, one part per
+#       call keeps each within the device tool's time limit; hybrid: the
+#       hybrid goldens and benchmark alone) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -101,8 +102,16 @@ run_benchmarks() {
       --model $models/$arch --device cuda:0 --batches 1,32 \
       >$out/bench_$arch.json"
   done
-  # The synthetic Mixtral is about 2.2 GB, 0.6 GB of it what every token
-  # needs.
+  run_hybrid_benchmark
+}
+
+# The synthetic Mixtral (about 2.2 GB, 0.6 GB of it what every token needs)
+# under a device budget of a third of it, with every placement.
+run_hybrid_benchmark() {
+  local models=/tmp/gpu-check-models
+  [[ -d $models/mixtral ]] ||
+    python3 tools/make_synthetic_moe.py --arch mixtral \
+      --out "$models/mixtral" >"$out/make_mixtral.log" 2>&1
   check "bench_hybrid_mixtral" bash -c "\"$bin/forward_benchmark\" \
     --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
     --steps 10 --device_memory_budget 730MB --placements auto,cpu,stream \
@@ -138,6 +147,10 @@ run() {
   case $part in
     tests) run_tests ;;
     bench) run_benchmarks ;;
+    hybrid)
+      check hybrid_golden_test "$bin/hybrid_golden_test"
+      run_hybrid_benchmark
+      ;;
     *)
       run_tests
       run_benchmarks
@@ -158,7 +171,7 @@ case ${1:-} in
   build) build ;;
   run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run [tests|bench]" >&2
+    echo "usage: $0 build|run [tests|bench|hybrid]" >&2
     exit 2
     ;;
 esac

@@ -132,10 +132,10 @@ absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
   if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
     cudaGetLastError();  // not sticky: later allocations may succeed
     budget_.Give(bytes);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        name(), ": no room for ", bytes, " bytes of ", what, " (",
-        budget_.used(), " bytes of weights uploaded): ",
-        cudaGetErrorString(e)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name(), ": no room for ", bytes, " bytes of ", what, " (",
+                     budget_.used(),
+                     " bytes of weights uploaded): ", cudaGetErrorString(e)));
   }
   uploads_.push_back(device);
   if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);

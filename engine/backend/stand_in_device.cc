@@ -25,8 +25,7 @@ StandInDevice::StandInDevice(const StandInOptions& options)
   set_pool(own_pool_.get());
 }
 
-absl::StatusOr<const void*> StandInDevice::Copy(const void* host,
-                                                int64_t bytes,
+absl::StatusOr<const void*> StandInDevice::Copy(const void* host, int64_t bytes,
                                                 const char* what) {
   if (bytes == 0) return nullptr;
   if (host == nullptr) {

@@ -501,12 +501,18 @@ namespace {
 // The layer's vectors the forward pass reads on the compute device (the
 // experts' selection bias is read by routing, on the host).
 std::vector<Vector*> LayerVectors(LayerWeights& layer) {
-  return {&layer.input_norm,   &layer.post_attention_norm,
-          &layer.q_bias,       &layer.k_bias,
-          &layer.v_bias,       &layer.o_bias,
-          &layer.q_norm,       &layer.k_norm,
-          &layer.sinks,        &layer.mla.q_a_norm,
-          &layer.mla.kv_a_norm, &layer.router_bias,
+  return {&layer.input_norm,
+          &layer.post_attention_norm,
+          &layer.q_bias,
+          &layer.k_bias,
+          &layer.v_bias,
+          &layer.o_bias,
+          &layer.q_norm,
+          &layer.k_norm,
+          &layer.sinks,
+          &layer.mla.q_a_norm,
+          &layer.mla.kv_a_norm,
+          &layer.router_bias,
           &layer.shared_expert_gate};
 }
 

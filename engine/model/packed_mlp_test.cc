@@ -33,16 +33,16 @@ TEST(PackedMlpTest, PackedExpertComputesBitwiseLikeTheStoredOne) {
     const MlpWeights& stored = layer.experts[1];
     const uint64_t bytes = PackedMlpBytes(stored);
     uint64_t parts = 0;
-    for (const Weight* m : {&stored.gate, &stored.up, &stored.gate_up,
-                            &stored.down}) {
+    for (const Weight* m :
+         {&stored.gate, &stored.up, &stored.gate_up, &stored.down}) {
       if (!m->empty()) parts += backend::StoredBytes(*m);
     }
     parts += (stored.gate_up_bias.size + stored.down_bias.size) * 4;
     EXPECT_GE(bytes, parts);
     EXPECT_LT(bytes, parts + 12 * 64);  // at most an alignment pad per part
     std::vector<uint8_t> packed(bytes + 64);
-    uint8_t* base = packed.data() + (64 - reinterpret_cast<uintptr_t>(
-                                              packed.data()) % 64) % 64;
+    uint8_t* base = packed.data() +
+                    (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
     PackMlp(stored, base);
     const MlpWeights view =
         PackedMlpView(stored, base, backend::MemorySpace::kHost);
@@ -53,17 +53,17 @@ TEST(PackedMlpTest, PackedExpertComputesBitwiseLikeTheStoredOne) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.05f * ((i * 37) % 11) - 0.2f;
     std::vector<float> want(n * hidden), got(n * hidden, -1);
     backend::CpuBackend cpu(nullptr);
-    const backend::MlpTask a{&stored, {x.data(), n, hidden},
-                             {want.data(), n, hidden}};
-    const backend::MlpTask b{&view, {x.data(), n, hidden},
-                             {got.data(), n, hidden}};
+    const backend::MlpTask a{
+        &stored, {x.data(), n, hidden}, {want.data(), n, hidden}};
+    const backend::MlpTask b{
+        &view, {x.data(), n, hidden}, {got.data(), n, hidden}};
     cpu.RunMlps({&a, 1});
     cpu.RunMlps({&b, 1});
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0);
     // A view into other memory is labelled so.
-    EXPECT_EQ(PackedMlpView(stored, base, backend::MemorySpace::kDevice)
-                  .down.memory,
-              backend::MemorySpace::kDevice);
+    EXPECT_EQ(
+        PackedMlpView(stored, base, backend::MemorySpace::kDevice).down.memory,
+        backend::MemorySpace::kDevice);
   }
 }
 

@@ -49,9 +49,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
         "host RAM"));
   }
   if (!on_device && options.placement != PlacementMode::kAuto) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--placement ", PlacementModeName(options.placement),
-        " places experts relative to a device (--device cuda:N)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--placement ", PlacementModeName(options.placement),
+                     " places experts relative to a device (--device cuda:N)"));
   }
   if (on_device && options.device_memory_budget == 0 &&
       (options.placement == PlacementMode::kCpu ||
@@ -78,11 +78,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     hybrid.costs = options.placement_costs;
     ASSIGN_OR_RETURN(
         engine->hybrid_experts_,
-        HybridExperts::Create(engine->spec_, engine->weights_,
-                              engine->backend_.get(),
-                              engine->host_backend_.get(), hybrid,
-                              &engine->ring_stats_, &engine->placement_,
-                              &engine->device_weights_));
+        HybridExperts::Create(
+            engine->spec_, engine->weights_, engine->backend_.get(),
+            engine->host_backend_.get(), hybrid, &engine->ring_stats_,
+            &engine->placement_, &engine->device_weights_));
     experts = engine->hybrid_experts_.get();
   } else {
     ASSIGN_OR_RETURN(

@@ -97,8 +97,7 @@ absl::StatusOr<nlohmann::json> Measure(runtime::Engine& engine,
   for (int r = 0; r < 4; ++r) {
     backend::Work work;
     const auto start = Clock::now();
-    RETURN_IF_ERROR(
-        engine.Step({{1000 + r, tokens, false}}, &logits, &work));
+    RETURN_IF_ERROR(engine.Step({{1000 + r, tokens, false}}, &logits, &work));
     const double t = SecondsSince(start);
     engine.kv_cache().Release(1000 + r);
     if (r > 0) prefill_times.push_back(t);
@@ -111,7 +110,8 @@ absl::StatusOr<nlohmann::json> Measure(runtime::Engine& engine,
              {"tokens_per_s", prompt / prefill_s},
              {"TFLOPs", prefill_work.flops / prefill_s / 1e12}};
   if (ceilings.matmul > 0) {
-    prefill["ratio_to_sgemm"] = prefill_work.flops / prefill_s / ceilings.matmul;
+    prefill["ratio_to_sgemm"] =
+        prefill_work.flops / prefill_s / ceilings.matmul;
   }
 
   for (const int64_t batch : batches) {
@@ -187,11 +187,11 @@ int Run() {
   options.model_dir = absl::GetFlag(FLAGS_model);
   options.device = absl::GetFlag(FLAGS_device);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
-  options.kv_cache_tokens = std::max<int64_t>(
-      absl::GetFlag(FLAGS_prompt),
-      max_batch * (absl::GetFlag(FLAGS_context) + absl::GetFlag(FLAGS_steps) +
-                   2) +
-          max_batch * options.kv_block_size);
+  options.kv_cache_tokens =
+      std::max<int64_t>(absl::GetFlag(FLAGS_prompt),
+                        max_batch * (absl::GetFlag(FLAGS_context) +
+                                     absl::GetFlag(FLAGS_steps) + 2) +
+                            max_batch * options.kv_block_size);
   std::vector<runtime::PlacementMode> placements = {
       runtime::PlacementMode::kAuto};
   if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);

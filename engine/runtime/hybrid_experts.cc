@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,12 +19,63 @@ namespace ringmoe::runtime {
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
 }  // namespace
+
+// One thread that runs a layer's CPU experts while the caller drives the
+// device: made once, not per layer.
+class HybridExperts::CpuLane {
+ public:
+  CpuLane() : thread_([this] { Loop(); }) {}
+  ~CpuLane() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  void Start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+    }
+    changed_.notify_all();
+  }
+
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [this] { return !job_; });
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      changed_.wait(lock, [this] { return stop_ || job_; });
+      if (stop_) return;
+      lock.unlock();
+      job_();
+      lock.lock();
+      job_ = nullptr;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::function<void()> job_;  // set: running or about to
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+HybridExperts::HybridExperts(const model::ModelSpec& spec,
+                             const model::ModelWeights& host_weights)
+    : spec_(spec), host_weights_(host_weights) {}
 
 absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
     const model::ModelSpec& spec, const model::ModelWeights& host_weights,
@@ -55,20 +109,19 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   input.budget_bytes = options.device_budget;
   // Under --placement cpu nothing streams: no ring, and what the budget
   // leaves holds experts for good rather than a cache fed by streaming.
-  input.num_slots =
-      options.mode == PlacementMode::kCpu ? 0 : options.num_slots;
+  input.num_slots = options.mode == PlacementMode::kCpu ? 0 : options.num_slots;
   input.experts_per_token = static_cast<int>(spec.experts_per_token);
   input.expert_cache = options.mode != PlacementMode::kCpu;
   input.force_streaming = options.mode == PlacementMode::kCpu ||
                           options.mode == PlacementMode::kStream;
   ASSIGN_OR_RETURN(*plan, memory_ring::PlanPlacement(input));
   if (options.mode == PlacementMode::kGpu && plan->streams()) {
-    const uint64_t all = input.always_resident_bytes +
-                         input.experts.size() * h->expert_stride_;
+    const uint64_t all =
+        input.always_resident_bytes + input.experts.size() * h->expert_stride_;
     return absl::ResourceExhaustedError(absl::StrCat(
         "--placement gpu keeps every expert in device memory: ", all,
-        " bytes, more than the device memory budget of ",
-        options.device_budget, " bytes"));
+        " bytes, more than the device memory budget of ", options.device_budget,
+        " bytes"));
   }
   if (!plan->streams()) {
     ASSIGN_OR_RETURN(*device_weights,
@@ -115,8 +168,8 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   }
   h->policy_ = std::make_unique<PlacementPolicy>(costs, h->expert_stride_);
   // Uploaded after calibrating, whose buffer then has room in any budget.
-  ASSIGN_OR_RETURN(*device_weights, model::UploadWeights(host_weights, *device,
-                                                         &h->on_device_));
+  ASSIGN_OR_RETURN(*device_weights,
+                   model::UploadWeights(host_weights, *device, &h->on_device_));
   h->device_weights_ = device_weights;
   if (options.mode != PlacementMode::kCpu) {
     const int depth = std::min(options.prefetch_depth, plan->num_slots - 1);
@@ -130,6 +183,8 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
                                       h->expert_stride_, stats));
     }
   }
+  h->cpu_lane_ = std::make_unique<CpuLane>();
+  h->prefetched_.resize(num_layers);
   std::fprintf(stderr,
                "ringmoe: %s\nringmoe: hybrid experts (--placement %s): %s\n",
                plan->Summary().c_str(),
@@ -140,6 +195,7 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
 
 HybridExperts::~HybridExperts() {
   // The ring waits for loads in flight before the tier goes away.
+  if (ring_) ring_->Reset();
   ring_.reset();
   cache_.reset();
 }
@@ -167,8 +223,8 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
       const model::MlpWeights on_host = model::PackedMlpView(
           host_weights_.layers[layer].experts[expert],
           PackedOnHost(layer, expert), backend::MemorySpace::kHost);
-      const backend::MlpTask task{&on_host, {x.data(), n, hidden},
-                                  {out.data(), n, hidden}};
+      const backend::MlpTask task{
+          &on_host, {x.data(), n, hidden}, {out.data(), n, hidden}};
       host_->RunMlps({&task, 1});
     });
   };
@@ -191,9 +247,8 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
     return done.get_future().get();
   };
   absl::Status copied = absl::OkStatus();
-  const double copy = median_over_samples([&](int layer, int expert) {
-    copied.Update(copy_in(layer, expert));
-  });
+  const double copy = median_over_samples(
+      [&](int layer, int expert) { copied.Update(copy_in(layer, expert)); });
   RETURN_IF_ERROR(copied);
   costs.copy_bytes_per_second = expert_stride_ / std::max(copy, 1e-9);
   const backend::Backend::Buffer dx = device_->NewTensor(kMany, hidden);
@@ -228,8 +283,12 @@ absl::Status HybridExperts::Run(int layer,
                                 backend::Backend& backend) {
   std::vector<backend::MlpTask> now(alongside.begin(), alongside.end());
   std::vector<model::MlpWeights> cached(tasks.size());
-  std::vector<const moe::ExpertTask*> outside;
+  std::vector<const moe::ExpertTask*> outside, prefetched;
   std::vector<int64_t> tokens;
+  std::vector<bool> coming(spec_.num_experts, false);
+  for (const Section& section : prefetched_[layer]) {
+    for (int32_t e : section.experts) coming[e] = true;
+  }
   for (size_t i = 0; i < tasks.size(); ++i) {
     const moe::ExpertTask& t = tasks[i];
     const model::MlpWeights& stored =
@@ -243,12 +302,16 @@ absl::Status HybridExperts::Run(int layer,
       cached[i] =
           model::PackedMlpView(stored, in_cache, backend.weight_memory());
       now.push_back({&cached[i], t.x, t.out});
+    } else if (coming[t.expert]) {
+      prefetched.push_back(&t);  // already on its way: it streams
     } else {
       outside.push_back(&t);
       tokens.push_back(t.x.rows);
     }
   }
-  stats_->expert_runs_device += tasks.size() - outside.size();
+  stats_->expert_runs_device +=
+      tasks.size() - outside.size() - prefetched.size();
+  stats_->prefetch_hits += prefetched.size();
 
   std::vector<ExpertPlace> places;
   switch (options_.mode) {
@@ -263,8 +326,11 @@ absl::Status HybridExperts::Run(int layer,
       places = policy_->Plan(tokens);
       break;
   }
-  std::vector<const moe::ExpertTask*> on_cpu, streamed;
+  std::vector<const moe::ExpertTask*> on_cpu, streamed = prefetched;
   double cpu_predicted = 0, stream_predicted = 0;
+  for (const moe::ExpertTask* t : prefetched) {
+    stream_predicted += policy_->StreamSeconds(t->x.rows);
+  }
   for (size_t i = 0; i < outside.size(); ++i) {
     if (places[i] == ExpertPlace::kCpu) {
       on_cpu.push_back(outside[i]);
@@ -276,6 +342,7 @@ absl::Status HybridExperts::Run(int layer,
   }
   stats_->expert_runs_cpu += on_cpu.size();
   stats_->expert_runs_streamed += streamed.size();
+  stats_->prefetch_misses += streamed.size() - prefetched.size();
 
   // The CPU experts' rows come down first (this waits for the device to
   // produce them); the CPU then runs them while the device runs the rest.
@@ -298,9 +365,8 @@ absl::Status HybridExperts::Run(int layer,
     row += t.x.rows;
   }
   double cpu_seconds = 0;
-  std::thread cpu_path;
   if (!host_tasks.empty()) {
-    cpu_path = std::thread([&] {
+    cpu_lane_->Start([&] {
       const auto start = std::chrono::steady_clock::now();
       host_->RunMlps(host_tasks);
       cpu_seconds = SecondsSince(start);
@@ -310,7 +376,7 @@ absl::Status HybridExperts::Run(int layer,
   const auto stream_start = std::chrono::steady_clock::now();
   absl::Status status = RunStreamed(layer, streamed, backend);
   const double stream_seconds = SecondsSince(stream_start);
-  if (cpu_path.joinable()) cpu_path.join();
+  if (!host_tasks.empty()) cpu_lane_->Wait();
   row = 0;
   for (const moe::ExpertTask* t : on_cpu) {
     backend.CopyFromHost(out_host.data() + row * hidden, t->out);
@@ -329,53 +395,143 @@ absl::Status HybridExperts::Run(int layer,
   return absl::OkStatus();
 }
 
+std::vector<memory_ring::CopyPiece> HybridExperts::PiecesFor(
+    int layer, absl::Span<const int32_t> experts) const {
+  std::vector<memory_ring::CopyPiece> pieces;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    pieces.push_back({source_of_[layer], host_offset_[layer][experts[i]],
+                      expert_stride_, i * expert_stride_});
+  }
+  return pieces;
+}
+
+void HybridExperts::Predict(int layer, const moe::Routing& predicted) {
+  if (layer >= static_cast<int>(prefetched_.size()) ||
+      !spec_.layer_is_moe[layer] || !prefetched_[layer].empty()) {
+    return;
+  }
+  std::vector<int64_t> tokens_of(spec_.num_experts, 0);
+  for (int32_t e : predicted.experts) ++tokens_of[e];
+  std::vector<int32_t> candidates;
+  std::vector<int64_t> tokens;
+  for (int e = 0; e < spec_.num_experts; ++e) {
+    if (tokens_of[e] == 0 || on_device_[layer][e] ||
+        (cache_ && cache_->Contains(CacheKey(layer, e)))) {
+      continue;
+    }
+    candidates.push_back(e);
+    tokens.push_back(tokens_of[e]);
+  }
+  // Those the policy would stream, the busiest first; at most K-1
+  // sections, so this layer's own misses always find a slot.
+  const std::vector<ExpertPlace> places =
+      options_.mode == PlacementMode::kAuto
+          ? policy_->Plan(tokens)
+          : std::vector<ExpertPlace>(tokens.size(), ExpertPlace::kStream);
+  std::vector<int32_t> ahead;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (places[i] == ExpertPlace::kStream) ahead.push_back(candidates[i]);
+  }
+  std::stable_sort(ahead.begin(), ahead.end(), [&](int32_t a, int32_t b) {
+    return tokens_of[a] > tokens_of[b];
+  });
+  ahead.resize(
+      std::min(ahead.size(), (ring_->num_slots() - 1) * section_experts_));
+  for (size_t first = 0; first < ahead.size(); first += section_experts_) {
+    const absl::Span<const int32_t> group =
+        absl::MakeConstSpan(ahead).subspan(first, section_experts_);
+    prefetched_[layer].push_back(
+        {ring_->Enqueue(PiecesFor(layer, group)),
+         std::vector<int32_t>(group.begin(), group.end())});
+  }
+}
+
+void HybridExperts::RunSlot(int layer, const uint8_t* slot,
+                            absl::Span<const int32_t> experts,
+                            absl::Span<const moe::ExpertTask* const> task_of,
+                            backend::Backend& backend) {
+  std::vector<model::MlpWeights> views(experts.size());
+  std::vector<backend::MlpTask> mlps;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const moe::ExpertTask* t = task_of[experts[i]];
+    if (t == nullptr) continue;
+    views[i] = model::PackedMlpView(
+        host_weights_.layers[layer].experts[t->expert],
+        slot + i * expert_stride_, backend.weight_memory());
+    mlps.push_back({&views[i], t->x, t->out});
+  }
+  backend.RunMlps(mlps);
+  if (!cache_) return;
+  // A failed copy into the cache only costs a later transfer.
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (task_of[experts[i]] == nullptr) continue;
+    cache_
+        ->Offer(CacheKey(layer, experts[i]), slot + i * expert_stride_,
+                expert_stride_)
+        .IgnoreError();
+  }
+}
+
 absl::Status HybridExperts::RunStreamed(
     int layer, absl::Span<const moe::ExpertTask* const> tasks,
     backend::Backend& backend) {
-  // Every section is scheduled before the first is waited for, so the
-  // ring fills the next slots while a slot computes.
-  std::vector<memory_ring::SectionRing::Ticket> tickets;
-  for (size_t first = 0; first < tasks.size(); first += section_experts_) {
-    std::vector<memory_ring::CopyPiece> pieces;
-    for (size_t i = first;
-         i < std::min(tasks.size(), first + section_experts_); ++i) {
-      pieces.push_back({source_of_[layer],
-                        host_offset_[layer][tasks[i]->expert], expert_stride_,
-                        (i - first) * expert_stride_});
+  std::vector<const moe::ExpertTask*> task_of(spec_.num_experts, nullptr);
+  for (const moe::ExpertTask* t : tasks) task_of[t->expert] = t;
+  // The sections predicted for this layer, in ticket order; those it did
+  // not need are dropped (not loaded if they had not started).
+  std::vector<Section> sections = std::move(prefetched_[layer]);
+  prefetched_[layer].clear();
+  std::vector<bool> done(spec_.num_experts, false);
+  for (const Section& section : sections) {
+    if (std::none_of(section.experts.begin(), section.experts.end(),
+                     [&](int32_t e) { return task_of[e] != nullptr; })) {
+      ring_->Release(section.ticket);
+      continue;
     }
-    tickets.push_back(ring_->Enqueue(std::move(pieces)));
+    // On failure EndStep drops the sections still held.
+    ASSIGN_OR_RETURN(uint8_t * slot, ring_->Acquire(section.ticket));
+    RunSlot(layer, slot, section.experts, task_of, backend);
+    for (int32_t e : section.experts) done[e] = true;
+    ring_->Release(section.ticket);
   }
-  std::vector<model::MlpWeights> views(section_experts_);
-  for (size_t s = 0; s < tickets.size(); ++s) {
-    ASSIGN_OR_RETURN(uint8_t * slot, ring_->Acquire(tickets[s]));
-    std::vector<backend::MlpTask> mlps;
-    const size_t first = s * section_experts_;
-    const size_t count = std::min(tasks.size() - first, section_experts_);
-    for (size_t i = 0; i < count; ++i) {
-      const moe::ExpertTask& t = *tasks[first + i];
-      views[i] = model::PackedMlpView(
-          host_weights_.layers[layer].experts[t.expert],
-          slot + i * expert_stride_, backend.weight_memory());
-      mlps.push_back({&views[i], t.x, t.out});
-    }
-    backend.RunMlps(mlps);
-    if (cache_) {
-      // A failed copy into the cache only costs a later transfer.
-      for (size_t i = 0; i < count; ++i) {
-        cache_
-            ->Offer(CacheKey(layer, tasks[first + i]->expert),
-                    slot + i * expert_stride_, expert_stride_)
-            .IgnoreError();
-      }
-    }
-    ring_->Release(tickets[s]);
+  // The rest take turns in one slot: its ticket follows at most K-1
+  // predicted sections of the next layer, so the section that last used
+  // its slot is one already released.
+  std::vector<int32_t> missed;
+  for (const moe::ExpertTask* t : tasks) {
+    if (!done[t->expert]) missed.push_back(t->expert);
   }
-  return absl::OkStatus();
+  memory_ring::SectionRing::Ticket ticket = -1;
+  absl::Status status;
+  for (size_t first = 0; first < missed.size(); first += section_experts_) {
+    const absl::Span<const int32_t> group =
+        absl::MakeConstSpan(missed).subspan(first, section_experts_);
+    absl::StatusOr<uint8_t*> slot;
+    if (ticket < 0) {
+      ticket = ring_->Enqueue(PiecesFor(layer, group));
+      slot = ring_->Acquire(ticket);
+    } else {
+      slot = ring_->Refill(ticket, PiecesFor(layer, group));
+    }
+    if (!slot.ok()) {
+      status = slot.status();
+      break;
+    }
+    RunSlot(layer, *slot, group, task_of, backend);
+  }
+  if (ticket >= 0) ring_->Release(ticket);
+  return status;
 }
 
 void HybridExperts::EndStep() {
-  // Sections scheduled but never used (a failed step): drop them all.
-  if (failed_ && ring_) ring_->Reset();
+  // Sections scheduled but never used (a failed step, a prediction for a
+  // layer that did not run): drop them all.
+  bool outstanding = failed_;
+  for (const std::vector<Section>& layer : prefetched_) {
+    outstanding |= !layer.empty();
+  }
+  if (outstanding && ring_) ring_->Reset();
+  for (std::vector<Section>& layer : prefetched_) layer.clear();
   failed_ = false;
 }
 

@@ -64,8 +64,9 @@ class HybridExperts : public moe::ExpertExecutor {
   ~HybridExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
-  bool WantsPredictions() const override { return false; }
-  void Predict(int, const moe::Routing&) override {}
+  // Predictions start streaming a later layer's experts during this one.
+  bool WantsPredictions() const override { return ring_ != nullptr; }
+  void Predict(int layer, const moe::Routing& predicted) override;
   absl::Status Run(int layer, absl::Span<const moe::ExpertTask> tasks,
                    absl::Span<const backend::MlpTask> alongside,
                    backend::Backend& backend) override;
@@ -75,8 +76,14 @@ class HybridExperts : public moe::ExpertExecutor {
 
  private:
   HybridExperts(const model::ModelSpec& spec,
-                const model::ModelWeights& host_weights)
-      : spec_(spec), host_weights_(host_weights) {}
+                const model::ModelWeights& host_weights);
+
+  // A section of one layer's experts in the ring.
+  struct Section {
+    memory_ring::SectionRing::Ticket ticket;
+    std::vector<int32_t> experts;
+  };
+  class CpuLane;
 
   // Measures the path costs on `samples` ({layer, expert} outside device
   // memory).
@@ -85,9 +92,18 @@ class HybridExperts : public moe::ExpertExecutor {
   // Runs `tasks` (device tensors) on the CPU from the packed host copies.
   void RunOnCpu(int layer, absl::Span<const moe::ExpertTask* const> tasks);
   // Streams `tasks`' experts through the ring and runs them on the device.
+  // Runs `tasks` whose experts are in `slot` (at `experts`' positions) on
+  // the device and offers them to the cache.
+  void RunSlot(int layer, const uint8_t* slot,
+               absl::Span<const int32_t> experts,
+               absl::Span<const moe::ExpertTask* const> task_of,
+               backend::Backend& backend);
   absl::Status RunStreamed(int layer,
                            absl::Span<const moe::ExpertTask* const> tasks,
                            backend::Backend& backend);
+  // The copy pieces of `experts` of `layer` into one slot.
+  std::vector<memory_ring::CopyPiece> PiecesFor(
+      int layer, absl::Span<const int32_t> experts) const;
   const uint8_t* PackedOnHost(int layer, int expert) const {
     return sources_[source_of_[layer]]->data() + host_offset_[layer][expert];
   }
@@ -114,6 +130,9 @@ class HybridExperts : public moe::ExpertExecutor {
   std::unique_ptr<memory_ring::ExpertCache> cache_;
   size_t section_experts_ = 1;
   std::unique_ptr<PlacementPolicy> policy_;
+  std::unique_ptr<CpuLane> cpu_lane_;
+  // Per layer, the sections Predict scheduled ahead of its Run.
+  std::vector<std::vector<Section>> prefetched_;
   bool failed_ = false;
 };
 

@@ -72,8 +72,7 @@ TEST(PlacementPolicyTest, SplitsAStepToFinishTogether) {
   // Streaming is ~8x cheaper per expert: about one expert in nine on the
   // CPU, and the makespan no worse than all streamed.
   EXPECT_LE(std::max(cpu, stream), 8 * p.StreamSeconds(1) + 1e-12);
-  EXPECT_GE(std::count(places.begin(), places.end(), ExpertPlace::kStream),
-            7);
+  EXPECT_GE(std::count(places.begin(), places.end(), ExpertPlace::kStream), 7);
 
   // A prefill: the expert with many tokens streams, the stragglers with
   // a token or two stay on the CPU when the copy engine is busy.

@@ -20,10 +20,9 @@ struct Cublas {
   cublasStatus_t (*destroy)(cublasHandle_t);
   cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
   cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
-  cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t,
-                          cublasOperation_t, int, int, int, const float*,
-                          const float*, int, const float*, int, const float*,
-                          float*, int);
+  cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                          int, int, int, const float*, const float*, int,
+                          const float*, int, const float*, float*, int);
 };
 
 // Loads libcublas once (by its soname, then from $CUDA_PATH/lib64 and

@@ -72,8 +72,8 @@ DeviceCeilings MeasureCeilings(int index) {
       const float one = 1.f, zero = 0.f;
       const double product = MedianSeconds(stream, 5, [&] {
         return api->sgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, kDim, kDim, kDim,
-                           &one, x, kDim, y, kDim, &zero, z,
-                           kDim) == CUBLAS_STATUS_SUCCESS;
+                          &one, x, kDim, y, kDim, &zero, z,
+                          kDim) == CUBLAS_STATUS_SUCCESS;
       });
       if (product > 0) c.sgemm_flops_per_s = 2.0 * kDim * kDim * kDim / product;
       api->destroy(cublas);
