@@ -30,9 +30,11 @@ ABSL_FLAG(int64_t, kv_cache_tokens, 0,
 ABSL_FLAG(int64_t, kv_block_size, 16,
           "Positions per KV-cache block (a block holds one layer's).");
 ABSL_FLAG(std::string, host_memory_budget, "",
-          "RAM for weights with --device=cpu, e.g. 1GiB or 512MiB; empty = "
-          "no limit. Experts that do not fit stream from the checkpoint "
-          "through the memory ring.");
+          "RAM for weights, e.g. 1GiB or 512MiB; empty = no limit. With "
+          "--device=cpu, experts that do not fit stream from the checkpoint "
+          "through the memory ring; with a device, RAM (pinned) for the "
+          "experts outside device memory, the rest streaming from the "
+          "checkpoint to the device through two staging buffers in it.");
 ABSL_FLAG(std::string, device_memory_budget, "",
           "GPU memory for weights, ring slots and expert cache with "
           "--device=cuda:N, e.g. 40GiB; empty = the device's, every weight "

@@ -29,23 +29,27 @@ uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-uint64_t PackedMlpBytes(const backend::MlpWeights& mlp) {
+std::vector<PackedPart> PackedMlpParts(const backend::MlpWeights& mlp) {
   backend::MlpWeights copy = mlp;
-  uint64_t offset = 0;
-  VisitParts(copy, [&](const auto* pointer, int64_t bytes) {
-    if (pointer != nullptr && bytes > 0) offset = AlignUp(offset + bytes);
-  });
-  return offset;
-}
-
-void PackMlp(const backend::MlpWeights& mlp, uint8_t* dst) {
-  backend::MlpWeights copy = mlp;
+  std::vector<PackedPart> parts;
   uint64_t offset = 0;
   VisitParts(copy, [&](const auto* pointer, int64_t bytes) {
     if (pointer == nullptr || bytes <= 0) return;
-    std::memcpy(dst + offset, pointer, bytes);
+    parts.push_back({pointer, static_cast<uint64_t>(bytes), offset});
     offset = AlignUp(offset + bytes);
   });
+  return parts;
+}
+
+uint64_t PackedMlpBytes(const backend::MlpWeights& mlp) {
+  const std::vector<PackedPart> parts = PackedMlpParts(mlp);
+  return parts.empty() ? 0 : AlignUp(parts.back().offset + parts.back().bytes);
+}
+
+void PackMlp(const backend::MlpWeights& mlp, uint8_t* dst) {
+  for (const PackedPart& part : PackedMlpParts(mlp)) {
+    std::memcpy(dst + part.offset, part.data, part.bytes);
+  }
 }
 
 backend::MlpWeights PackedMlpView(const backend::MlpWeights& mlp,

@@ -6,10 +6,21 @@
 #define RINGMOE_ENGINE_MODEL_PACKED_MLP_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/backend/weight.h"
 
 namespace ringmoe::model {
+
+// One stored part of an MLP and where it lies packed.
+struct PackedPart {
+  const void* data = nullptr;  // where it is stored now
+  uint64_t bytes = 0;
+  uint64_t offset = 0;  // in the packed region
+};
+
+// Every part of `mlp` that has bytes, in packing order.
+std::vector<PackedPart> PackedMlpParts(const backend::MlpWeights& mlp);
 
 // Bytes `mlp` takes packed.
 uint64_t PackedMlpBytes(const backend::MlpWeights& mlp);

@@ -41,13 +41,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                                           options.device_memory_budget));
   const bool on_device =
       engine->backend_->weight_memory() == backend::MemorySpace::kDevice;
-  if (on_device && options.streaming.memory_budget > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        options.device,
-        ": --host_memory_budget (experts streamed from disk) runs on the CPU "
-        "only so far; on a device, experts outside its memory are kept in "
-        "host RAM"));
-  }
   if (!on_device && options.placement != PlacementMode::kAuto) {
     return absl::InvalidArgumentError(
         absl::StrCat("--placement ", PlacementModeName(options.placement),
@@ -76,12 +69,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     hybrid.num_slots = options.streaming.num_slots;
     hybrid.prefetch_depth = options.streaming.prefetch_depth;
     hybrid.costs = options.placement_costs;
-    ASSIGN_OR_RETURN(
-        engine->hybrid_experts_,
-        HybridExperts::Create(
-            engine->spec_, engine->weights_, engine->backend_.get(),
-            engine->host_backend_.get(), hybrid, &engine->ring_stats_,
-            &engine->placement_, &engine->device_weights_));
+    hybrid.host_budget = options.streaming.memory_budget;
+    hybrid.disk = {options.streaming.io_threads, options.streaming.direct_io};
+    ASSIGN_OR_RETURN(engine->hybrid_experts_,
+                     HybridExperts::Create(
+                         engine->spec_, engine->weights_, *engine->checkpoint_,
+                         engine->backend_.get(), engine->host_backend_.get(),
+                         hybrid, &engine->ring_stats_, &engine->placement_,
+                         &engine->device_weights_));
     experts = engine->hybrid_experts_.get();
   } else {
     ASSIGN_OR_RETURN(

@@ -4,16 +4,22 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/model/packed_mlp.h"
+#include "memory_ring/disk_tier.h"
+#include "memory_ring/staged_tier.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -79,9 +85,10 @@ HybridExperts::HybridExperts(const model::ModelSpec& spec,
 
 absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
     const model::ModelSpec& spec, const model::ModelWeights& host_weights,
-    backend::Backend* device, backend::Backend* host,
-    const HybridOptions& options, memory_ring::RingStats* stats,
-    memory_ring::PlacementPlan* plan, model::ModelWeights* device_weights) {
+    const checkpoint::Checkpoint& checkpoint, backend::Backend* device,
+    backend::Backend* host, const HybridOptions& options,
+    memory_ring::RingStats* stats, memory_ring::PlacementPlan* plan,
+    model::ModelWeights* device_weights) {
   std::unique_ptr<HybridExperts> h(new HybridExperts(spec, host_weights));
   h->device_ = device;
   h->host_ = host;
@@ -132,37 +139,15 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;
 
-  // Each layer's experts outside device memory, packed one after another.
-  h->source_of_.assign(num_layers, -1);
-  h->host_offset_.assign(num_layers, std::vector<uint64_t>(num_experts, 0));
-  std::vector<memory_ring::TierBuffer*> sources;
-  // Experts to calibrate on: the first eight outside device memory.
-  std::vector<std::pair<int, int>> samples;
-  for (int l = 0; l < num_layers; ++l) {
-    if (!spec.layer_is_moe[l]) continue;
-    uint64_t offset = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      if (h->on_device_[l][e]) continue;
-      h->host_offset_[l][e] = offset;
-      offset += h->expert_stride_;
-      if (samples.size() < 8) samples.push_back({l, e});
-    }
-    if (offset == 0) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> source,
-                     device->AllocateStreamingSource(offset));
-    for (int e = 0; e < num_experts; ++e) {
-      if (h->on_device_[l][e]) continue;
-      model::PackMlp(host_weights.layers[l].experts[e],
-                     source->data() + h->host_offset_[l][e]);
-    }
-    h->source_of_[l] = static_cast<int>(sources.size());
-    sources.push_back(source.get());
-    h->sources_.push_back(std::move(source));
-  }
-  ASSIGN_OR_RETURN(h->tier_, device->CreateStreamingTier(sources));
+  using Samples = std::vector<std::pair<int, int>>;
+  ASSIGN_OR_RETURN(Samples samples, h->PlaceOutside(checkpoint, *plan));
   PathCosts costs;
   if (options.costs) {
     costs = *options.costs;
+  } else if (samples.empty()) {
+    // Every expert outside device memory is on disk: none can run on the
+    // CPU, every one streams.
+    costs.cpu_seconds_fixed = std::numeric_limits<double>::infinity();
   } else {
     ASSIGN_OR_RETURN(costs, h->Calibrate(samples));
   }
@@ -191,6 +176,152 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
                std::string(PlacementModeName(options.mode)).c_str(),
                h->policy_->Describe().c_str());
   return h;
+}
+
+absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
+    const checkpoint::Checkpoint& checkpoint,
+    const memory_ring::PlacementPlan& plan) {
+  const int num_layers = static_cast<int>(spec_.num_layers);
+  const int num_experts = static_cast<int>(spec_.num_experts);
+  std::vector<std::pair<int, int>> outside;
+  for (int l = 0; l < num_layers; ++l) {
+    if (!spec_.layer_is_moe[l]) continue;
+    for (int e = 0; e < num_experts; ++e) {
+      if (!on_device_[l][e]) outside.push_back({l, e});
+    }
+  }
+  // Host memory holds as many of them as the host budget leaves beside two
+  // staging buffers; the rest stay in the checkpoint and stream from disk,
+  // their parts read where the checkpoint stores them (parts it does not
+  // store, such as widened biases, come from host memory).
+  const uint64_t budget = options_.host_budget;
+  const uint64_t staging_bytes = 2 * plan.slot_bytes;
+  size_t in_host = outside.size();
+  if (budget > 0 && outside.size() * expert_stride_ > budget) {
+    if (options_.mode == PlacementMode::kCpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--placement cpu runs the experts outside device memory from host "
+          "RAM, but --host_memory_budget (",
+          budget, " bytes) holds ", budget / expert_stride_, " of their ",
+          outside.size(),
+          ": use auto or stream, which stream the rest from "
+          "disk"));
+    }
+    if (budget < staging_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host memory budget of ", budget,
+          " bytes is too small: experts streamed from disk need two staging "
+          "buffers of ",
+          plan.slot_bytes, " bytes; the smallest budget that works is ",
+          staging_bytes, " bytes"));
+    }
+    in_host = (budget - staging_bytes) / expert_stride_;
+  }
+  on_disk_.assign(num_layers, std::vector<bool>(num_experts, false));
+  pieces_.assign(num_layers,
+                 std::vector<std::vector<memory_ring::CopyPiece>>(num_experts));
+  host_offset_.assign(num_layers, std::vector<uint64_t>(num_experts, 0));
+  source_of_.assign(num_layers, -1);
+  std::vector<memory_ring::TierBuffer*> sources;
+  std::vector<std::pair<int, int>> samples;  // to calibrate on
+  std::vector<uint64_t> layer_bytes(num_layers, 0);
+  for (size_t i = 0; i < outside.size(); ++i) {
+    const auto [l, e] = outside[i];
+    if (i >= in_host) {
+      on_disk_[l][e] = true;
+      continue;
+    }
+    host_offset_[l][e] = layer_bytes[l];
+    layer_bytes[l] += expert_stride_;
+    if (samples.size() < 8) samples.push_back({l, e});
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    if (layer_bytes[l] == 0) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> source,
+                     device_->AllocateStreamingSource(layer_bytes[l]));
+    source_of_[l] = static_cast<int>(sources.size());
+    for (int e = 0; e < num_experts; ++e) {
+      if (on_device_[l][e] || on_disk_[l][e]) continue;
+      model::PackMlp(host_weights_.layers[l].experts[e],
+                     source->data() + host_offset_[l][e]);
+      pieces_[l][e] = {{source_of_[l], host_offset_[l][e], expert_stride_, 0}};
+    }
+    sources.push_back(source.get());
+    sources_.push_back(std::move(source));
+  }
+  if (in_host == outside.size()) {
+    ASSIGN_OR_RETURN(tier_, device_->CreateStreamingTier(sources));
+    return samples;
+  }
+
+  // Disk experts: their parts' places in the checkpoint's files (sources
+  // numbered after the host's), the others packed into one host buffer.
+  std::vector<std::tuple<int, int, model::PackedPart>> in_memory;
+  uint64_t in_memory_bytes = 0;
+  const int extras_source = static_cast<int>(sources.size());
+  for (size_t i = in_host; i < outside.size(); ++i) {
+    const auto [l, e] = outside[i];
+    for (const model::PackedPart& part :
+         model::PackedMlpParts(host_weights_.layers[l].experts[e])) {
+      const auto copy = host_weights_.aligned_copy_of.find(part.data);
+      const std::optional<checkpoint::Checkpoint::FileLocation> at =
+          checkpoint.Locate(copy == host_weights_.aligned_copy_of.end()
+                                ? part.data
+                                : copy->second,
+                            part.bytes);
+      if (at) {
+        pieces_[l][e].push_back(
+            {-1 - at->file, at->offset, part.bytes, part.offset});
+      } else {
+        pieces_[l][e].push_back(
+            {extras_source, in_memory_bytes, part.bytes, part.offset});
+        in_memory.emplace_back(l, e, part);
+        in_memory_bytes += part.bytes;
+      }
+    }
+  }
+  if (in_memory_bytes > 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> extras,
+                     device_->AllocateStreamingSource(in_memory_bytes));
+    uint64_t offset = 0;
+    for (const auto& entry : in_memory) {
+      const model::PackedPart& part = std::get<2>(entry);
+      std::memcpy(extras->data() + offset, part.data, part.bytes);
+      offset += part.bytes;
+    }
+    sources.push_back(extras.get());
+    sources_.push_back(std::move(extras));
+  }
+  const int host_sources = static_cast<int>(sources.size());
+  // File f is the staged tier's source host_sources + f.
+  for (auto& layer : pieces_) {
+    for (auto& expert : layer) {
+      for (memory_ring::CopyPiece& p : expert) {
+        if (p.source < 0) p.source = host_sources + (-1 - p.source);
+      }
+    }
+  }
+  std::vector<memory_ring::TierBuffer*> staging;
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> stage,
+                     device_->AllocateStreamingSource(plan.slot_bytes));
+    staging.push_back(stage.get());
+    sources.push_back(stage.get());
+    sources_.push_back(std::move(stage));
+  }
+  std::vector<std::string> paths;
+  for (const auto& file : checkpoint.files()) paths.push_back(file->path());
+  ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::Tier> disk,
+                   memory_ring::CreateDiskTier(paths, options_.disk));
+  ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::Tier> upper,
+                   device_->CreateStreamingTier(sources));
+  tier_ = memory_ring::CreateStagedTier(std::move(upper), host_sources, staging,
+                                        std::move(disk));
+  std::fprintf(stderr,
+               "ringmoe: %zu of the %zu experts outside device memory in "
+               "host RAM, %zu streamed from disk\n",
+               in_host, outside.size(), outside.size() - in_host);
+  return samples;
 }
 
 HybridExperts::~HybridExperts() {
@@ -240,10 +371,9 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
                    tier_->Allocate(expert_stride_));
   auto copy_in = [&](int layer, int expert) {
     std::promise<absl::Status> done;
-    tier_->CopyAsync(
-        {{source_of_[layer], host_offset_[layer][expert], expert_stride_, 0}},
-        slot->data(), tier_->RecordComputeFence(),
-        [&](absl::Status s) { done.set_value(std::move(s)); });
+    tier_->CopyAsync(pieces_[layer][expert], slot->data(),
+                     tier_->RecordComputeFence(),
+                     [&](absl::Status s) { done.set_value(std::move(s)); });
     return done.get_future().get();
   };
   absl::Status copied = absl::OkStatus();
@@ -283,7 +413,7 @@ absl::Status HybridExperts::Run(int layer,
                                 backend::Backend& backend) {
   std::vector<backend::MlpTask> now(alongside.begin(), alongside.end());
   std::vector<model::MlpWeights> cached(tasks.size());
-  std::vector<const moe::ExpertTask*> outside, prefetched;
+  std::vector<const moe::ExpertTask*> outside, prefetched, from_disk;
   std::vector<int64_t> tokens;
   std::vector<bool> coming(spec_.num_experts, false);
   for (const Section& section : prefetched_[layer]) {
@@ -304,13 +434,15 @@ absl::Status HybridExperts::Run(int layer,
       now.push_back({&cached[i], t.x, t.out});
     } else if (coming[t.expert]) {
       prefetched.push_back(&t);  // already on its way: it streams
+    } else if (on_disk_[layer][t.expert]) {
+      from_disk.push_back(&t);  // only the ring reaches it
     } else {
       outside.push_back(&t);
       tokens.push_back(t.x.rows);
     }
   }
   stats_->expert_runs_device +=
-      tasks.size() - outside.size() - prefetched.size();
+      tasks.size() - outside.size() - prefetched.size() - from_disk.size();
   stats_->prefetch_hits += prefetched.size();
 
   std::vector<ExpertPlace> places;
@@ -327,8 +459,9 @@ absl::Status HybridExperts::Run(int layer,
       break;
   }
   std::vector<const moe::ExpertTask*> on_cpu, streamed = prefetched;
+  streamed.insert(streamed.end(), from_disk.begin(), from_disk.end());
   double cpu_predicted = 0, stream_predicted = 0;
-  for (const moe::ExpertTask* t : prefetched) {
+  for (const moe::ExpertTask* t : streamed) {
     stream_predicted += policy_->StreamSeconds(t->x.rows);
   }
   for (size_t i = 0; i < outside.size(); ++i) {
@@ -399,8 +532,10 @@ std::vector<memory_ring::CopyPiece> HybridExperts::PiecesFor(
     int layer, absl::Span<const int32_t> experts) const {
   std::vector<memory_ring::CopyPiece> pieces;
   for (size_t i = 0; i < experts.size(); ++i) {
-    pieces.push_back({source_of_[layer], host_offset_[layer][experts[i]],
-                      expert_stride_, i * expert_stride_});
+    for (memory_ring::CopyPiece p : pieces_[layer][experts[i]]) {
+      p.dst_offset += i * expert_stride_;
+      pieces.push_back(p);
+    }
   }
   return pieces;
 }
@@ -430,7 +565,9 @@ void HybridExperts::Predict(int layer, const moe::Routing& predicted) {
           : std::vector<ExpertPlace>(tokens.size(), ExpertPlace::kStream);
   std::vector<int32_t> ahead;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (places[i] == ExpertPlace::kStream) ahead.push_back(candidates[i]);
+    if (places[i] == ExpertPlace::kStream || on_disk_[layer][candidates[i]]) {
+      ahead.push_back(candidates[i]);
+    }
   }
   std::stable_sort(ahead.begin(), ahead.end(), [&](int32_t a, int32_t b) {
     return tokens_of[a] > tokens_of[b];

@@ -11,8 +11,10 @@
 // the slot before. PlacementPolicy splits a step's experts between the CPU
 // and streaming; --placement forces one. Streamed experts live packed in
 // host memory the copy path reads fastest (pinned, for a GPU), and the CPU
-// runs from the same bytes. Every output is bitwise what Backend::RunMlps
-// computes on the chosen backend from the expert's stored weights.
+// runs from the same bytes; past the host budget they stay in the
+// checkpoint and stream from disk (three tiers: disk, pinned host, device).
+// Every output is bitwise what Backend::RunMlps computes on the chosen backend
+// from the expert's stored weights.
 #ifndef RINGMOE_ENGINE_RUNTIME_HYBRID_EXPERTS_H_
 #define RINGMOE_ENGINE_RUNTIME_HYBRID_EXPERTS_H_
 
@@ -23,10 +25,12 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
 #include "engine/runtime/placement_policy.h"
+#include "memory_ring/disk_tier.h"
 #include "memory_ring/expert_cache.h"
 #include "memory_ring/placement.h"
 #include "memory_ring/ring_stats.h"
@@ -42,6 +46,11 @@ struct HybridOptions {
   uint64_t device_budget = 0;
   int num_slots = 3;
   int prefetch_depth = 2;
+  // Host memory for the experts outside device memory (0: no limit); the
+  // rest stream from the checkpoint on disk through two staging buffers
+  // in this budget.
+  uint64_t host_budget = 0;
+  memory_ring::DiskTierOptions disk;
   // Path costs to start from; measured at start-up when absent.
   std::optional<PathCosts> costs;
 };
@@ -58,9 +67,10 @@ class HybridExperts : public moe::ExpertExecutor {
   // CPU backend) runs the CPU experts.
   static absl::StatusOr<std::unique_ptr<HybridExperts>> Create(
       const model::ModelSpec& spec, const model::ModelWeights& host_weights,
-      backend::Backend* device, backend::Backend* host,
-      const HybridOptions& options, memory_ring::RingStats* stats,
-      memory_ring::PlacementPlan* plan, model::ModelWeights* device_weights);
+      const checkpoint::Checkpoint& checkpoint, backend::Backend* device,
+      backend::Backend* host, const HybridOptions& options,
+      memory_ring::RingStats* stats, memory_ring::PlacementPlan* plan,
+      model::ModelWeights* device_weights);
   ~HybridExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
@@ -85,6 +95,12 @@ class HybridExperts : public moe::ExpertExecutor {
   };
   class CpuLane;
 
+  // Places the experts outside device memory in host memory (packed) and,
+  // past options_.host_budget, on disk; makes the tier that streams them.
+  // Returns up to eight host experts to calibrate on.
+  absl::StatusOr<std::vector<std::pair<int, int>>> PlaceOutside(
+      const checkpoint::Checkpoint& checkpoint,
+      const memory_ring::PlacementPlan& plan);
   // Measures the path costs on `samples` ({layer, expert} outside device
   // memory).
   absl::StatusOr<PathCosts> Calibrate(
@@ -125,6 +141,10 @@ class HybridExperts : public moe::ExpertExecutor {
   std::vector<std::unique_ptr<memory_ring::TierBuffer>> sources_;
   std::vector<int> source_of_;                      // [layer], or -1
   std::vector<std::vector<uint64_t>> host_offset_;  // [layer][expert]
+  std::vector<std::vector<bool>> on_disk_;          // [layer][expert]
+  // [layer][expert]: what loads an expert outside device memory into a
+  // slot (dst_offset relative to its place there).
+  std::vector<std::vector<std::vector<memory_ring::CopyPiece>>> pieces_;
   std::unique_ptr<memory_ring::Tier> tier_;
   std::unique_ptr<memory_ring::SectionRing> ring_;
   std::unique_ptr<memory_ring::ExpertCache> cache_;

@@ -232,6 +232,78 @@ INSTANTIATE_TEST_SUITE_P(
                           runtime::PlacementModeName(std::get<1>(info.param)));
     });
 
+// Three tiers: a host budget that holds two of the experts outside device
+// memory beside the staging buffers; the rest stream from the checkpoint.
+TEST(HybridThreeTiersTest, ExpertsBeyondTheHostBudgetStreamFromDisk) {
+  const std::string device = Device();
+  auto probe = backend::CreateBackend(device, nullptr);
+  if (!probe.ok()) GTEST_SKIP() << probe.status();
+  probe->reset();
+  const std::vector<std::vector<int32_t>> cases = {
+      {1, 5, 9, 200, 17, 3, 88, 45}, {400, 12, 31, 6, 6, 90, 11, 2, 500}};
+  for (const char* model : {"mixtral_sharded", "deepseek_v3_fp8", "gpt_oss"}) {
+    SCOPED_TRACE(model);
+    const std::string dir = std::string("tests/testdata/moe-tiny/") + model;
+    auto reference = runtime::Engine::Load(Options(dir));
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    const RunLogits want = RunCases(**reference, cases);
+    const Sizes sizes = MeasureSizes(dir);
+    for (PlacementMode mode : {PlacementMode::kAuto, PlacementMode::kStream}) {
+      runtime::EngineOptions options = Options(dir);
+      options.device = device;
+      options.device_memory_budget =
+          static_cast<int64_t>(sizes.non_expert + 6 * sizes.expert);
+      options.placement = mode;
+      runtime::PathCosts costs;
+      costs.cpu_seconds_fixed = 1e-3;
+      costs.cpu_seconds_per_token = 1e-3;
+      costs.copy_bytes_per_second = sizes.expert / 2.5e-3;
+      options.placement_costs = costs;
+      uint64_t slot_bytes = 0;
+      {
+        auto plan_only = runtime::Engine::Load(options);
+        ASSERT_TRUE(plan_only.ok()) << plan_only.status();
+        slot_bytes = (*plan_only)->placement().slot_bytes;
+      }
+      options.streaming.memory_budget = 2 * slot_bytes + 2 * sizes.expert;
+      auto hybrid = runtime::Engine::Load(options);
+      ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+      const RunLogits got = RunCases(**hybrid, cases);
+      const bool bitwise = device == "standin";
+      const int64_t vocab = (*reference)->spec().vocab_size;
+      ASSERT_EQ(got.prefill.size(), want.prefill.size());
+      for (size_t i = 0; i < want.prefill.size(); ++i) {
+        ExpectSame(got.prefill[i], want.prefill[i], vocab, bitwise,
+                   absl::StrCat("case ", i, " prefill"));
+      }
+      EXPECT_EQ(got.greedy, want.greedy);
+      ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
+      EXPECT_GT((*hybrid)->ring_stats().expert_runs_streamed, 0u);
+
+      // Too small for the staging buffers: refused, naming the smallest.
+      options.streaming.memory_budget = slot_bytes;
+      auto too_small = runtime::Engine::Load(options);
+      EXPECT_EQ(too_small.status().code(),
+                absl::StatusCode::kResourceExhausted);
+      EXPECT_NE(too_small.status().message().find("staging"),
+                absl::string_view::npos)
+          << too_small.status();
+    }
+    // --placement cpu cannot reach experts on disk.
+    runtime::EngineOptions options = Options(dir);
+    options.device = device;
+    options.device_memory_budget =
+        static_cast<int64_t>(sizes.non_expert + 3 * sizes.expert);
+    options.placement = PlacementMode::kCpu;
+    options.streaming.memory_budget = 4 * sizes.expert;
+    auto cpu = runtime::Engine::Load(options);
+    EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(cpu.status().message().find("--placement cpu"),
+              absl::string_view::npos)
+        << cpu.status();
+  }
+}
+
 TEST(HybridPlacementTest, BadPlacementSettingsAreRefused) {
   const std::string dir = "tests/testdata/moe-tiny/mixtral";
   runtime::EngineOptions options = Options(dir);
