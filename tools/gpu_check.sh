@@ -116,6 +116,12 @@ run_hybrid_benchmark() {
     --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
     --steps 10 --device_memory_budget 730MB --placements auto,cpu,stream \
     >$out/bench_hybrid_mixtral.json"
+  # Three tiers: pinned host RAM for about half of the experts outside
+  # device memory, the rest streamed from disk.
+  check "bench_three_tier_mixtral" bash -c "\"$bin/forward_benchmark\" \
+    --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
+    --steps 10 --device_memory_budget 730MB --host_memory_budget 900MB \
+    --placements auto,stream >$out/bench_three_tier_mixtral.json"
 }
 
 run() {

@@ -7,8 +7,9 @@
 // stands beside its bound: the bytes of the experts outside device memory
 // that a step touched, moved at the host's read bandwidth and the
 // host-to-device bandwidth together (the CPU and the copy engine in
-// parallel). Prints one JSON object. Needs no tokenizer, so GPU machines
-// run it from tools/gpu_check.sh's bundle.
+// parallel); --host_memory_budget adds the third tier (experts beyond it
+// stream from disk). Prints one JSON object. Needs no tokenizer, so GPU
+// machines run it from tools/gpu_check.sh's bundle.
 //
 //   forward_benchmark --model DIR --device cuda:0 --batches 1,32
 //   forward_benchmark --model DIR --device cuda:0 --device_memory_budget 1GiB
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, device_memory_budget, "",
           "Device memory for weights; empty: every weight resident.");
 ABSL_FLAG(std::string, placements, "auto",
           "With a budget: the --placement values to run, in turn.");
+ABSL_FLAG(std::string, host_memory_budget, "",
+          "With a device budget: pinned RAM for the experts outside device "
+          "memory; the rest stream from disk. Empty: no limit.");
 
 namespace ringmoe {
 namespace {
@@ -199,6 +203,12 @@ int Run() {
     absl::StatusOr<uint64_t> bytes = memory_ring::ParseByteSize(budget);
     if (!bytes.ok()) return Fail(bytes.status());
     options.device_memory_budget = static_cast<int64_t>(*bytes);
+    if (const std::string host = absl::GetFlag(FLAGS_host_memory_budget);
+        !host.empty()) {
+      absl::StatusOr<uint64_t> host_bytes = memory_ring::ParseByteSize(host);
+      if (!host_bytes.ok()) return Fail(host_bytes.status());
+      options.streaming.memory_budget = *host_bytes;
+    }
     placements.clear();
     for (absl::string_view p :
          absl::StrSplit(absl::GetFlag(FLAGS_placements), ',')) {
@@ -229,6 +239,9 @@ int Run() {
                      {"sgemm_TFLOPs", ceilings.matmul / 1e12}};
   if (options.device_memory_budget > 0) {
     out["device_memory_budget"] = options.device_memory_budget;
+  }
+  if (options.streaming.memory_budget > 0) {
+    out["host_memory_budget"] = options.streaming.memory_budget;
   }
   for (const runtime::PlacementMode mode : placements) {
     options.placement = mode;
