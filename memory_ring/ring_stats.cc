@@ -24,14 +24,15 @@ std::string RingStats::ToJson() const {
       "%d, "
       "\"cache_hits\": %d, \"cache_misses\": %d, \"cache_evictions\": %d, "
       "\"load_errors\": %d, \"expert_runs_device\": %d, "
-      "\"expert_runs_cpu\": %d, \"expert_runs_streamed\": %d}",
+      "\"expert_runs_cpu\": %d, \"expert_runs_streamed\": %d, "
+      "\"bytes_device_weights\": %d}",
       bytes_resident.load(), bytes_streamed.load(), bytes_moved.load(),
       bytes_disk_to_host.load(), bytes_host_to_device.load(),
       bytes_slot_to_cache.load(), stall_seconds(), sections_loaded.load(),
       prefetch_hits.load(), prefetch_misses.load(), cache_hits.load(),
       cache_misses.load(), cache_evictions.load(), load_errors.load(),
       expert_runs_device.load(), expert_runs_cpu.load(),
-      expert_runs_streamed.load());
+      expert_runs_streamed.load(), bytes_device_weights.load());
 }
 
 }  // namespace ringmoe::memory_ring

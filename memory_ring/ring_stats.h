@@ -32,6 +32,8 @@ struct RingStats {
   std::atomic<uint64_t> expert_runs_device{0};
   std::atomic<uint64_t> expert_runs_cpu{0};
   std::atomic<uint64_t> expert_runs_streamed{0};
+  // A device's weight memory in use (uploads, ring slots, expert cache).
+  std::atomic<uint64_t> bytes_device_weights{0};
 
   double stall_seconds() const { return stall_nanos.load() * 1e-9; }
 

@@ -94,6 +94,12 @@ std::vector<prometheus::MetricFamily> RingMetrics::Collect() const {
   AddValue(&runs, stats_.expert_runs_streamed.load(),
            {{"placement", "stream"}});
   families.push_back(std::move(runs));
+  auto device = Family("ringmoe_device_weight_bytes",
+                       "Device memory the weights, ring slots and expert "
+                       "cache take (0 on the CPU).",
+                       prometheus::MetricType::Gauge);
+  AddValue(&device, stats_.bytes_device_weights.load());
+  families.push_back(std::move(device));
   return families;
 }
 

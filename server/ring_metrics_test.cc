@@ -19,6 +19,7 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   stats.bytes_resident = 12345;
   stats.expert_runs_cpu = 5;
   stats.expert_runs_streamed = 4;
+  stats.bytes_device_weights = 777;
   std::map<std::string, const prometheus::MetricFamily*> by_name;
   const auto families = metrics.Collect();
   for (const auto& f : families) by_name[f.name] = &f;
@@ -46,6 +47,8 @@ TEST(RingMetricsTest, ReportsTheCurrentCounters) {
   EXPECT_EQ(runs->metric[2].label[0].value, "stream");
   EXPECT_EQ(runs->metric[2].counter.value, 4);
   EXPECT_EQ(runs->metric[0].counter.value, 0);
+  EXPECT_EQ(by_name.at("ringmoe_device_weight_bytes")->metric[0].gauge.value,
+            777);
   for (const auto& [name, family] : by_name) {
     EXPECT_EQ(name.rfind("ringmoe_", 0), 0u);
     if (family->type == prometheus::MetricType::Counter) {

@@ -152,6 +152,10 @@ class Backend {
     return absl::UnimplementedError(name() + " reads weights in host memory");
   }
 
+  // Bytes of the backend's weight memory in use (uploads, ring slots,
+  // cache); 0 for a backend that reads host memory.
+  virtual uint64_t weight_memory_used() const { return 0; }
+
   // Memory for n floats (uninitialised) and its release.
   virtual float* Allocate(int64_t n) = 0;
   virtual void Free(float* data) = 0;

@@ -80,8 +80,7 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<memory_ring::Tier>> CreateStreamingTier(
       std::vector<memory_ring::TierBuffer*> sources) override;
 
-  // Bytes of device memory the uploaded weights and ring buffers hold.
-  int64_t weight_bytes() const { return static_cast<int64_t>(budget_.used()); }
+  uint64_t weight_memory_used() const override { return budget_.used(); }
 
  private:
   CudaBackend(int device, int64_t weight_budget)

@@ -43,6 +43,7 @@ class StandInDevice : public CpuBackend {
   absl::StatusOr<std::unique_ptr<memory_ring::Tier>> CreateStreamingTier(
       std::vector<memory_ring::TierBuffer*> sources) override;
 
+  uint64_t weight_memory_used() const override { return budget_.used(); }
   const memory_ring::MemoryBudget& memory() const { return budget_; }
 
  private:

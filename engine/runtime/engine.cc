@@ -92,6 +92,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     }
     experts = engine->streamed_experts_.get();
   }
+  engine->ring_stats_.bytes_device_weights =
+      engine->backend_->weight_memory_used();
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
       engine->backend_.get(), experts, engine->expert_usage_.get());

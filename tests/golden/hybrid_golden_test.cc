@@ -214,6 +214,7 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
     EXPECT_LE(standin->memory().used(),
               static_cast<uint64_t>(options.device_memory_budget));
     EXPECT_GT(standin->memory().used(), sizes.non_expert);
+    EXPECT_EQ(stats.bytes_device_weights, standin->memory().used());
   }
 }
 
