@@ -1,6 +1,7 @@
 // Hybrid expert execution against the all-CPU engine, for every tiny model:
 // a device whose budget holds what every token needs plus a few experts,
-// each --placement, prefill, greedy decode and a batched step. On the
+// each --placement (gpu: a budget for every expert), prefill, greedy decode
+// and a batched step. On the
 // CPU-backed stand-in device (the default here) the logits must be bitwise
 // the CPU's, whichever path each expert took; on the device
 // RINGMOE_TEST_DEVICE names (cuda:0 under tools/gpu_check.sh) they must
@@ -40,6 +41,7 @@ std::string Device() {
 struct Sizes {
   uint64_t non_expert = 0;
   uint64_t expert = 0;
+  int experts = 0;  // routed experts of all layers
 };
 
 Sizes MeasureSizes(const std::string& dir) {
@@ -53,6 +55,7 @@ Sizes MeasureSizes(const std::string& dir) {
   for (const model::LayerWeights& layer : weights->layers) {
     for (const model::MlpWeights& e : layer.experts) {
       sizes.expert = std::max(sizes.expert, model::PackedMlpBytes(e));
+      ++sizes.experts;
     }
   }
   return sizes;
@@ -153,9 +156,11 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
   const RunLogits want = RunCases(**reference, cases);
 
   const Sizes sizes = MeasureSizes(dir);
-  // Two and three slots of one expert each, and for auto and stream room
-  // for a few cached experts.
-  const int room = mode == PlacementMode::kCpu ? 3 : 6;
+  // Three experts resident beside no ring (cpu); room for a ring and a few
+  // cached experts (auto, stream); every expert (gpu: all resident).
+  const int room = mode == PlacementMode::kCpu   ? 3
+                   : mode == PlacementMode::kGpu ? sizes.experts
+                                                 : 6;
   runtime::EngineOptions options = Options(dir);
   options.device = device;
   options.device_memory_budget =
@@ -170,7 +175,7 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
   options.placement_costs = costs;
   auto hybrid = runtime::Engine::Load(options);
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
-  ASSERT_TRUE((*hybrid)->placement().streams())
+  ASSERT_EQ((*hybrid)->placement().streams(), mode != PlacementMode::kGpu)
       << (*hybrid)->placement().Summary();
   const RunLogits got = RunCases(**hybrid, cases);
 
@@ -189,10 +194,10 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
   ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
 
   const memory_ring::RingStats& stats = (*hybrid)->ring_stats();
-  EXPECT_GT(stats.expert_runs_device + stats.expert_runs_cpu +
-                stats.expert_runs_streamed,
-            0u);
   switch (mode) {
+    case PlacementMode::kGpu:
+      EXPECT_EQ(stats.expert_runs_cpu + stats.expert_runs_streamed, 0u);
+      break;
     case PlacementMode::kCpu:
       EXPECT_GT(stats.expert_runs_cpu, 0u);
       EXPECT_EQ(stats.expert_runs_streamed, 0u);
@@ -204,7 +209,7 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
       // The next layer's router predicted some experts, streamed ahead.
       EXPECT_GT(stats.prefetch_hits, 0u);
       break;
-    default:
+    case PlacementMode::kAuto:
       EXPECT_GT(stats.expert_runs_cpu, 0u);
       EXPECT_GT(stats.expert_runs_streamed, 0u);
       break;
@@ -220,14 +225,13 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, HybridGoldenTest,
-    ::testing::Combine(::testing::Values("mixtral", "mixtral_sharded",
-                                         "qwen2_moe", "qwen3_moe", "olmoe",
-                                         "deepseek_v3", "deepseek_v3_fp8",
-                                         "deepseek_v2_lite", "gpt_oss",
-                                         "gpt_oss_bf16"),
-                       ::testing::Values(PlacementMode::kAuto,
-                                         PlacementMode::kCpu,
-                                         PlacementMode::kStream)),
+    ::testing::Combine(
+        ::testing::Values("mixtral", "mixtral_sharded", "qwen2_moe",
+                          "qwen3_moe", "olmoe", "deepseek_v3",
+                          "deepseek_v3_fp8", "deepseek_v2_lite", "gpt_oss",
+                          "gpt_oss_bf16"),
+        ::testing::Values(PlacementMode::kAuto, PlacementMode::kCpu,
+                          PlacementMode::kStream, PlacementMode::kGpu)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "_",
                           runtime::PlacementModeName(std::get<1>(info.param)));
