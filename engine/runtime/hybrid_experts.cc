@@ -12,7 +12,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -256,7 +255,7 @@ absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
 
   // Disk experts: their parts' places in the checkpoint's files (sources
   // numbered after the host's), the others packed into one host buffer.
-  std::vector<std::tuple<int, int, model::PackedPart>> in_memory;
+  std::vector<model::PackedPart> in_memory;
   uint64_t in_memory_bytes = 0;
   const int extras_source = static_cast<int>(sources.size());
   for (size_t i = in_host; i < outside.size(); ++i) {
@@ -275,7 +274,7 @@ absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
       } else {
         pieces_[l][e].push_back(
             {extras_source, in_memory_bytes, part.bytes, part.offset});
-        in_memory.emplace_back(l, e, part);
+        in_memory.push_back(part);
         in_memory_bytes += part.bytes;
       }
     }
@@ -284,8 +283,7 @@ absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
     ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> extras,
                      device_->AllocateStreamingSource(in_memory_bytes));
     uint64_t offset = 0;
-    for (const auto& entry : in_memory) {
-      const model::PackedPart& part = std::get<2>(entry);
+    for (const model::PackedPart& part : in_memory) {
       std::memcpy(extras->data() + offset, part.data, part.bytes);
       offset += part.bytes;
     }
