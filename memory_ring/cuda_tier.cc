@@ -1,9 +1,6 @@
 #include "memory_ring/cuda_tier.h"
 
-#include <algorithm>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 
@@ -156,91 +153,6 @@ class CudaTier : public CudaTierBase {
   std::vector<TierBuffer*> sources_;
 };
 
-// Disk -> pinned staging -> device. Reads run on the disk tier's threads;
-// each staged section is then copied up on the copy stream, and its staging
-// buffer returns to the pool once that copy has landed.
-class StagedCudaTier : public CudaTierBase {
- public:
-  StagedCudaTier(std::unique_ptr<Tier> disk,
-                 std::vector<std::unique_ptr<PinnedBuffer>> staging, int device,
-                 cudaStream_t compute, cudaStream_t copy)
-      : CudaTierBase(device, compute, copy),
-        disk_(std::move(disk)),
-        staging_(std::move(staging)),
-        free_(staging_.size(), true) {}
-
-  ~StagedCudaTier() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    returned_.wait(lock, [this] {
-      return std::all_of(free_.begin(), free_.end(), [](bool f) { return f; });
-    });
-  }
-
-  void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
-                 Done done) override {
-    uint64_t span = 0;
-    for (const CopyPiece& p : pieces) {
-      span = std::max(span, p.dst_offset + p.size);
-    }
-    if (span > staging_[0]->size()) {
-      done(absl::OutOfRangeError(absl::StrCat(
-          "a section of ", span, " bytes exceeds the staging buffers of ",
-          staging_[0]->size())));
-      return;
-    }
-    const int stage = TakeStage();
-    uint8_t* staging = staging_[stage]->data();
-    // Read into the staging buffer at the pieces' slot offsets, then copy
-    // the same ranges up.
-    std::vector<Upload> uploads;
-    for (const CopyPiece& p : pieces) {
-      uploads.push_back({dst + p.dst_offset, staging + p.dst_offset, p.size});
-    }
-    disk_->CopyAsync(
-        std::move(pieces), staging, nullptr,
-        [this, stage, uploads = std::move(uploads), after = std::move(after),
-         done = std::move(done)](absl::Status status) mutable {
-          if (!status.ok()) {
-            ReturnStage(stage);
-            done(std::move(status));
-            return;
-          }
-          UploadThen(uploads, after,
-                     [this, stage, done = std::move(done)](absl::Status s) {
-                       ReturnStage(stage);
-                       done(std::move(s));
-                     });
-        });
-  }
-
- private:
-  // Waits for a free staging buffer: at most `stages` sections in flight.
-  int TakeStage() {
-    std::unique_lock<std::mutex> lock(mu_);
-    returned_.wait(lock, [this] {
-      return std::find(free_.begin(), free_.end(), true) != free_.end();
-    });
-    const int stage = static_cast<int>(
-        std::find(free_.begin(), free_.end(), true) - free_.begin());
-    free_[stage] = false;
-    return stage;
-  }
-
-  void ReturnStage(int stage) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_[stage] = true;
-    }
-    returned_.notify_all();
-  }
-
-  std::unique_ptr<Tier> disk_;
-  std::vector<std::unique_ptr<PinnedBuffer>> staging_;
-  std::mutex mu_;
-  std::condition_variable returned_;
-  std::vector<bool> free_;  // guarded by mu_
-};
-
 absl::StatusOr<cudaStream_t> CreateCopyStream(int device) {
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) return CudaError(err, absl::StrCat("cuda:", device));
@@ -273,22 +185,6 @@ absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(
   if (!copy.ok()) return copy.status();
   return std::unique_ptr<Tier>(
       new CudaTier(std::move(sources), device, compute_stream, *copy));
-}
-
-absl::StatusOr<std::unique_ptr<Tier>> CreateStagedCudaTier(
-    std::unique_ptr<Tier> disk, int device, cudaStream_t compute_stream,
-    size_t staging_bytes, int stages) {
-  std::vector<std::unique_ptr<PinnedBuffer>> staging;
-  for (int i = 0; i < std::max(1, stages); ++i) {
-    absl::StatusOr<std::unique_ptr<PinnedBuffer>> b =
-        PinnedBuffer::Create(staging_bytes);
-    if (!b.ok()) return b.status();
-    staging.push_back(std::move(*b));
-  }
-  absl::StatusOr<cudaStream_t> copy = CreateCopyStream(device);
-  if (!copy.ok()) return copy.status();
-  return std::unique_ptr<Tier>(new StagedCudaTier(
-      std::move(disk), std::move(staging), device, compute_stream, *copy));
 }
 
 }  // namespace ringmoe::memory_ring

@@ -35,15 +35,6 @@ class PinnedBuffer : public TierBuffer {
 absl::StatusOr<std::unique_ptr<Tier>> CreateCudaTier(
     std::vector<TierBuffer*> sources, int device, cudaStream_t compute_stream);
 
-// For when the host budget cannot hold the streamed weights in pinned
-// memory: a section is read by `disk` (a DiskTier over the checkpoint) into
-// one of `stages` pinned staging buffers of `staging_bytes` (the slot size),
-// then copied to the device on the copy stream; the staging buffer is
-// reused once that copy has landed. Sources are the disk tier's.
-absl::StatusOr<std::unique_ptr<Tier>> CreateStagedCudaTier(
-    std::unique_ptr<Tier> disk, int device, cudaStream_t compute_stream,
-    size_t staging_bytes, int stages = 2);
-
 }  // namespace ringmoe::memory_ring
 
 #endif  // RINGMOE_MEMORY_RING_CUDA_TIER_H_

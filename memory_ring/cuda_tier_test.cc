@@ -11,6 +11,7 @@
 #include "kernels/cuda/device_info.h"
 #include "memory_ring/disk_tier.h"
 #include "memory_ring/section_ring.h"
+#include "memory_ring/staged_tier.h"
 
 namespace ringmoe::memory_ring {
 namespace {
@@ -55,7 +56,7 @@ TEST(CudaTierTest, RingOverPcieDeliversEverySectionIntact) {
   cudaStreamDestroy(compute);
 }
 
-TEST(CudaTierTest, StagedFromDiskDeliversEverySectionIntact) {
+TEST(CudaTierTest, StagedFromDiskThroughPinnedBuffersDeliversEverySection) {
   if (cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
   const std::string path =
       std::string(std::getenv("TEST_TMPDIR")) + "/weights.bin";
@@ -70,10 +71,21 @@ TEST(CudaTierTest, StagedFromDiskDeliversEverySectionIntact) {
   ASSERT_TRUE(disk.ok()) << disk.status();
   cudaStream_t compute;
   ASSERT_EQ(cudaStreamCreate(&compute), cudaSuccess);
-  auto tier = CreateStagedCudaTier(std::move(*disk), 0, compute, 4 << 20, 2);
-  ASSERT_TRUE(tier.ok()) << tier.status();
+  // Disk -> pinned staging -> device: the staging buffers are the CUDA
+  // tier's sources, the file the staged tier's source 0.
+  std::vector<std::unique_ptr<PinnedBuffer>> staging;
+  for (int i = 0; i < 2; ++i) {
+    auto buffer = PinnedBuffer::Create(4 << 20);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    staging.push_back(std::move(*buffer));
+  }
+  auto upper = CreateCudaTier({staging[0].get(), staging[1].get()}, 0, compute);
+  ASSERT_TRUE(upper.ok()) << upper.status();
+  std::unique_ptr<Tier> tier =
+      CreateStagedTier(std::move(*upper), /*host_sources=*/0,
+                       {staging[0].get(), staging[1].get()}, std::move(*disk));
   RingStats stats;
-  auto ring = SectionRing::Create(tier->get(), 4 << 20, {3, 2}, &stats);
+  auto ring = SectionRing::Create(tier.get(), 4 << 20, {3, 2}, &stats);
   ASSERT_TRUE(ring.ok()) << ring.status();
   std::vector<uint8_t> back(4 << 20);
   for (int i = 0; i < 16; ++i) {
@@ -91,7 +103,7 @@ TEST(CudaTierTest, StagedFromDiskDeliversEverySectionIntact) {
     (*ring)->Release(ticket);
   }
   ring->reset();
-  tier->reset();
+  tier.reset();
   cudaStreamDestroy(compute);
 }
 
