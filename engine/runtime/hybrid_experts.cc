@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
   stats->bytes_resident = plan->resident_bytes;
   stats->bytes_streamed = plan->streamed_bytes;
 
+  h->cpu_lane_ = std::make_unique<CpuLane>();
   using Samples = std::vector<std::pair<int, int>>;
   ASSIGN_OR_RETURN(Samples samples, h->PlaceOutside(checkpoint, *plan));
   PathCosts costs;
@@ -167,7 +168,6 @@ absl::StatusOr<std::unique_ptr<HybridExperts>> HybridExperts::Create(
                                       h->expert_stride_, stats));
     }
   }
-  h->cpu_lane_ = std::make_unique<CpuLane>();
   h->prefetched_.resize(num_layers);
   std::fprintf(stderr,
                "ringmoe: %s\nringmoe: hybrid experts (--placement %s): %s\n",
@@ -228,6 +228,7 @@ absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
     const auto [l, e] = outside[i];
     if (i >= in_host) {
       on_disk_[l][e] = true;
+      any_on_disk_ = true;
       continue;
     }
     host_offset_[l][e] = layer_bytes[l];
@@ -399,11 +400,30 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
       std::max(0.0, (gpu_many - gpu_one) / (kMany - 1));
   costs.device_seconds_fixed =
       std::max(0.0, gpu_one - costs.device_seconds_per_token);
+  // The CPU path's setup in a layer: a row down (after the device drains),
+  // the CPU thread woken, a row back.
+  std::vector<float> row(hidden);
+  costs.cpu_seconds_setup = median_over_samples([&](int, int) {
+    device_->CopyToHost(dx.tensor().Rows(0, 1), row.data());
+    cpu_lane_->Start([] {});
+    cpu_lane_->Wait();
+    device_->CopyFromHost(row.data(), dout.tensor().Rows(0, 1));
+    device_->Synchronize();
+  });
   RETURN_IF_ERROR(device_->TakeError());
   return costs;
 }
 
-void HybridExperts::BeginStep(int64_t) { failed_ = false; }
+void HybridExperts::BeginStep(int64_t num_tokens) {
+  failed_ = false;
+  // A step's experts have about n·k/E tokens each.
+  const int64_t k = spec_.experts_per_token;
+  const int64_t per_expert =
+      std::max<int64_t>(1, num_tokens * k / spec_.num_experts);
+  predict_ = ring_ != nullptr &&
+             (options_.mode != PlacementMode::kAuto || any_on_disk_ ||
+              policy_->StreamsAny(std::vector<int64_t>(k, per_expert)));
+}
 
 absl::Status HybridExperts::Run(int layer,
                                 absl::Span<const moe::ExpertTask> tasks,

@@ -74,8 +74,10 @@ class HybridExperts : public moe::ExpertExecutor {
   ~HybridExperts() override;
 
   void BeginStep(int64_t num_tokens) override;
-  // Predictions start streaming a later layer's experts during this one.
-  bool WantsPredictions() const override { return ring_ != nullptr; }
+  // Predictions start streaming a later layer's experts during this one:
+  // wanted when the step may stream (not when the policy puts a step of
+  // this size on the CPU, sparing the prediction's synchronisation).
+  bool WantsPredictions() const override { return predict_; }
   void Predict(int layer, const moe::Routing& predicted) override;
   absl::Status Run(int layer, absl::Span<const moe::ExpertTask> tasks,
                    absl::Span<const backend::MlpTask> alongside,
@@ -153,6 +155,8 @@ class HybridExperts : public moe::ExpertExecutor {
   std::unique_ptr<CpuLane> cpu_lane_;
   // Per layer, the sections Predict scheduled ahead of its Run.
   std::vector<std::vector<Section>> prefetched_;
+  bool any_on_disk_ = false;
+  bool predict_ = false;  // this step's WantsPredictions
   bool failed_ = false;
 };
 

@@ -55,7 +55,8 @@ std::vector<ExpertPlace> PlacementPolicy::Plan(
   std::vector<ExpertPlace> place(tokens.size(), ExpertPlace::kCpu);
   double cpu_busy = 0, stream_busy = 0;
   for (size_t i : order) {
-    const double cpu = cpu_busy + CpuSeconds(tokens[i]);
+    const double cpu = cpu_busy + CpuSeconds(tokens[i]) +
+                       (cpu_busy == 0 ? costs_.cpu_seconds_setup : 0);
     const double stream = stream_busy + StreamSeconds(tokens[i]);
     if (stream < cpu) {
       place[i] = ExpertPlace::kStream;
@@ -67,6 +68,12 @@ std::vector<ExpertPlace> PlacementPolicy::Plan(
   return place;
 }
 
+bool PlacementPolicy::StreamsAny(absl::Span<const int64_t> tokens) const {
+  const std::vector<ExpertPlace> places = Plan(tokens);
+  return std::find(places.begin(), places.end(), ExpertPlace::kStream) !=
+         places.end();
+}
+
 void PlacementPolicy::Observe(ExpertPlace path, double predicted,
                               double measured) {
   if (!(predicted > 0) || !(measured > 0) || path == ExpertPlace::kDevice) {
@@ -76,6 +83,7 @@ void PlacementPolicy::Observe(ExpertPlace path, double predicted,
   if (path == ExpertPlace::kCpu) {
     costs_.cpu_seconds_fixed *= factor;
     costs_.cpu_seconds_per_token *= factor;
+    costs_.cpu_seconds_setup *= factor;
   } else {
     costs_.copy_bytes_per_second /= factor;
     costs_.device_seconds_fixed *= factor;
@@ -85,11 +93,12 @@ void PlacementPolicy::Observe(ExpertPlace path, double predicted,
 
 std::string PlacementPolicy::Describe() const {
   return absl::StrFormat(
-      "expert of %d bytes: CPU %.3g ms + %.3g ms/token; streamed %.3g ms "
+      "expert of %d bytes: CPU %.3g ms + %.3g ms/token (+ %.3g ms a layer); "
+      "streamed %.3g ms "
       "(copy at %.3g GB/s) + %.3g ms + %.3g ms/token on the device; "
       "break-even at %s",
       expert_bytes_, costs_.cpu_seconds_fixed * 1e3,
-      costs_.cpu_seconds_per_token * 1e3,
+      costs_.cpu_seconds_per_token * 1e3, costs_.cpu_seconds_setup * 1e3,
       costs_.copy_bytes_per_second > 0
           ? expert_bytes_ / costs_.copy_bytes_per_second * 1e3
           : 0.0,

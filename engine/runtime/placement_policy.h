@@ -32,9 +32,12 @@ enum class ExpertPlace { kDevice, kCpu, kStream };
 //   CPU:    cpu_seconds_fixed + n * cpu_seconds_per_token
 //   stream: bytes / copy_bytes_per_second + device_seconds_fixed
 //           + n * device_seconds_per_token
+// and, once per layer that uses it, the CPU path's setup: the rows' trip
+// down and back and waking its thread.
 struct PathCosts {
   double cpu_seconds_fixed = 0;
   double cpu_seconds_per_token = 0;
+  double cpu_seconds_setup = 0;
   double copy_bytes_per_second = 0;
   double device_seconds_fixed = 0;
   double device_seconds_per_token = 0;
@@ -50,6 +53,8 @@ class PlacementPolicy {
 
   // For experts with `tokens[i]` tokens each: kCpu or kStream per expert.
   std::vector<ExpertPlace> Plan(absl::Span<const int64_t> tokens) const;
+  // Whether a step of experts with `tokens` tokens each would stream any.
+  bool StreamsAny(absl::Span<const int64_t> tokens) const;
 
   // A step's path took `measured` seconds where the model predicted
   // `predicted`: that path's costs move a quarter of the way toward what

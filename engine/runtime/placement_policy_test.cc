@@ -86,6 +86,24 @@ TEST(PlacementPolicyTest, SplitsAStepToFinishTogether) {
   EXPECT_EQ(prefill[2], ExpertPlace::kCpu);
 }
 
+// The CPU path's setup is paid once per layer that uses it: with a setup
+// as long as a streamed expert, a one-token expert that alone would go to
+// the CPU streams, while a second one still joins it there.
+TEST(PlacementPolicyTest, TheCpuSetupIsPaidOncePerLayer) {
+  PathCosts c = Machine();
+  c.copy_bytes_per_second = 2.5e9;  // 9 ms to stream, 8 ms on the CPU
+  EXPECT_EQ(PlacementPolicy(c, kExpertBytes).Plan({1})[0], ExpertPlace::kCpu);
+  EXPECT_FALSE(PlacementPolicy(c, kExpertBytes).StreamsAny({1}));
+  c.cpu_seconds_setup = 2e-3;
+  const PlacementPolicy p(c, kExpertBytes);
+  EXPECT_EQ(p.Plan({1})[0], ExpertPlace::kStream);
+  EXPECT_TRUE(p.StreamsAny({1}));
+  // Two: one streams (9 ms), the other on the CPU (2 + 8 ms).
+  const std::vector<ExpertPlace> two = p.Plan({1, 1});
+  EXPECT_EQ(std::count(two.begin(), two.end(), ExpertPlace::kCpu), 1);
+  EXPECT_NE(p.Describe().find("a layer"), std::string::npos);
+}
+
 // Measured steps move the model: a CPU that turns out four times slower
 // than calibrated sends experts it would have taken to the stream path.
 TEST(PlacementPolicyTest, MeasuredStepsRefineTheCosts) {
