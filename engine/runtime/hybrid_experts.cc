@@ -541,7 +541,13 @@ absl::Status HybridExperts::Run(int layer,
   }
   if (options_.mode == PlacementMode::kAuto) {
     policy_->Observe(ExpertPlace::kCpu, cpu_predicted, cpu_seconds);
-    policy_->Observe(ExpertPlace::kStream, stream_predicted, stream_seconds);
+    // Copies that began during the layer before (predicted experts) hide
+    // part of their cost: such a layer says nothing of what an expert
+    // placed now costs, and learning from it would make streaming look
+    // cheaper than it is.
+    if (prefetched.empty()) {
+      policy_->Observe(ExpertPlace::kStream, stream_predicted, stream_seconds);
+    }
   }
   return absl::OkStatus();
 }
