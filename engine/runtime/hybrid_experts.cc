@@ -542,10 +542,10 @@ absl::Status HybridExperts::Run(int layer,
   if (options_.mode == PlacementMode::kAuto) {
     policy_->Observe(ExpertPlace::kCpu, cpu_predicted, cpu_seconds);
     // Copies that began during the layer before (predicted experts) hide
-    // part of their cost: such a layer says nothing of what an expert
-    // placed now costs, and learning from it would make streaming look
-    // cheaper than it is.
-    if (prefetched.empty()) {
+    // part of their cost, and reads from disk add one the policy does not
+    // choose: such a layer says nothing of what streaming an expert from
+    // host memory costs.
+    if (prefetched.empty() && from_disk.empty()) {
       policy_->Observe(ExpertPlace::kStream, stream_predicted, stream_seconds);
     }
   }
