@@ -119,13 +119,9 @@ absl::Status CudaBackend::TakeError() {
   return error;
 }
 
-absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
-                                               const char* what) {
-  if (bytes == 0) return nullptr;
-  if (host == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": ", what, " of ", bytes, " bytes has no data"));
-  }
+absl::StatusOr<const void*> CudaBackend::UploadBytes(const void* host,
+                                                     int64_t bytes,
+                                                     const char* what) {
   RETURN_IF_ERROR(budget_.Take(bytes, what));
   Bind();
   void* device = nullptr;
@@ -147,37 +143,17 @@ absl::StatusOr<void*> CudaBackend::UploadBytes(const void* host, int64_t bytes,
 }
 
 absl::StatusOr<Weight> CudaBackend::Upload(const Weight& host) {
-  if (host.memory != MemorySpace::kHost) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": uploads come from host memory"));
-  }
-  Weight device = host;
-  device.memory = MemorySpace::kDevice;
-  ASSIGN_OR_RETURN(void* data, UploadBytes(host.data, DataBytes(host), "data"));
-  device.data = data;
-  ASSIGN_OR_RETURN(void* scales, UploadBytes(host.scales, GroupScaleBytes(host),
-                                             "group scales"));
-  device.scales = static_cast<const uint16_t*>(scales);
-  ASSIGN_OR_RETURN(
-      void* block_scales,
-      UploadBytes(host.block_scales, BlockScaleBytes(host), "block scales"));
-  device.block_scales = static_cast<const float*>(block_scales);
-  ASSIGN_OR_RETURN(
-      void* exponents,
-      UploadBytes(host.exponents, ExponentBytes(host), "exponents"));
-  device.exponents = static_cast<const uint8_t*>(exponents);
-  return device;
+  return UploadWeight(host, name(),
+                      [this](const void* h, int64_t bytes, const char* what) {
+                        return UploadBytes(h, bytes, what);
+                      });
 }
 
 absl::StatusOr<Vector> CudaBackend::Upload(const Vector& host) {
-  if (host.memory != MemorySpace::kHost) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": uploads come from host memory"));
-  }
-  ASSIGN_OR_RETURN(void* data,
-                   UploadBytes(host.data, host.size * sizeof(float), "vector"));
-  return Vector{static_cast<const float*>(data), host.size,
-                MemorySpace::kDevice};
+  return UploadVector(host, name(),
+                      [this](const void* h, int64_t bytes, const char* what) {
+                        return UploadBytes(h, bytes, what);
+                      });
 }
 
 float* CudaBackend::Allocate(int64_t n) {

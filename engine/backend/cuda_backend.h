@@ -105,9 +105,10 @@ class CudaBackend : public Backend {
         StageArgument(host.data(), host.size() * sizeof(T)));
   }
   void ReleaseArguments();
-  // Device memory for a weight's part (released with the backend).
-  absl::StatusOr<void*> UploadBytes(const void* host, int64_t bytes,
-                                    const char* what);
+  // A device copy of a weight's part of `bytes` (> 0) host bytes, within
+  // the budget (released with the backend).
+  absl::StatusOr<const void*> UploadBytes(const void* host, int64_t bytes,
+                                          const char* what);
   void RunProduct(const Tensor& x, const Weight& w, const Tensor& y);
   void CountProduct(const Weight& w, int64_t n);
 

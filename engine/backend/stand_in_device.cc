@@ -27,11 +27,6 @@ StandInDevice::StandInDevice(const StandInOptions& options)
 
 absl::StatusOr<const void*> StandInDevice::Copy(const void* host, int64_t bytes,
                                                 const char* what) {
-  if (bytes == 0) return nullptr;
-  if (host == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": ", what, " of ", bytes, " bytes has no data"));
-  }
   RETURN_IF_ERROR(budget_.Take(bytes, what));
   uploads_.push_back(std::make_unique<uint8_t[]>(bytes));
   std::memcpy(uploads_.back().get(), host, bytes);
@@ -39,35 +34,17 @@ absl::StatusOr<const void*> StandInDevice::Copy(const void* host, int64_t bytes,
 }
 
 absl::StatusOr<Weight> StandInDevice::Upload(const Weight& host) {
-  if (host.memory != MemorySpace::kHost) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": uploads come from host memory"));
-  }
-  Weight device = host;
-  device.memory = MemorySpace::kDevice;
-  ASSIGN_OR_RETURN(device.data, Copy(host.data, DataBytes(host), "data"));
-  ASSIGN_OR_RETURN(const void* scales,
-                   Copy(host.scales, GroupScaleBytes(host), "group scales"));
-  device.scales = static_cast<const uint16_t*>(scales);
-  ASSIGN_OR_RETURN(
-      const void* block_scales,
-      Copy(host.block_scales, BlockScaleBytes(host), "block scales"));
-  device.block_scales = static_cast<const float*>(block_scales);
-  ASSIGN_OR_RETURN(const void* exponents,
-                   Copy(host.exponents, ExponentBytes(host), "exponents"));
-  device.exponents = static_cast<const uint8_t*>(exponents);
-  return device;
+  return UploadWeight(host, name(),
+                      [this](const void* h, int64_t bytes, const char* what) {
+                        return Copy(h, bytes, what);
+                      });
 }
 
 absl::StatusOr<Vector> StandInDevice::Upload(const Vector& host) {
-  if (host.memory != MemorySpace::kHost) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": uploads come from host memory"));
-  }
-  ASSIGN_OR_RETURN(const void* data,
-                   Copy(host.data, host.size * sizeof(float), "vector"));
-  return Vector{static_cast<const float*>(data), host.size,
-                MemorySpace::kDevice};
+  return UploadVector(host, name(),
+                      [this](const void* h, int64_t bytes, const char* what) {
+                        return Copy(h, bytes, what);
+                      });
 }
 
 absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>

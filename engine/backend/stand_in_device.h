@@ -47,7 +47,7 @@ class StandInDevice : public CpuBackend {
   const memory_ring::MemoryBudget& memory() const { return budget_; }
 
  private:
-  // A copy of `bytes` host bytes in the device's memory.
+  // A copy of `bytes` (> 0) host bytes in the device's memory.
   absl::StatusOr<const void*> Copy(const void* host, int64_t bytes,
                                    const char* what);
 

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/weight_format.h"
 
 namespace ringmoe::backend {
@@ -89,6 +92,17 @@ struct MlpWeights {
     return fused() ? gate_up.rows / 2 : gate.rows;
   }
 };
+
+// Uploads a weight or vector in host memory into a device backend's memory
+// (named `target` in errors): `part` copies one stored part (`bytes` > 0
+// from non-null `host`; `what` names it) and returns where it now lies.
+// Fails naming the part that has no data, and with `part`'s errors.
+using UploadPart = absl::FunctionRef<absl::StatusOr<const void*>(
+    const void* host, int64_t bytes, const char* what)>;
+absl::StatusOr<Weight> UploadWeight(const Weight& host,
+                                    absl::string_view target, UploadPart part);
+absl::StatusOr<Vector> UploadVector(const Vector& host,
+                                    absl::string_view target, UploadPart part);
 
 }  // namespace ringmoe::backend
 

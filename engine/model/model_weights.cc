@@ -613,7 +613,9 @@ uint64_t NonExpertBytes(const ModelWeights& weights) {
   };
   auto vec = [&](const Vector& v) { bytes += v.size * sizeof(float); };
   auto mlp = [&](const MlpWeights& m) {
-    for (const Weight* w : {&m.gate, &m.up, &m.gate_up, &m.down}) matrix(*w);
+    for (const Weight* w : MlpMatrices(const_cast<MlpWeights*>(&m))) {
+      matrix(*w);
+    }
     vec(m.gate_up_bias);
     vec(m.down_bias);
   };

@@ -126,6 +126,34 @@ void ExpectSame(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+// Every logit of `got` as `want`'s (bitwise on the stand-in), and the same
+// greedy tokens.
+void ExpectSameRun(const RunLogits& got, const RunLogits& want, int64_t vocab,
+                   bool bitwise) {
+  ASSERT_EQ(got.prefill.size(), want.prefill.size());
+  for (size_t i = 0; i < want.prefill.size(); ++i) {
+    ExpectSame(got.prefill[i], want.prefill[i], vocab, bitwise,
+               absl::StrCat("case ", i, " prefill"));
+  }
+  EXPECT_EQ(got.greedy, want.greedy);
+  ASSERT_EQ(got.decode_logits.size(), want.decode_logits.size());
+  for (size_t i = 0; i < want.decode_logits.size(); ++i) {
+    ExpectSame(got.decode_logits[i], want.decode_logits[i], vocab, bitwise,
+               absl::StrCat("decode step ", i));
+  }
+  ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
+}
+
+// The CPU cheaper for one token, streaming from two on: auto sends a decode
+// step's experts to the CPU and a prefill's busiest ones down.
+runtime::PathCosts TestCosts(const Sizes& sizes) {
+  runtime::PathCosts costs;
+  costs.cpu_seconds_fixed = 1e-3;
+  costs.cpu_seconds_per_token = 1e-3;
+  costs.copy_bytes_per_second = sizes.expert / 2.5e-3;
+  return costs;
+}
+
 runtime::EngineOptions Options(const std::string& dir) {
   runtime::EngineOptions options;
   options.model_dir = dir;
@@ -166,32 +194,15 @@ TEST_P(HybridGoldenTest, MatchesTheCpuUnderATightDeviceBudget) {
   options.device_memory_budget =
       static_cast<int64_t>(sizes.non_expert + room * sizes.expert);
   options.placement = mode;
-  // The CPU cheaper for one token, streaming from two on: auto sends a
-  // decode step's experts to the CPU and a prefill's busiest ones down.
-  runtime::PathCosts costs;
-  costs.cpu_seconds_fixed = 1e-3;
-  costs.cpu_seconds_per_token = 1e-3;
-  costs.copy_bytes_per_second = sizes.expert / 2.5e-3;
-  options.placement_costs = costs;
+  options.placement_costs = TestCosts(sizes);
   auto hybrid = runtime::Engine::Load(options);
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
   ASSERT_EQ((*hybrid)->placement().streams(), mode != PlacementMode::kGpu)
       << (*hybrid)->placement().Summary();
   const RunLogits got = RunCases(**hybrid, cases);
 
-  const bool bitwise = device == "standin";
-  const int64_t vocab = (*reference)->spec().vocab_size;
-  ASSERT_EQ(got.prefill.size(), want.prefill.size());
-  for (size_t i = 0; i < want.prefill.size(); ++i) {
-    ExpectSame(got.prefill[i], want.prefill[i], vocab, bitwise,
-               absl::StrCat("case ", i, " prefill"));
-  }
-  EXPECT_EQ(got.greedy, want.greedy);
-  for (size_t i = 0; i < want.decode_logits.size(); ++i) {
-    ExpectSame(got.decode_logits[i], want.decode_logits[i], vocab, bitwise,
-               absl::StrCat("decode step ", i));
-  }
-  ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
+  ExpectSameRun(got, want, (*reference)->spec().vocab_size,
+                device == "standin");
 
   const memory_ring::RingStats& stats = (*hybrid)->ring_stats();
   switch (mode) {
@@ -259,11 +270,7 @@ TEST(HybridThreeTiersTest, ExpertsBeyondTheHostBudgetStreamFromDisk) {
       options.device_memory_budget =
           static_cast<int64_t>(sizes.non_expert + 6 * sizes.expert);
       options.placement = mode;
-      runtime::PathCosts costs;
-      costs.cpu_seconds_fixed = 1e-3;
-      costs.cpu_seconds_per_token = 1e-3;
-      costs.copy_bytes_per_second = sizes.expert / 2.5e-3;
-      options.placement_costs = costs;
+      options.placement_costs = TestCosts(sizes);
       uint64_t slot_bytes = 0;
       {
         auto plan_only = runtime::Engine::Load(options);
@@ -274,15 +281,8 @@ TEST(HybridThreeTiersTest, ExpertsBeyondTheHostBudgetStreamFromDisk) {
       auto hybrid = runtime::Engine::Load(options);
       ASSERT_TRUE(hybrid.ok()) << hybrid.status();
       const RunLogits got = RunCases(**hybrid, cases);
-      const bool bitwise = device == "standin";
-      const int64_t vocab = (*reference)->spec().vocab_size;
-      ASSERT_EQ(got.prefill.size(), want.prefill.size());
-      for (size_t i = 0; i < want.prefill.size(); ++i) {
-        ExpectSame(got.prefill[i], want.prefill[i], vocab, bitwise,
-                   absl::StrCat("case ", i, " prefill"));
-      }
-      EXPECT_EQ(got.greedy, want.greedy);
-      ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
+      ExpectSameRun(got, want, (*reference)->spec().vocab_size,
+                    device == "standin");
       EXPECT_GT((*hybrid)->ring_stats().expert_runs_streamed, 0u);
 
       // Too small for the staging buffers: refused, naming the smallest.
