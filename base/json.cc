@@ -124,7 +124,11 @@ absl::StatusOr<Json> Parse(absl::string_view text) {
   }
 }
 
-absl::StatusOr<Json> ParseStrict(absl::string_view text, int max_depth) {
+namespace {
+
+// ParseStrict's checks, then nlohmann's DOM parse into `JsonType`.
+template <typename JsonType>
+absl::StatusOr<JsonType> ParseChecked(absl::string_view text, int max_depth) {
   if (const size_t nul = text.find('\0'); nul != absl::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("JSON holds a NUL byte at offset ", nul));
@@ -137,14 +141,25 @@ absl::StatusOr<Json> ParseStrict(absl::string_view text, int max_depth) {
     return absl::InvalidArgumentError(
         checker.error().empty() ? "malformed JSON" : checker.error());
   }
-  Json json = Json::parse(text.begin(), text.end(), /*cb=*/nullptr,
-                          /*allow_exceptions=*/false);
+  JsonType json = JsonType::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                                  /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     // The checker accepted what the DOM parser refused: cannot happen with a
     // consistent nlohmann, but never hand out a discarded value.
     return absl::InvalidArgumentError("malformed JSON");
   }
   return json;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> ParseStrict(absl::string_view text, int max_depth) {
+  return ParseChecked<Json>(text, max_depth);
+}
+
+absl::StatusOr<OrderedJson> ParseStrictOrdered(absl::string_view text,
+                                               int max_depth) {
+  return ParseChecked<OrderedJson>(text, max_depth);
 }
 
 absl::StatusOr<Json> ParseFile(const std::string& path) {

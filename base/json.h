@@ -23,6 +23,9 @@
 namespace ringmoe::json {
 
 using Json = nlohmann::json;
+// Keeps members in the order written (what a client sent, echoed back or
+// rendered into a prompt, keeps its order).
+using OrderedJson = nlohmann::ordered_json;
 
 // Parsing. Messages: nlohmann's description of a syntax error ("... parse
 // error at line 1, column 11: ..."), or what ParseStrict rejects besides.
@@ -37,6 +40,9 @@ absl::StatusOr<Json> Parse(absl::string_view text);
 // one as if the input ended there). Hostile nesting costs neither stack nor
 // memory: a first pass that builds nothing stops at the first problem.
 absl::StatusOr<Json> ParseStrict(absl::string_view text, int max_depth);
+// ParseStrict into an OrderedJson.
+absl::StatusOr<OrderedJson> ParseStrictOrdered(absl::string_view text,
+                                               int max_depth);
 
 // Reads and parses the file at `path` with Parse. Errors name the file:
 // ReadFileToString's (base/file.h) and "<path>: invalid JSON: <message>".

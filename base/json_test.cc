@@ -73,6 +73,16 @@ TEST(ParseStrictTest, RejectsDeepNesting) {
   ExpectInvalid(ParseStrict(deep, 64).status(), "nested deeper");
 }
 
+TEST(ParseStrictTest, OrderedKeepsMemberOrderAndNumberForms) {
+  absl::StatusOr<OrderedJson> json =
+      ParseStrictOrdered(R"({"z": 1, "a": 1.0, "m": [2]})", 3);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->dump(), R"({"z":1,"a":1.0,"m":[2]})");
+  ExpectInvalid(ParseStrictOrdered(R"({"a": 1, "a": 2})", 8).status(),
+                "duplicate key");
+  ExpectInvalid(ParseStrictOrdered("[[[[1]]]]", 3).status(), "nested deeper");
+}
+
 TEST(ParseStrictTest, RejectsNulBytes) {
   ExpectInvalid(ParseStrict(std::string("{}\0{", 4), 8).status(),
                 "NUL byte at offset 2");

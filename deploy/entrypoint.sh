@@ -46,6 +46,7 @@ args=(
   --host "${RINGMOE_HOST:-0.0.0.0}"
   --grpc_port "${RINGMOE_GRPC_PORT:-8001}"
   --metrics_port "${RINGMOE_METRICS_PORT:-8002}"
+  --http_port "${RINGMOE_HTTP_PORT:-8000}"
 )
 # Optional settings become flags only when set, so the server's own
 # defaults stay the single source of truth.

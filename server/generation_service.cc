@@ -6,18 +6,23 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "server/stream_channel.h"
 
 namespace ringmoe::server {
+
+using serving::CheckModelName;
+using serving::FinishReason;
+using serving::Request;
+using serving::RequestHandle;
+using serving::RequestOutput;
+using serving::ServedModel;
+
 namespace {
 
 using Channel = StreamChannel<grpc::ServerWriteReactor<v1::GenerateResponse>,
                               v1::GenerateResponse>;
-
-std::string NewRequestId() {
-  static std::atomic<uint64_t> next{1};
-  return absl::StrCat("gen-", next.fetch_add(1));
-}
 
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
@@ -121,39 +126,80 @@ class GenerateReactor final
 
 }  // namespace
 
+namespace {
+
+// A JSON document from a request's *_json field: empty is `empty`; anything
+// else must parse (INVALID_ARGUMENT naming the field).
+absl::StatusOr<nlohmann::ordered_json> JsonField(absl::string_view text,
+                                                 absl::string_view field,
+                                                 nlohmann::ordered_json empty) {
+  if (text.empty()) return empty;
+  nlohmann::ordered_json json = nlohmann::ordered_json::parse(
+      text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is not valid JSON"));
+  }
+  return json;
+}
+
+absl::StatusOr<serving::ChatInput> ChatFromProto(
+    const v1::GenerateRequest& proto) {
+  serving::ChatInput chat;
+  chat.messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < proto.messages_size(); ++i) {
+    const v1::ChatMessage& m = proto.messages(i);
+    nlohmann::ordered_json message = {{"role", m.role()},
+                                      {"content", m.content()}};
+    if (!m.reasoning_content().empty())
+      message["reasoning_content"] = m.reasoning_content();
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    if (!m.name().empty()) message["name"] = m.name();
+    if (!m.tool_calls_json().empty()) {
+      ASSIGN_OR_RETURN(
+          message["tool_calls"],
+          JsonField(m.tool_calls_json(),
+                    absl::StrCat("messages[", i, "].tool_calls_json"),
+                    nullptr));
+      // OpenAI's convention: an assistant turn that only calls tools has
+      // null content (templates test for it).
+      if (m.content().empty()) message["content"] = nullptr;
+    }
+    chat.messages.push_back(std::move(message));
+  }
+  ASSIGN_OR_RETURN(chat.tools,
+                   JsonField(proto.tools_json(), "tools_json", nullptr));
+  ASSIGN_OR_RETURN(chat.template_kwargs,
+                   JsonField(proto.chat_template_kwargs_json(),
+                             "chat_template_kwargs_json", nullptr));
+  chat.add_generation_prompt =
+      proto.has_add_generation_prompt() ? proto.add_generation_prompt() : true;
+  return chat;
+}
+
+}  // namespace
+
 absl::StatusOr<Request> RequestFromProto(const ServedModel& model,
                                          const v1::GenerateRequest& proto) {
-  Request request;
-  request.id = proto.request_id().empty() ? NewRequestId() : proto.request_id();
-  const std::string who = absl::StrCat("request ", request.id, ": ");
-  absl::Status name = CheckModelName(model, proto.model());
-  if (!name.ok())
-    return absl::InvalidArgumentError(absl::StrCat(who, name.message()));
-  if (!proto.text().empty() && proto.input_ids_size() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, "give either text or input_ids, not both"));
-  }
-  if (!proto.text().empty()) {
-    const tokenizer::Tokenizer* tok = model.engine->tokenizer();
-    if (tok == nullptr) {
+  serving::GenerationInput input;
+  input.request_id = proto.request_id();
+  input.model = proto.model();
+  if (!proto.text().empty()) input.text = proto.text();
+  input.input_ids.assign(proto.input_ids().begin(), proto.input_ids().end());
+  if (proto.messages_size() > 0) {
+    absl::StatusOr<serving::ChatInput> chat = ChatFromProto(proto);
+    if (!chat.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(who, "model '", model.name,
-                       "' has no tokenizer; send input_ids instead of text"));
+          absl::StrCat("request ", serving::Quote(proto.request_id()), ": ",
+                       chat.status().message()));
     }
-    const bool special =
-        proto.has_add_special_tokens() ? proto.add_special_tokens() : true;
-    request.prompt_ids = tok->Encode(proto.text(), special);
-  } else {
-    request.prompt_ids.assign(proto.input_ids().begin(),
-                              proto.input_ids().end());
+    input.chat = *std::move(chat);
   }
-  if (request.prompt_ids.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, "the prompt is empty: set text or input_ids"));
-  }
-  if (proto.has_max_tokens()) request.max_tokens = proto.max_tokens();
+  if (proto.has_add_special_tokens())
+    input.add_special_tokens = proto.add_special_tokens();
+  if (proto.has_max_tokens()) input.max_tokens = proto.max_tokens();
   const v1::SamplingParameters& s = proto.sampling();
-  runtime::SamplingParams& p = request.sampling;
+  runtime::SamplingParams& p = input.sampling;
   if (s.has_temperature()) p.temperature = s.temperature();
   p.top_k = s.top_k();
   if (s.has_top_p()) p.top_p = s.top_p();
@@ -166,8 +212,8 @@ absl::StatusOr<Request> RequestFromProto(const ServedModel& model,
   p.stop_token_ids.assign(proto.stop_token_ids().begin(),
                           proto.stop_token_ids().end());
   p.ignore_eos = proto.ignore_eos();
-  request.logprobs = proto.logprobs();
-  return request;
+  input.logprobs = proto.logprobs();
+  return serving::PrepareRequest(model, std::move(input));
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
@@ -175,48 +221,31 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   return new GenerateReactor(model_, context, *request);
 }
 
-grpc::ServerUnaryReactor* GenerationService::FinishUnary(
-    grpc::CallbackServerContext* context, const char* method,
-    const absl::Status& status) {
-  if (model_.metrics) model_.metrics->CountRequest(method, status.code());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 grpc::ServerUnaryReactor* GenerationService::Tokenize(
     grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
     v1::TokenizeResponse* response) {
-  absl::Status status = CheckModelName(model_, request->model());
-  const tokenizer::Tokenizer* tok = model_.engine->tokenizer();
-  if (status.ok() && tok == nullptr) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat("model '", model_.name, "' has no tokenizer.json"));
-  }
-  if (status.ok()) {
+  absl::StatusOr<const tokenizer::Tokenizer*> tok =
+      serving::TokenizerFor(model_, request->model());
+  if (tok.ok()) {
     const bool special = request->has_add_special_tokens()
                              ? request->add_special_tokens()
                              : true;
-    std::vector<int32_t> ids = tok->Encode(request->text(), special);
+    std::vector<int32_t> ids = (*tok)->Encode(request->text(), special);
     response->mutable_ids()->Add(ids.begin(), ids.end());
   }
-  return FinishUnary(context, "Tokenize", status);
+  return FinishUnary(context, model_.metrics, "Tokenize", tok.status());
 }
 
 grpc::ServerUnaryReactor* GenerationService::Detokenize(
     grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
     v1::DetokenizeResponse* response) {
-  absl::Status status = CheckModelName(model_, request->model());
-  const tokenizer::Tokenizer* tok = model_.engine->tokenizer();
-  if (status.ok() && tok == nullptr) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat("model '", model_.name, "' has no tokenizer.json"));
-  }
-  if (status.ok()) {
+  absl::StatusOr<const tokenizer::Tokenizer*> tok =
+      serving::TokenizerFor(model_, request->model());
+  if (tok.ok()) {
     std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
-    response->set_text(tok->Decode(ids, request->skip_special_tokens()));
+    response->set_text((*tok)->Decode(ids, request->skip_special_tokens()));
   }
-  return FinishUnary(context, "Detokenize", status);
+  return FinishUnary(context, model_.metrics, "Detokenize", tok.status());
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
@@ -256,7 +285,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     placement->set_streamed_experts(plan.streamed_experts);
     placement->set_summary(plan.Summary());
   }
-  return FinishUnary(context, "GetModelInfo", status);
+  return FinishUnary(context, model_.metrics, "GetModelInfo", status);
 }
 
 }  // namespace ringmoe::server

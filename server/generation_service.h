@@ -5,20 +5,23 @@
 #define RINGMOE_SERVER_GENERATION_SERVICE_H_
 
 #include "absl/status/statusor.h"
+#include "engine/serving/request_api.h"
+#include "engine/serving/scheduler.h"
 #include "proto/generation.grpc.pb.h"
-#include "server/scheduler.h"
 #include "server/service_util.h"
 
 namespace ringmoe::server {
 
-// A scheduler Request from a GenerateRequest (tokenizing `text`), without
-// the output callback. INVALID_ARGUMENT names the offending field.
-absl::StatusOr<Request> RequestFromProto(const ServedModel& model,
-                                         const v1::GenerateRequest& proto);
+// A scheduler Request from a GenerateRequest (through the serving core's
+// request API), without the output callback. INVALID_ARGUMENT names the
+// offending field.
+absl::StatusOr<serving::Request> RequestFromProto(
+    const serving::ServedModel& model, const v1::GenerateRequest& proto);
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
-  explicit GenerationService(const ServedModel& model) : model_(model) {}
+  explicit GenerationService(const serving::ServedModel& model)
+      : model_(model) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
@@ -36,11 +39,7 @@ class GenerationService final : public v1::Generation::CallbackService {
       v1::GetModelInfoResponse* response) override;
 
  private:
-  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                        const char* method,
-                                        const absl::Status& status);
-
-  const ServedModel model_;
+  const serving::ServedModel model_;
 };
 
 }  // namespace ringmoe::server

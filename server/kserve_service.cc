@@ -17,333 +17,18 @@
 #include "server/stream_channel.h"
 
 namespace ringmoe::server {
+
+using serving::CheckModelName;
+using serving::FinishReason;
+using serving::Request;
+using serving::RequestHandle;
+using serving::RequestOutput;
+using serving::ServedModel;
 namespace {
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 using inference::ModelStreamInferResponse;
-
-constexpr char kVersion[] = "1";
-
-std::string NewInferId() {
-  static std::atomic<uint64_t> next{1};
-  return absl::StrCat("infer-", next.fetch_add(1));
-}
-
-absl::Status Invalid(const InferJob& job, absl::string_view message) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("request ", job.id, ": ", message));
-}
-
-// Integer-valued setting: rejects fractions and values outside int32.
-absl::StatusOr<int32_t> AsInt(const std::string& key, double v) {
-  if (!std::isfinite(v) || v != std::floor(v) ||
-      v < std::numeric_limits<int32_t>::min() ||
-      v > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", key, "' must be an integer in int32 range, got ", v));
-  }
-  return static_cast<int32_t>(v);
-}
-
-bool IsSetting(const std::string& key) {
-  static const auto* settings =
-      new absl::flat_hash_set<std::string>{"max_tokens",
-                                           "top_k",
-                                           "seed",
-                                           "temperature",
-                                           "top_p",
-                                           "min_p",
-                                           "ignore_eos",
-                                           "repetition_penalty",
-                                           "stream",
-                                           "presence_penalty",
-                                           "frequency_penalty"};
-  return settings->contains(key);
-}
-
-// Applies one generation setting by name; NOT_FOUND for names that are not
-// settings (see IsSetting).
-absl::Status ApplySetting(const std::string& key, double v, InferJob* job) {
-  runtime::SamplingParams& p = job->generation.sampling;
-  if (key == "max_tokens") {
-    ASSIGN_OR_RETURN(job->generation.max_tokens, AsInt(key, v));
-  } else if (key == "top_k") {
-    ASSIGN_OR_RETURN(p.top_k, AsInt(key, v));
-  } else if (key == "seed") {
-    if (!(v >= 0) || v != std::floor(v) || v > 1.8e19) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'seed' must be a non-negative integer, got ", v));
-    }
-    p.seed = static_cast<uint64_t>(v);
-  } else if (key == "temperature") {
-    p.temperature = static_cast<float>(v);
-  } else if (key == "top_p") {
-    p.top_p = static_cast<float>(v);
-  } else if (key == "min_p") {
-    p.min_p = static_cast<float>(v);
-  } else if (key == "repetition_penalty") {
-    p.repetition_penalty = static_cast<float>(v);
-  } else if (key == "presence_penalty") {
-    p.presence_penalty = static_cast<float>(v);
-  } else if (key == "frequency_penalty") {
-    p.frequency_penalty = static_cast<float>(v);
-  } else if (key == "ignore_eos") {
-    p.ignore_eos = v != 0;
-  } else if (key == "stream") {
-    job->stream = v != 0;
-  } else {
-    return absl::NotFoundError(key);
-  }
-  return absl::OkStatus();
-}
-
-// vLLM backend style: {"temperature": 0, "max_tokens": 8, "stop": [...]}.
-absl::Status ApplySamplingJson(const std::string& text, InferJob* job) {
-  nlohmann::json j =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        "'sampling_parameters' must be a JSON object");
-  }
-  for (auto& [key, value] : j.items()) {
-    if (key == "stop") {
-      if (value.is_string()) {
-        job->generation.sampling.stop_strings.push_back(
-            value.get<std::string>());
-        continue;
-      }
-      if (!value.is_array()) {
-        return absl::InvalidArgumentError(
-            "sampling_parameters 'stop' must be a string or a list of strings");
-      }
-      for (const auto& s : value) {
-        if (!s.is_string()) {
-          return absl::InvalidArgumentError(
-              "sampling_parameters 'stop' must be a string or a list of "
-              "strings");
-        }
-        job->generation.sampling.stop_strings.push_back(s.get<std::string>());
-      }
-      continue;
-    }
-    double v;
-    if (value.is_boolean()) {
-      v = value.get<bool>() ? 1 : 0;
-    } else if (value.is_number()) {
-      v = value.get<double>();
-    } else if (value.is_string()) {
-      // vLLM's backend accepts numbers written as strings ("0.7").
-      char* end = nullptr;
-      const std::string s = value.get<std::string>();
-      v = std::strtod(s.c_str(), &end);
-      if (s.empty() || *end != '\0') {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sampling_parameters '", key, "' is not a number: ", s));
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sampling_parameters '", key, "' must be a number or a bool"));
-    }
-    absl::Status s = ApplySetting(key, v, job);
-    // Unknown vLLM options (n, best_of, ...) are not ours to reject loudly,
-    // but silently ignoring them would change results: refuse.
-    if (absl::IsNotFound(s)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sampling_parameters '", key, "' is not supported"));
-    }
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-bool IsReservedParameter(const std::string& key) {
-  static const auto* reserved = new absl::flat_hash_set<std::string>{
-      "sequence_id", "sequence_start", "sequence_end",      "priority",
-      "timeout",     "headers",        "binary_data_output"};
-  return reserved->contains(key) || absl::StartsWith(key, "triton_");
-}
-
-}  // namespace
-
-absl::StatusOr<InferJob> ParseInferRequest(const ServedModel& model,
-                                           const ModelInferRequest& request,
-                                           bool streaming_rpc) {
-  InferJob job;
-  job.id = request.id().empty() ? NewInferId() : request.id();
-  job.raw = kserve::UsesRaw(request);
-  job.streaming_rpc = streaming_rpc;
-  job.stream = streaming_rpc;
-  job.generation.id = job.id;
-  absl::Status name = CheckModelName(model, request.model_name());
-  if (!name.ok()) return Invalid(job, name.message());
-  if (!request.model_version().empty() && request.model_version() != kVersion) {
-    return Invalid(
-        job, absl::StrCat("model '", model.name, "' has no version '",
-                          request.model_version(), "' (only ", kVersion, ")"));
-  }
-  int ids_index = -1;
-  int text_index = -1;
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    const std::string& input = request.inputs(i).name();
-    if (input == "input_ids") {
-      ids_index = i;
-    } else if (input == "text_input") {
-      text_index = i;
-    }
-  }
-  if ((ids_index < 0) == (text_index < 0)) {
-    return Invalid(
-        job, "send exactly one of the inputs 'input_ids' and 'text_input'");
-  }
-  auto prefixed = [&job](const absl::Status& s) {
-    return s.ok() ? s : Invalid(job, s.message());
-  };
-
-  if (ids_index >= 0) {
-    job.logits = true;
-    const auto& t = request.inputs(ids_index);
-    if (t.shape_size() != 2 || t.shape(0) < 1 || t.shape(1) < 1) {
-      return Invalid(
-          job, absl::StrCat("input 'input_ids' must have shape [batch, seq] "
-                            "with both at least 1, got [",
-                            absl::StrJoin(t.shape(), ","), "]"));
-    }
-    absl::StatusOr<std::vector<int64_t>> ids =
-        kserve::ReadIntegers(request, ids_index);
-    if (!ids.ok()) return prefixed(ids.status());
-    const int64_t batch = t.shape(0);
-    const int64_t seq = t.shape(1);
-    for (int64_t b = 0; b < batch; ++b) {
-      std::vector<int32_t> row;
-      for (int64_t i = 0; i < seq; ++i) {
-        const int64_t v = (*ids)[b * seq + i];
-        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-          return Invalid(job, absl::StrCat("input_ids[", b, "][", i, "] = ", v,
-                                           " is outside the vocabulary"));
-        }
-        row.push_back(static_cast<int32_t>(v));
-      }
-      job.rows.push_back(std::move(row));
-    }
-    for (const auto& out : request.outputs()) {
-      if (out.name() != "logits") {
-        return Invalid(job, absl::StrCat("unknown output '", out.name(),
-                                         "' for input_ids (only 'logits')"));
-      }
-    }
-    for (int i = 0; i < request.inputs_size(); ++i) {
-      if (i != ids_index) {
-        return Invalid(
-            job, absl::StrCat("unexpected input '", request.inputs(i).name(),
-                              "' next to 'input_ids'"));
-      }
-    }
-    job.outputs = {"logits"};
-    return job;
-  }
-
-  // text_input: the prompt.
-  {
-    const auto& t = request.inputs(text_index);
-    absl::StatusOr<std::vector<std::string>> text =
-        kserve::ReadBytes(request, text_index);
-    if (!text.ok()) return prefixed(text.status());
-    if (text->size() != 1) {
-      return Invalid(
-          job, absl::StrCat("input 'text_input' must hold one string, got ",
-                            text->size(), " (shape [",
-                            absl::StrJoin(t.shape(), ","), "])"));
-    }
-    if ((*text)[0].empty()) return Invalid(job, "input 'text_input' is empty");
-    const tokenizer::Tokenizer* tok = model.engine->tokenizer();
-    if (tok == nullptr) {
-      return Invalid(
-          job, absl::StrCat("model '", model.name,
-                            "' has no tokenizer; send input_ids instead"));
-    }
-    job.generation.prompt_ids =
-        tok->Encode((*text)[0], /*add_special_tokens=*/true);
-  }
-  // Settings: the request's parameters, then input tensors.
-  for (const auto& [key, param] : request.parameters()) {
-    if (IsReservedParameter(key)) continue;
-    if (key == "stop") {
-      if (param.parameter_choice_case() !=
-          inference::InferParameter::kStringParam) {
-        return Invalid(job, "parameter 'stop' must be a string");
-      }
-      job.generation.sampling.stop_strings.push_back(param.string_param());
-      continue;
-    }
-    // Clients attach parameters of their own; only settings are ours.
-    if (!IsSetting(key)) continue;
-    double v;
-    if (param.parameter_choice_case() ==
-        inference::InferParameter::kBoolParam) {
-      v = param.bool_param() ? 1 : 0;
-    } else {
-      absl::StatusOr<std::optional<double>> n =
-          kserve::NumberParameter(request.parameters(), key);
-      if (!n.ok()) return prefixed(n.status());
-      v = **n;
-    }
-    absl::Status applied = ApplySetting(key, v, &job);
-    if (!applied.ok()) return prefixed(applied);
-  }
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    if (i == text_index) continue;
-    const auto& t = request.inputs(i);
-    if (t.name() == "sampling_parameters") {
-      absl::StatusOr<std::vector<std::string>> json =
-          kserve::ReadBytes(request, i);
-      if (!json.ok()) return prefixed(json.status());
-      if (json->size() != 1) {
-        return Invalid(job,
-                       "input 'sampling_parameters' must hold one JSON string");
-      }
-      absl::Status applied = ApplySamplingJson((*json)[0], &job);
-      if (!applied.ok()) return prefixed(applied);
-      continue;
-    }
-    if (t.name() == "stop_words" || t.name() == "stop") {
-      absl::StatusOr<std::vector<std::string>> words =
-          kserve::ReadBytes(request, i);
-      if (!words.ok()) return prefixed(words.status());
-      for (auto& w : *words)
-        job.generation.sampling.stop_strings.push_back(std::move(w));
-      continue;
-    }
-    if (t.name() == "exclude_input_in_output") continue;  // never included
-    if (!IsSetting(t.name())) {
-      return Invalid(job, absl::StrCat("unknown input '", t.name(), "'"));
-    }
-    absl::StatusOr<double> v = kserve::ReadScalar(request, i);
-    if (!v.ok()) return prefixed(v.status());
-    absl::Status applied = ApplySetting(t.name(), *v, &job);
-    if (!applied.ok()) return prefixed(applied);
-  }
-  absl::StatusOr<std::optional<bool>> empty_final = kserve::BoolParameter(
-      request.parameters(), "triton_enable_empty_final_response");
-  if (!empty_final.ok()) return prefixed(empty_final.status());
-  job.empty_final_response = empty_final->value_or(false);
-  if (!streaming_rpc) job.stream = false;  // unary: the whole text at once
-
-  static const auto* known = new absl::flat_hash_set<std::string>{
-      "text_output", "finish_reason", "num_input_tokens", "num_output_tokens",
-      "output_ids"};
-  for (const auto& out : request.outputs()) {
-    if (!known->contains(out.name())) {
-      return Invalid(job, absl::StrCat("unknown output '", out.name(),
-                                       "' for text_input"));
-    }
-    job.outputs.push_back(out.name());
-  }
-  if (job.outputs.empty()) job.outputs = {"text_output"};
-  return job;
-}
-
-namespace {
 
 // Runs one InferJob on the scheduler and hands its responses to `emit` on
 // the engine thread: (response, final, status); a non-OK status comes with
@@ -411,7 +96,7 @@ class InferRun : public std::enable_shared_from_this<InferRun> {
   ModelInferResponse NewResponse() const {
     ModelInferResponse response;
     response.set_model_name(model_.name);
-    response.set_model_version(kVersion);
+    response.set_model_version(kModelVersion);
     response.set_id(job_.id);
     return response;
   }
@@ -717,32 +402,23 @@ class StreamInferReactor final : public StreamReactorBase {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* KServeService::FinishUnary(
-    grpc::CallbackServerContext* context, const char* method,
-    const absl::Status& status) {
-  if (model_.metrics) model_.metrics->CountRequest(method, status.code());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 bool KServeService::ModelMatches(const std::string& name,
                                  const std::string& version) const {
-  return name == model_.name && (version.empty() || version == kVersion);
+  return name == model_.name && (version.empty() || version == kModelVersion);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
     inference::ServerLiveResponse* response) {
   response->set_live(true);
-  return FinishUnary(context, "ServerLive", absl::OkStatus());
+  return FinishUnary(context, model_.metrics, "ServerLive", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
     inference::ServerReadyResponse* response) {
   response->set_ready(model_.scheduler->accepting());
-  return FinishUnary(context, "ServerReady", absl::OkStatus());
+  return FinishUnary(context, model_.metrics, "ServerReady", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelReady(
@@ -751,7 +427,7 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(
     inference::ModelReadyResponse* response) {
   response->set_ready(ModelMatches(request->name(), request->version()) &&
                       model_.scheduler->accepting());
-  return FinishUnary(context, "ModelReady", absl::OkStatus());
+  return FinishUnary(context, model_.metrics, "ModelReady", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerMetadata(
@@ -760,7 +436,8 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   response->set_name("ringmoe");
   response->set_version(server_version_);
-  return FinishUnary(context, "ServerMetadata", absl::OkStatus());
+  return FinishUnary(context, model_.metrics, "ServerMetadata",
+                     absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelMetadata(
@@ -768,15 +445,15 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   if (!ModelMatches(request->name(), request->version())) {
-    return FinishUnary(context, "ModelMetadata",
+    return FinishUnary(context, model_.metrics, "ModelMetadata",
                        absl::NotFoundError(absl::StrCat(
                            "unknown model '", request->name(), "' version '",
                            request->version(), "'; this server serves '",
-                           model_.name, "' version ", kVersion)));
+                           model_.name, "' version ", kModelVersion)));
   }
   const int64_t vocab = model_.engine->spec().vocab_size;
   response->set_name(model_.name);
-  response->add_versions(kVersion);
+  response->add_versions(kModelVersion);
   response->set_platform("ringmoe");
   auto add = [](auto* list, const char* name, const char* type,
                 std::vector<int64_t> shape) {
@@ -805,7 +482,8 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     add(response->mutable_outputs(), "num_input_tokens", "INT32", {1});
     add(response->mutable_outputs(), "num_output_tokens", "INT32", {1});
   }
-  return FinishUnary(context, "ModelMetadata", absl::OkStatus());
+  return FinishUnary(context, model_.metrics, "ModelMetadata",
+                     absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(

@@ -17,34 +17,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/serving/request_api.h"
+#include "engine/serving/scheduler.h"
 #include "proto/grpc_service.grpc.pb.h"
-#include "server/scheduler.h"
+#include "server/kserve_request.h"
 #include "server/service_util.h"
 
 namespace ringmoe::server {
 
-// A ModelInferRequest, checked and decoded.
-struct InferJob {
-  std::string id;
-  bool raw = false;                        // answer in raw_output_contents
-  bool streaming_rpc = false;              // ModelStreamInfer
-  bool logits = false;                     // input_ids -> logits
-  std::vector<std::vector<int32_t>> rows;  // logits: one prompt per row
-  Request generation;   // text: prompt and settings, no callback
-  bool stream = false;  // send text deltas as they come
-  bool empty_final_response = false;
-  std::vector<std::string> outputs;  // requested outputs, in order
-};
-
-// INVALID_ARGUMENT naming the tensor or parameter at fault.
-absl::StatusOr<InferJob> ParseInferRequest(
-    const ServedModel& model, const inference::ModelInferRequest& request,
-    bool streaming_rpc);
-
 class KServeService final
     : public inference::GRPCInferenceService::CallbackService {
  public:
-  KServeService(const ServedModel& model, std::string server_version)
+  KServeService(const serving::ServedModel& model, std::string server_version)
       : model_(model), server_version_(std::move(server_version)) {}
 
   grpc::ServerUnaryReactor* ServerLive(
@@ -76,12 +60,9 @@ class KServeService final
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
  private:
-  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                        const char* method,
-                                        const absl::Status& status);
   bool ModelMatches(const std::string& name, const std::string& version) const;
 
-  const ServedModel model_;
+  const serving::ServedModel model_;
   const std::string server_version_;
 };
 

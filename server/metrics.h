@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "engine/serving/serving_metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -19,7 +20,7 @@
 
 namespace ringmoe::server {
 
-class Metrics {
+class Metrics final : public serving::ServingMetrics {
  public:
   explicit Metrics(std::shared_ptr<prometheus::Registry> registry);
 
@@ -29,26 +30,38 @@ class Metrics {
 
   // ringmoe_requests_total{method, status}: one per finished RPC, with the
   // gRPC status it ended with (OK, INVALID_ARGUMENT, CANCELLED, ...).
-  void CountRequest(absl::string_view method, absl::StatusCode code);
+  void CountRequest(absl::string_view method, absl::StatusCode code) override;
 
   // Request lifecycle, recorded by the scheduler.
-  void ObserveQueueTime(double seconds) { queue_time_.Observe(seconds); }
-  void ObserveTimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
-  void ObserveInterTokenLatency(double seconds) { itl_.Observe(seconds); }
-  void ObserveEndToEndLatency(double seconds) { e2e_.Observe(seconds); }
-  void AddPromptTokens(int64_t n) {
+  void ObserveQueueTime(double seconds) override {
+    queue_time_.Observe(seconds);
+  }
+  void ObserveTimeToFirstToken(double seconds) override {
+    ttft_.Observe(seconds);
+  }
+  void ObserveInterTokenLatency(double seconds) override {
+    itl_.Observe(seconds);
+  }
+  void ObserveEndToEndLatency(double seconds) override {
+    e2e_.Observe(seconds);
+  }
+  void AddPromptTokens(int64_t n) override {
     prompt_tokens_.Increment(static_cast<double>(n));
   }
-  void AddGeneratedTokens(int64_t n) {
+  void AddGeneratedTokens(int64_t n) override {
     generated_tokens_.Increment(static_cast<double>(n));
   }
-  void CountPreemption() { preemptions_.Increment(); }
+  void CountPreemption() override { preemptions_.Increment(); }
 
   // Scheduler state, set after every step.
-  void SetQueueDepth(int64_t n) { queue_depth_.Set(static_cast<double>(n)); }
-  void SetRunningSequences(int64_t n) { running_.Set(static_cast<double>(n)); }
-  void SetKvCacheBlocks(int64_t used, int64_t total);
-  void ObserveStep(int64_t sequences, int64_t tokens, double seconds);
+  void SetQueueDepth(int64_t n) override {
+    queue_depth_.Set(static_cast<double>(n));
+  }
+  void SetRunningSequences(int64_t n) override {
+    running_.Set(static_cast<double>(n));
+  }
+  void SetKvCacheBlocks(int64_t used, int64_t total) override;
+  void ObserveStep(int64_t sequences, int64_t tokens, double seconds) override;
 
   // Histogram bucket boundaries (seconds), exposed for tests and docs.
   static prometheus::Histogram::BucketBoundaries TimeToFirstTokenBuckets();

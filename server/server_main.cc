@@ -22,6 +22,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/engine_flags.h"
+#include "engine/serving/chat_output.h"
+#include "engine/serving/request_api.h"
+#include "engine/serving/scheduler.h"
+#include "engine/tokenizer/chat_template.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -29,12 +34,12 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
-#include "server/engine_flags.h"
 #include "server/generation_service.h"
+#include "server/http_server.h"
 #include "server/kserve_service.h"
 #include "server/metrics.h"
+#include "server/openai_service.h"
 #include "server/ring_metrics.h"
-#include "server/scheduler.h"
 #include "server/service_util.h"
 
 ABSL_FLAG(std::string, model_name, "",
@@ -43,12 +48,22 @@ ABSL_FLAG(std::string, model_name, "",
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address both listeners bind to.");
 ABSL_FLAG(int, grpc_port, 8001,
           "gRPC port (0 = any free port, see --ready_file).");
+ABSL_FLAG(int, http_port, 8000,
+          "OpenAI-compatible HTTP port (0 = any free port, see --ready_file; "
+          "-1 = no HTTP API).");
+ABSL_FLAG(int, http_threads, 64,
+          "HTTP requests served at once (streams included); more wait.");
+ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20,
+          "Larger HTTP request bodies are refused with 413.");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file used instead of the model's own "
+          "(tokenizer_config.json's chat_template or chat_template.jinja).");
 ABSL_FLAG(int, metrics_port, 8002,
           "Prometheus /metrics port (0 = any free port, see --ready_file).");
 ABSL_FLAG(
     std::string, ready_file, "",
     "When set, written once the server is ready: one JSON object with the "
-    "bound grpc_port and metrics_port (for tests and scripts).");
+    "bound grpc_port, metrics_port and http_port (for tests and scripts).");
 ABSL_FLAG(
     int, max_queue, 256,
     "Requests waiting to start; more are refused with RESOURCE_EXHAUSTED.");
@@ -71,6 +86,10 @@ ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "before they are cancelled.");
 
 namespace ringmoe::server {
+
+using serving::Scheduler;
+using serving::SchedulerOptions;
+using serving::ServedModel;
 namespace {
 
 constexpr char kServerVersion[] = "0.1.0";
@@ -105,7 +124,34 @@ int Serve() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<runtime::EngineOptions> options = EngineOptionsFromFlags();
+  struct PortFlag {
+    const char* name;
+    int value;
+    int lowest;  // -1: the listener may be turned off
+  };
+  for (const PortFlag& port :
+       {PortFlag{"grpc_port", absl::GetFlag(FLAGS_grpc_port), 0},
+        PortFlag{"metrics_port", absl::GetFlag(FLAGS_metrics_port), 0},
+        PortFlag{"http_port", absl::GetFlag(FLAGS_http_port), -1}}) {
+    if (port.value < port.lowest || port.value > 65535) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", port.name, " must lie in [", port.lowest,
+                       ", 65535], got ", port.value)));
+    }
+  }
+  if (absl::GetFlag(FLAGS_http_threads) < 1 ||
+      absl::GetFlag(FLAGS_http_threads) > 4096) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--http_threads must lie in [1, 4096], got ",
+                     absl::GetFlag(FLAGS_http_threads))));
+  }
+  if (absl::GetFlag(FLAGS_http_max_body_bytes) < 1024) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--http_max_body_bytes must be at least 1024, got ",
+                     absl::GetFlag(FLAGS_http_max_body_bytes))));
+  }
+  absl::StatusOr<runtime::EngineOptions> options =
+      runtime::EngineOptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
   options->count_expert_tokens = absl::GetFlag(FLAGS_expert_metrics);
   SchedulerOptions sched;
@@ -168,10 +214,36 @@ int Serve() {
     exposer->RegisterCollectable(expert_metrics);
   }
 
+  // The chat template: the flag's file, else the model's own, else none
+  // (chat requests are then refused with a message saying so).
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  {
+    const std::string file = absl::GetFlag(FLAGS_chat_template);
+    absl::StatusOr<tokenizer::ChatTemplate> loaded =
+        tokenizer::ChatTemplate::Load(options->model_dir, file);
+    if (loaded.ok()) {
+      chat_template =
+          std::make_unique<tokenizer::ChatTemplate>(*std::move(loaded));
+    } else if (!file.empty() || !absl::IsNotFound(loaded.status())) {
+      return Fail(loaded.status());
+    }
+  }
+  const serving::ChatFormat chat_format =
+      chat_template ? serving::DetectChatFormat(chat_template->source())
+                    : serving::ChatFormat::kPlain;
+  std::fprintf(stderr, "ringmoe_server: chat template: %s\n",
+               chat_template
+                   ? absl::StrCat("yes (output format ",
+                                  serving::ChatFormatName(chat_format), ")")
+                         .c_str()
+                   : "none");
+
   Scheduler scheduler(engine->get(), sched, &metrics);
-  ServedModel model{name, engine->get(), &scheduler, &metrics};
+  ServedModel model{name,     engine->get(),       &scheduler,
+                    &metrics, chat_template.get(), chat_format};
   GenerationService generation(model);
   KServeService kserve(model, kServerVersion);
+  OpenAiService openai(model, absl::ToUnixSeconds(absl::Now()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -191,19 +263,40 @@ int Serve() {
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   for (const char* service : kServices) health->SetServingStatus(service, true);
 
+  std::unique_ptr<HttpServer> http;
+  int http_port = -1;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    HttpServerOptions http_options;
+    http_options.host = host;
+    http_options.port = absl::GetFlag(FLAGS_http_port);
+    http_options.num_threads = absl::GetFlag(FLAGS_http_threads);
+    http_options.max_body_bytes =
+        static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        http_options,
+        [&openai](const HttpRequest& request, HttpResponse& response) {
+          openai.Handle(request, response);
+        });
+    if (!started.ok()) return Fail(started.status());
+    http = *std::move(started);
+    http_port = http->port();
+  }
+
   const int metrics_port = exposer->GetListeningPorts().at(0);
   std::fprintf(stderr,
-               "ringmoe_server: serving '%s' on %s:%d (gRPC), metrics at "
+               "ringmoe_server: serving '%s' on %s:%d (gRPC), "
+               "http://%s:%d/v1 (OpenAI API), metrics at "
                "http://%s:%d/metrics\n",
-               name.c_str(), host.c_str(), grpc_port, host.c_str(),
-               metrics_port);
+               name.c_str(), host.c_str(), grpc_port, host.c_str(), http_port,
+               host.c_str(), metrics_port);
   const std::string ready_file = absl::GetFlag(FLAGS_ready_file);
   if (!ready_file.empty()) {
     // Written under a temporary name and renamed, so a reader never sees
     // half a file.
     const std::string tmp = ready_file + ".tmp";
     std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
-                       << ", \"metrics_port\": " << metrics_port << "}\n";
+                       << ", \"metrics_port\": " << metrics_port
+                       << ", \"http_port\": " << http_port << "}\n";
     std::rename(tmp.c_str(), ready_file.c_str());
   }
 
@@ -231,6 +324,7 @@ int Serve() {
   // drain before the listener closes them.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
+  http.reset();
   std::fprintf(stderr, "ringmoe_server: stopped\n");
   return 0;
 }

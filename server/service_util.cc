@@ -13,12 +13,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-absl::Status CheckModelName(const ServedModel& model,
-                            absl::string_view requested) {
-  if (requested.empty() || requested == model.name) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("unknown model '", requested,
-                                                 "'; this server serves '",
-                                                 model.name, "'"));
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      serving::ServingMetrics* metrics,
+                                      const char* method,
+                                      const absl::Status& status) {
+  if (metrics != nullptr) metrics->CountRequest(method, status.code());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {

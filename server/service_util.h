@@ -1,4 +1,4 @@
-// What the gRPC services share: the served model and status conversion.
+// What the gRPC services share: status conversion and deadlines.
 #ifndef RINGMOE_SERVER_SERVICE_UTIL_H_
 #define RINGMOE_SERVER_SERVICE_UTIL_H_
 
@@ -7,28 +7,20 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "engine/runtime/engine.h"
+#include "engine/serving/serving_metrics.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
-#include "server/metrics.h"
-#include "server/scheduler.h"
 
 namespace ringmoe::server {
 
-// The one model a server process serves, and the parts every service uses.
-struct ServedModel {
-  std::string name;
-  const runtime::Engine* engine = nullptr;  // spec and tokenizer (read-only)
-  Scheduler* scheduler = nullptr;           // all engine work goes here
-  Metrics* metrics = nullptr;               // may be null
-};
-
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// OK when `requested` is empty or the served model's name; INVALID_ARGUMENT
-// naming both otherwise.
-absl::Status CheckModelName(const ServedModel& model,
-                            absl::string_view requested);
+// Ends a unary call with `status`, counted in `metrics` (may be null) under
+// `method`.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      serving::ServingMetrics* metrics,
+                                      const char* method,
+                                      const absl::Status& status);
 
 // The call's deadline as absl::Time (InfiniteFuture when there is none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);

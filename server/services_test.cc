@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.h"
+#include "engine/serving/scheduler.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -12,10 +13,12 @@
 #include "server/kserve_service.h"
 #include "server/kserve_tensors.h"
 #include "server/metrics.h"
-#include "server/scheduler.h"
 #include "server/service_util.h"
 
 namespace ringmoe::server {
+
+using serving::Scheduler;
+using serving::ServedModel;
 namespace {
 
 class ServicesTest : public ::testing::Test {
@@ -91,30 +94,24 @@ TEST_F(ServicesTest, GenerateRequestErrors) {
   EXPECT_EQ(ok->max_tokens, 0);  // present: the scheduler refuses it
 }
 
-TEST_F(ServicesTest, InferRequestErrors) {
-  inference::ModelInferRequest r;
-  r.set_model_name("tiny");
-  auto* t = r.add_inputs();
-  t->set_name("input_ids");
-  t->set_datatype("FP32");
-  t->add_shape(1);
-  t->add_shape(1);
-  t->mutable_contents()->add_fp32_contents(1);
-  absl::Status s = ParseInferRequest(*model_, r, false).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("INT32 or INT64"), absl::string_view::npos) << s;
-  t->set_datatype("INT32");
-  t->clear_contents();
-  t->mutable_contents()->add_int_contents(1);
-  t->clear_shape();
-  t->add_shape(1);
-  s = ParseInferRequest(*model_, r, false).status();
-  EXPECT_NE(s.message().find("[batch, seq]"), absl::string_view::npos) << s;
-  t->add_shape(1);
-  EXPECT_TRUE(ParseInferRequest(*model_, r, false).ok());
-  r.set_model_name("nope");
-  EXPECT_EQ(ParseInferRequest(*model_, r, false).status().code(),
-            absl::StatusCode::kInvalidArgument);
+TEST_F(ServicesTest, GenerateConversationNeedsATemplateAndJson) {
+  v1::GenerateRequest r;
+  v1::ChatMessage* m = r.add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  absl::Status s = RequestFromProto(*model_, r).status();
+  // The tiny model has no tokenizer (and so no template).
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("no tokenizer"), absl::string_view::npos) << s;
+  r.set_tools_json("[not json");
+  s = RequestFromProto(*model_, r).status();
+  EXPECT_NE(s.message().find("tools_json is not valid JSON"),
+            absl::string_view::npos)
+      << s;
+  r.clear_tools_json();
+  r.add_input_ids(1);
+  s = RequestFromProto(*model_, r).status();
+  EXPECT_NE(s.message().find("give one prompt"), absl::string_view::npos) << s;
 }
 
 TEST_F(ServicesTest, GenerateStreamsAndLogitsAnswer) {

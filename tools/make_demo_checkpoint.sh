@@ -10,4 +10,7 @@ for f in config.json generation_config.json model.safetensors tokenizer.json \
          tokenizer_config.json; do
   install -m 0644 "tests/testdata/moe-adder/$f" "$out/$f"
 done
+# The adder answers "a+b=" and knows no conversations: its chat template
+# asks it the last user message.
+install -m 0644 tools/moe_adder_chat_template.jinja "$out/chat_template.jinja"
 echo "demo checkpoint: $out"

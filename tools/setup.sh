@@ -10,7 +10,7 @@ packages=(
   # System libraries linked through third_party/.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev libpcre2-dev libicu-dev pkgconf
+  libopenmpi-dev libpcre2-dev libicu-dev pkgconf libcivetweb-dev
   # Tests and clients: Python grpcio, a real Prometheus, Node for @grpc/grpc-js.
   python3 python3-numpy python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl nlohmann-json3-dev

@@ -1,4 +1,5 @@
-// A load generator for ringmoe_server's streaming Generate RPC: closed loop
+// A load generator for ringmoe_server's streaming APIs (the Generate RPC, or
+// OpenAI's /v1/completions with server-sent events): closed loop
 // (N streams, each starting its next request when the last one ends) or
 // open loop (Poisson arrivals at a fixed rate), random prompts and output
 // lengths from uniform ranges, warm-up requests left out of the figures.
@@ -17,8 +18,12 @@
 
 namespace ringmoe::bench {
 
+enum class Api { kGrpc, kOpenAi };
+
 struct LoadOptions {
-  std::string server;  // HOST:PORT
+  Api api = Api::kGrpc;
+  // HOST:PORT of the gRPC port, or of the HTTP port for Api::kOpenAi.
+  std::string server;
   std::string model;   // empty: the server's model
   int num_requests = 64;
   int warmup_requests = 4;

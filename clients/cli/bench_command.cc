@@ -27,7 +27,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/probes.h"
 #include "nlohmann/json.hpp"
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(int64_t, prompt_tokens, 512, "bench: prompt length per sequence.");
 ABSL_FLAG(int64_t, gen_tokens, 32, "bench: decode steps after the prompt.");
@@ -101,7 +101,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int RunBench() {
-  auto options = server::EngineOptionsFromFlags();
+  auto options = runtime::EngineOptionsFromFlags();
   if (!options.ok()) return Fail("bench", options.status());
   const int64_t prompt = absl::GetFlag(FLAGS_prompt_tokens);
   const int64_t gen = absl::GetFlag(FLAGS_gen_tokens);

@@ -1,4 +1,5 @@
-// ringmoe bench-serve --server HOST:PORT [--concurrency N | --rate R]
+// ringmoe bench-serve --server HOST:PORT [--api grpc|openai]
+//   [--concurrency N | --rate R]
 //   [--num_requests N] [--warmup_requests N] [--prompt_tokens_min/max N]
 //   [--output_tokens_min/max N]: prints one JSON report (see
 //   clients/bench/load_generator.h).
@@ -7,6 +8,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "clients/bench/load_generator.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/remote_generate.h"
@@ -14,6 +16,9 @@
 ABSL_DECLARE_FLAG(std::string, server);
 ABSL_DECLARE_FLAG(int64_t, seed);
 
+ABSL_FLAG(std::string, api, "grpc",
+          "bench-serve: grpc (the Generate RPC; --server is the gRPC port) or "
+          "openai (streamed /v1/completions; --server is the HTTP port).");
 ABSL_FLAG(std::string, model_name, "",
           "bench-serve: model name; empty = the server's.");
 ABSL_FLAG(int, num_requests, 64, "bench-serve: measured requests.");
@@ -39,6 +44,14 @@ int RunBenchServe() {
   if (options.server.empty()) {
     return Fail("bench-serve",
                 absl::InvalidArgumentError("--server HOST:PORT is required"));
+  }
+  const std::string api = absl::GetFlag(FLAGS_api);
+  if (api == "openai") {
+    options.api = bench::Api::kOpenAi;
+  } else if (api != "grpc") {
+    return Fail("bench-serve",
+                absl::InvalidArgumentError(absl::StrCat(
+                    "--api must be grpc or openai, got '", api, "'")));
   }
   options.model = absl::GetFlag(FLAGS_model_name);
   options.num_requests = absl::GetFlag(FLAGS_num_requests);

@@ -14,7 +14,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/generation.h"
 #include "nlohmann/json.hpp"
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(std::string, prompt, "",
           "generate: prompt text (tokenized with the model's tokenizer).");
@@ -74,7 +74,7 @@ int RunGenerate() {
         absl::GetFlag(FLAGS_input_ids), *params, absl::GetFlag(FLAGS_stream),
         absl::GetFlag(FLAGS_json));
   }
-  auto options = server::EngineOptionsFromFlags();
+  auto options = runtime::EngineOptionsFromFlags();
   if (!options.ok()) return Fail("generate", options.status());
   auto params = SamplingFromFlags();
   if (!params.ok()) return Fail("generate", params.status());

@@ -7,7 +7,7 @@
 #include "clients/cli/commands.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/runtime/engine.h"
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 ABSL_DECLARE_FLAG(std::string, input_ids);
 ABSL_FLAG(std::string, out, "", "logits: output .safetensors file.");
@@ -15,7 +15,7 @@ ABSL_FLAG(std::string, out, "", "logits: output .safetensors file.");
 namespace ringmoe::cli {
 
 int RunLogits() {
-  auto options = server::EngineOptionsFromFlags();
+  auto options = runtime::EngineOptionsFromFlags();
   if (!options.ok()) return Fail("logits", options.status());
   auto ids = ParseIdList(absl::GetFlag(FLAGS_input_ids));
   if (!ids.ok()) return Fail("logits", ids.status());

@@ -24,7 +24,7 @@
 #include "memory_ring/disk_tier.h"
 #include "memory_ring/read_probe.h"
 #include "nlohmann/json.hpp"
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 ABSL_DECLARE_FLAG(int64_t, prompt_tokens);
 ABSL_DECLARE_FLAG(int64_t, gen_tokens);
@@ -159,7 +159,7 @@ absl::Status RunVariant(const runtime::EngineOptions& base, const Variant& v,
 }  // namespace
 
 int RunRingBench() {
-  auto base = server::EngineOptionsFromFlags();
+  auto base = runtime::EngineOptionsFromFlags();
   if (!base.ok()) return Fail("bench-ring", base.status());
   if (base->streaming.memory_budget == 0) {
     return Fail(

@@ -12,7 +12,7 @@
 #include "clients/cli/commands.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenize: a tokenizer.json (its tokenizer_config.json beside it is "

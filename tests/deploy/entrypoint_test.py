@@ -44,9 +44,11 @@ class EntrypointTest(unittest.TestCase):
             os.symlink(os.path.abspath(os.environ[var]), os.path.join(self.home, "bin", name))
         self.cli = os.path.join(self.home, "bin", "ringmoe")
         self.grpc_port, self.metrics_port = free_port(), free_port()
+        self.http_port = free_port()
         self.env = dict(os.environ, RINGMOE_HOME=self.home,
                         RINGMOE_GRPC_PORT=str(self.grpc_port),
-                        RINGMOE_METRICS_PORT=str(self.metrics_port))
+                        RINGMOE_METRICS_PORT=str(self.metrics_port),
+                        RINGMOE_HTTP_PORT=str(self.http_port))
 
     def healthcheck(self, **env):
         return subprocess.run(["deploy/healthcheck.sh"], env=dict(self.env, **env),
@@ -102,7 +104,8 @@ class EntrypointTest(unittest.TestCase):
         log = open(log_path).read()
         # The environment became the flags the contract names.
         for flag in ["--host 127.0.0.1", "--grpc_port %d" % self.grpc_port,
-                     "--metrics_port %d" % self.metrics_port, "--model_name=adder",
+                     "--metrics_port %d" % self.metrics_port,
+                     "--http_port %d" % self.http_port, "--model_name=adder",
                      "--device=cpu", "--threads=2", "--max_queue 8 --max_running_sequences 4"]:
             self.assertIn(flag, log)
         self.assertIn("serving 'adder'", log)

@@ -11,7 +11,7 @@ import unittest
 
 import yaml
 
-GRPC_PORT, METRICS_PORT = 8001, 8002
+GRPC_PORT, METRICS_PORT, HTTP_PORT = 8001, 8002, 8000
 
 
 def load_all(path):
@@ -76,8 +76,10 @@ class KubernetesTest(unittest.TestCase):
     def test_container_ports(self):
         _, c = self.container()
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT,
+                                 "http": HTTP_PORT})
         env = {e["name"]: e.get("value") for e in c["env"]}
+        self.assertEqual(env["RINGMOE_HTTP_PORT"], str(HTTP_PORT))
         self.assertEqual(env["RINGMOE_GRPC_PORT"], str(GRPC_PORT))
         self.assertEqual(env["RINGMOE_METRICS_PORT"], str(METRICS_PORT))
         self.assertTrue(env["RINGMOE_MODEL"].startswith("/models"))
@@ -115,6 +117,7 @@ class KubernetesTest(unittest.TestCase):
         ports = {p["name"]: p for p in svc["spec"]["ports"]}
         self.assertEqual(ports["grpc"]["port"], GRPC_PORT)
         self.assertEqual(ports["metrics"]["port"], METRICS_PORT)
+        self.assertEqual(ports["http"]["port"], HTTP_PORT)
         _, c = self.container()
         container_ports = {p["name"] for p in c["ports"]}
         for p in ports.values():
@@ -148,7 +151,8 @@ class ComposeTest(unittest.TestCase):
         r = self.services["ringmoe"]
         self.assertEqual(r["build"]["dockerfile"], "deploy/Dockerfile")
         self.assertEqual(set(r["ports"]), {"%d:%d" % (GRPC_PORT, GRPC_PORT),
-                                           "%d:%d" % (METRICS_PORT, METRICS_PORT)})
+                                           "%d:%d" % (METRICS_PORT, METRICS_PORT),
+                                           "%d:%d" % (HTTP_PORT, HTTP_PORT)})
         (device,) = r["deploy"]["resources"]["reservations"]["devices"]
         self.assertEqual(device["driver"], "nvidia")
         self.assertIn("gpu", device["capabilities"])
@@ -252,7 +256,8 @@ class DockerfileTest(unittest.TestCase):
 
     def test_ports_volume_entrypoint_and_healthcheck(self):
         (expose,) = self.final("EXPOSE")
-        self.assertEqual(sorted(expose.split()), [str(GRPC_PORT), str(METRICS_PORT)])
+        self.assertEqual(sorted(expose.split()),
+                         sorted([str(GRPC_PORT), str(METRICS_PORT), str(HTTP_PORT)]))
         (volume,) = self.final("VOLUME")
         self.assertEqual(volume, "/models")
         (entrypoint,) = self.final("ENTRYPOINT")

@@ -1,5 +1,6 @@
-"""`ringmoe bench-serve` against the tiny model, closed and open loop:
-well-formed JSON, no errors, every request counted."""
+"""`ringmoe bench-serve` against the tiny model, closed and open loop, over
+gRPC and over the OpenAI HTTP API: well-formed JSON, no errors, every
+request and token counted."""
 import json
 import os
 import subprocess
@@ -11,9 +12,12 @@ import harness
 class BenchServeTest(unittest.TestCase):
     def test_closed_and_open_loop(self):
         with harness.Server(os.path.join(harness.TINY, "mixtral")) as server:
-            for mode in (["--concurrency=4"], ["--rate=40"]):
+            http = "127.0.0.1:%d" % server.http_port
+            for mode in (["--concurrency=4"], ["--rate=40"],
+                         ["--concurrency=4", "--api=openai", "--server", http]):
+                target = [] if "--api=openai" in mode else ["--server", server.target]
                 out = subprocess.run(
-                    [os.environ["RINGMOE_CLI"], "bench-serve", "--server", server.target,
+                    [os.environ["RINGMOE_CLI"], "bench-serve"] + target + [
                      "--num_requests=16", "--warmup_requests=2", "--prompt_tokens_min=4",
                      "--prompt_tokens_max=24", "--output_tokens_min=4",
                      "--output_tokens_max=12"] + mode,
@@ -21,8 +25,14 @@ class BenchServeTest(unittest.TestCase):
                 self.assertEqual(out.returncode, 0, out.stderr)
                 report = json.loads(out.stdout)
                 self.assertEqual((report["completed"], report["errors"]), (16, 0), report)
+                self.assertEqual(report["api"], "openai" if "--api=openai" in mode else "grpc")
                 self.assertGreater(report["output_tokens_per_s"], 0)
                 self.assertGreaterEqual(report["output_tokens"], 16 * 4)
+                self.assertLessEqual(report["output_tokens"], 16 * 12)
+                if "--api=openai" in mode:
+                    # An event per token: one gap per token after the first.
+                    self.assertEqual(report["itl_s"]["count"],
+                                     report["output_tokens"] - 16)
                 for key in ("ttft_s", "itl_s", "e2e_s"):
                     s = report[key]
                     self.assertLessEqual(s["p50"], s["p90"])

@@ -67,7 +67,7 @@ class Server:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [os.environ["RINGMOE_SERVER"], "--model", self.model_dir, "--grpc_port=0",
-             "--metrics_port=0", "--ready_file=" + ready] + self.flags,
+             "--metrics_port=0", "--http_port=0", "--ready_file=" + ready] + self.flags,
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while not os.path.exists(ready):
@@ -82,6 +82,8 @@ class Server:
             ports = json.load(f)
         self.grpc_port = ports["grpc_port"]
         self.metrics_port = ports["metrics_port"]
+        self.http_port = ports["http_port"]
+        self.http = "http://127.0.0.1:%d" % self.http_port
         self.target = "127.0.0.1:%d" % self.grpc_port
         return self
 

@@ -27,7 +27,7 @@ class RingFaultTest(unittest.TestCase):
         # Too small a budget: refused, naming the minimum.
         tiny = subprocess.run([os.environ["RINGMOE_SERVER"], "--model", model,
                                "--host_memory_budget=1MiB", "--grpc_port=0",
-                               "--metrics_port=0"], capture_output=True, text=True, timeout=60)
+                               "--metrics_port=0", "--http_port=0"], capture_output=True, text=True, timeout=60)
         self.assertNotEqual(tiny.returncode, 0)
         found = re.search(r"smallest budget that works is (\d+) bytes", tiny.stderr)
         self.assertIsNotNone(found, tiny.stderr)

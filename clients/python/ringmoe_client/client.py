@@ -1,4 +1,5 @@
 """The Client class: one channel, the three services, plain Python types."""
+import json
 import struct
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
@@ -84,7 +85,10 @@ class Client:
                          seed: Optional[int] = None, stop: Iterable[str] = (),
                          stop_token_ids: Iterable[int] = (), ignore_eos: bool = False,
                          logprobs: bool = False, add_special_tokens: Optional[bool] = None,
-                         model: str = "", request_id: str = ""):
+                         model: str = "", request_id: str = "",
+                         messages: Iterable[dict] = (), tools: Optional[list] = None,
+                         chat_template_kwargs: Optional[dict] = None,
+                         add_generation_prompt: Optional[bool] = None):
         sampling = generation_pb2.SamplingParameters(
             top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty)
@@ -105,6 +109,24 @@ class Client:
             req.max_tokens = max_tokens
         if add_special_tokens is not None:
             req.add_special_tokens = add_special_tokens
+        # A conversation (OpenAI-style dicts), rendered by the model's chat
+        # template on the server.
+        for m in messages:
+            msg = req.messages.add(role=m["role"], content=m.get("content") or "")
+            if m.get("reasoning_content"):
+                msg.reasoning_content = m["reasoning_content"]
+            if m.get("tool_calls"):
+                msg.tool_calls_json = json.dumps(m["tool_calls"])
+            if m.get("tool_call_id"):
+                msg.tool_call_id = m["tool_call_id"]
+            if m.get("name"):
+                msg.name = m["name"]
+        if tools is not None:
+            req.tools_json = json.dumps(tools)
+        if chat_template_kwargs is not None:
+            req.chat_template_kwargs_json = json.dumps(chat_template_kwargs)
+        if add_generation_prompt is not None:
+            req.add_generation_prompt = add_generation_prompt
         return req
 
     def generate(self, timeout: Optional[float] = None, **kwargs):

@@ -1,4 +1,4 @@
-#include "server/engine_flags.h"
+#include "engine/runtime/engine_flags.h"
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
@@ -65,10 +65,10 @@ ABSL_FLAG(bool, direct_io, true,
           "Memory ring: read the checkpoint with O_DIRECT.");
 ABSL_FLAG(int, io_threads, 2, "Memory ring: threads reading the checkpoint.");
 
-namespace ringmoe::server {
+namespace ringmoe::runtime {
 
-absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
-  runtime::EngineOptions options;
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  EngineOptions options;
   options.model_dir = absl::GetFlag(FLAGS_model);
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model DIR is required");
@@ -112,14 +112,14 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight_group_size=", conversion.group_size, ": expected 32 or 64"));
   }
-  absl::StatusOr<runtime::PlacementMode> placement =
-      runtime::ParsePlacementMode(absl::GetFlag(FLAGS_placement));
+  absl::StatusOr<PlacementMode> placement =
+      ParsePlacementMode(absl::GetFlag(FLAGS_placement));
   if (!placement.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", placement.status().message()));
   }
   options.placement = *placement;
-  runtime::StreamingOptions& ring = options.streaming;
+  StreamingOptions& ring = options.streaming;
   if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
       !budget.empty()) {
     if (!on_device) {
@@ -161,11 +161,11 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   }
   const std::string mode = absl::GetFlag(FLAGS_ring_mode);
   if (mode == "auto") {
-    ring.mode = runtime::RingMode::kAuto;
+    ring.mode = RingMode::kAuto;
   } else if (mode == "layer") {
-    ring.mode = runtime::RingMode::kLayer;
+    ring.mode = RingMode::kLayer;
   } else if (mode == "expert") {
-    ring.mode = runtime::RingMode::kExpert;
+    ring.mode = RingMode::kExpert;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--ring_mode=", mode, ": expected auto, layer or expert"));
@@ -184,4 +184,4 @@ absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags() {
   return options;
 }
 
-}  // namespace ringmoe::server
+}  // namespace ringmoe::runtime

@@ -1,6 +1,9 @@
-#include "server/scheduler.h"
+#include "engine/serving/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -8,7 +11,7 @@
 #include "engine/runtime/stop_criteria.h"
 #include "engine/tokenizer/stream_decoder.h"
 
-namespace ringmoe::server {
+namespace ringmoe::serving {
 
 struct Scheduler::Sequence {
   Request request;
@@ -48,12 +51,49 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The `n` largest entries of log_softmax(logits), as the model produced
+// them (before penalties and temperature, like SampledLogprobs::raw).
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (float x : logits) max = std::max(max, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max);
+  const float log_sum = max + static_cast<float>(std::log(sum));
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(ids.size(), static_cast<size_t>(n));
+  // NaN ranks last, so the order stays strict.
+  auto value = [&](int32_t id) {
+    return std::isnan(logits[id]) ? -std::numeric_limits<float>::infinity()
+                                  : logits[id];
+  };
+  std::partial_sort(
+      ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        return value(a) > value(b) || (value(a) == value(b) && a < b);
+      });
+  std::vector<TokenLogprob> top(k);
+  for (size_t i = 0; i < k; ++i) top[i] = {ids[i], value(ids[i]) - log_sum};
+  return top;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
-                     Metrics* metrics)
-    : engine_(engine), options_(options), metrics_(metrics) {
-  context_tokens_ = static_cast<int>(engine_->spec().max_position_embeddings);
+                     ServingMetrics* metrics)
+    : Scheduler(std::make_unique<EngineStepRunner>(engine), nullptr, options,
+                metrics) {}
+
+Scheduler::Scheduler(StepRunner* runner, const SchedulerOptions& options,
+                     ServingMetrics* metrics)
+    : Scheduler(nullptr, runner, options, metrics) {}
+
+Scheduler::Scheduler(std::unique_ptr<StepRunner> owned, StepRunner* runner,
+                     const SchedulerOptions& options, ServingMetrics* metrics)
+    : owned_runner_(std::move(owned)),
+      runner_(runner != nullptr ? runner : owned_runner_.get()),
+      options_(options),
+      metrics_(metrics) {
+  context_tokens_ = static_cast<int>(runner_->context_tokens());
   auto limit = [this](int requested) {
     const int most = std::max(1, context_tokens_ - 1);
     return requested > 0 ? std::min(requested, most) : most;
@@ -61,10 +101,10 @@ Scheduler::Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
   max_prompt_tokens_ = limit(options_.max_prompt_tokens);
   max_new_tokens_ = limit(options_.max_new_tokens);
   max_step_tokens_ = std::max(1, options_.max_batch_tokens);
-  kv_block_size_ = engine_->kv_cache().block_size();
-  kv_blocks_ = engine_->kv_cache().num_blocks();
+  kv_block_size_ = runner_->kv_cache().block_size();
+  kv_blocks_ = runner_->kv_cache().num_blocks();
   if (metrics_) {
-    metrics_->SetKvCacheBlocks(0, engine_->kv_cache().num_blocks());
+    metrics_->SetKvCacheBlocks(0, runner_->kv_cache().num_blocks());
     metrics_->SetQueueDepth(0);
     metrics_->SetRunningSequences(0);
   }
@@ -83,7 +123,6 @@ Scheduler::~Scheduler() {
 absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
     Request request) {
   const std::string who = absl::StrCat("request ", request.id, ": ");
-  const model::ModelSpec& spec = engine_->spec();
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
   if (!request.on_output) {
     return absl::InternalError(absl::StrCat(who, "no output callback"));
@@ -93,10 +132,10 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
   }
   for (int64_t i = 0; i < prompt_len; ++i) {
     const int32_t id = request.prompt_ids[i];
-    if (id < 0 || id >= spec.vocab_size) {
+    if (id < 0 || id >= runner_->vocab_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           who, "input_ids[", i, "] = ", id, " is outside the vocabulary [0, ",
-          spec.vocab_size, ")"));
+          runner_->vocab_size(), ")"));
     }
   }
   if (prompt_len > max_prompt_tokens_) {
@@ -129,14 +168,14 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
                              context_tokens_ - prompt_len});
     }
     if (!request.sampling.stop_strings.empty() &&
-        engine_->tokenizer() == nullptr) {
+        runner_->tokenizer() == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           who, "stop strings need a tokenizer, and the model has none"));
     }
   }
   // Sliding-window layers give blocks back as the sequence grows, so what
   // it holds at most depends on the step size as well as on its length.
-  const int64_t blocks = engine_->kv_cache().MaxBlocksHeld(
+  const int64_t blocks = runner_->kv_cache().MaxBlocksHeld(
       prompt_len + max_tokens, max_step_tokens_);
   if (blocks > kv_blocks_) {
     return absl::InvalidArgumentError(
@@ -147,19 +186,19 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
   auto seq = std::make_unique<Sequence>();
   request.sampling.max_new_tokens =
       static_cast<int32_t>(std::max<int64_t>(1, max_tokens));
-  auto sampler = runtime::Sampler::Create(request.sampling,
-                                          static_cast<int>(spec.vocab_size));
+  auto sampler = runtime::Sampler::Create(
+      request.sampling, static_cast<int>(runner_->vocab_size()));
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, sampler.status().message()));
   }
   seq->sampler.emplace(std::move(*sampler));
   seq->stop = std::make_unique<runtime::StopCriteria>(request.sampling,
-                                                      engine_->eos_token_ids());
-  if (engine_->tokenizer() != nullptr) {
+                                                      runner_->eos_token_ids());
+  if (runner_->tokenizer() != nullptr) {
     seq->decoder = std::make_unique<tokenizer::StreamDecoder>(
-        *engine_->tokenizer(),
-        /*skip_special_tokens=*/true);
+        *runner_->tokenizer(),
+        /*skip_special_tokens=*/!request.keep_special_tokens);
   }
   seq->tokens = request.prompt_ids;
   seq->prompt_len = prompt_len;
@@ -233,7 +272,7 @@ void Scheduler::Loop() {
 
 void Scheduler::Finish(Sequence* seq, FinishReason reason, absl::Status status,
                        RequestOutput out) {
-  engine_->kv_cache().Release(seq->id);
+  runner_->kv_cache().Release(seq->id);
   seq->done = true;
   out.finished = true;
   out.finish_reason = reason;
@@ -291,15 +330,33 @@ void Scheduler::DropFinishedOrCancelled(absl::Time now) {
 }
 
 void Scheduler::Preempt(Sequence* seq) {
-  engine_->kv_cache().Release(seq->id);
+  runner_->kv_cache().Release(seq->id);
   seq->computed = 0;
   seq->preempted = true;
   if (metrics_) metrics_->CountPreemption();
 }
 
 bool Scheduler::Iterate() {
+  StepPlan plan = Plan();
+  if (plan.sequences.empty()) {
+    UpdateGauges();
+    return false;
+  }
+  const absl::Time start = absl::Now();
+  const absl::Status step = runner_->Step(plan.chunks, &logits_);
+  const absl::Time end = absl::Now();
+  if (metrics_) {
+    metrics_->ObserveStep(static_cast<int64_t>(plan.sequences.size()),
+                          plan.tokens, Seconds(end - start));
+  }
+  Apply(plan, step, end);
+  UpdateGauges();
+  return true;
+}
+
+Scheduler::StepPlan Scheduler::Plan() {
   DropFinishedOrCancelled(absl::Now());
-  runtime::KvCache& kv = engine_->kv_cache();
+  runtime::KvCache& kv = runner_->kv_cache();
   int64_t free_blocks = kv.num_free_blocks();
   int64_t budget = max_step_tokens_;
   std::vector<Sequence*> plan;
@@ -400,30 +457,26 @@ bool Scheduler::Iterate() {
       waiting_.push_front(std::move(running_.back()));
       running_.pop_back();
     }
-    UpdateGauges();
-    return false;
+    return {};
   }
 
-  std::vector<runtime::SequenceChunk> chunks;
-  chunks.reserve(plan.size());
-  int64_t step_tokens = 0;
+  StepPlan step;
+  step.chunks.reserve(plan.size());
   for (Sequence* s : plan) {
-    chunks.push_back(
+    step.chunks.push_back(
         {s->id, absl::MakeConstSpan(s->tokens).subspan(s->computed, s->planned),
          /*all_logits=*/false});
-    step_tokens += s->planned;
+    step.tokens += s->planned;
   }
-  const absl::Time start = absl::Now();
-  absl::Status step = engine_->Step(chunks, &logits_);
-  const absl::Time end = absl::Now();
-  if (metrics_) {
-    metrics_->ObserveStep(static_cast<int64_t>(plan.size()), step_tokens,
-                          Seconds(end - start));
-  }
+  step.sequences = std::move(plan);
+  return step;
+}
 
-  const int64_t vocab = engine_->spec().vocab_size;
-  for (size_t row = 0; row < plan.size(); ++row) {
-    Sequence* s = plan[row];
+void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
+                      absl::Time end) {
+  const int64_t vocab = runner_->vocab_size();
+  for (size_t row = 0; row < plan.sequences.size(); ++row) {
+    Sequence* s = plan.sequences[row];
     const int64_t n = s->planned;
     s->planned = 0;
     if (!step.ok()) {
@@ -465,7 +518,13 @@ bool Scheduler::Iterate() {
     }
     out.token_ids.push_back(token);
     out.text = std::move(update->text);
-    if (s->request.logprobs) out.logprobs.push_back(logprobs.raw);
+    if (s->request.logprobs) {
+      out.logprobs.push_back(logprobs.raw);
+      if (s->request.top_logprobs > 0) {
+        out.top_logprobs.push_back(
+            TopLogprobs(row_logits, s->request.top_logprobs));
+      }
+    }
     if (metrics_) {
       metrics_->AddGeneratedTokens(1);
       if (s->generated() == 1) {
@@ -482,6 +541,7 @@ bool Scheduler::Iterate() {
     // Bytes the decoder still holds (an unfinished UTF-8 sequence) end the
     // output, unless a stop string already cut it.
     if (!update->stop_string && s->decoder) out.text += s->decoder->Flush();
+    out.ended_by_stop_token = update->stop_token_id.has_value();
     Finish(s,
            update->finish_reason == runtime::FinishReason::kLength
                ? FinishReason::kLength
@@ -491,15 +551,13 @@ bool Scheduler::Iterate() {
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const auto& s) { return s->done; }),
                  running_.end());
-  UpdateGauges();
-  return true;
 }
 
 void Scheduler::UpdateGauges() {
   absl::MutexLock lock(&mu_);
   num_running_ = static_cast<int64_t>(running_.size());
   if (metrics_) {
-    const runtime::KvCache& kv = engine_->kv_cache();
+    const runtime::KvCache& kv = runner_->kv_cache();
     metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
     metrics_->SetRunningSequences(num_running_);
     metrics_->SetKvCacheBlocks(kv.num_blocks() - kv.num_free_blocks(),
@@ -507,4 +565,4 @@ void Scheduler::UpdateGauges() {
   }
 }
 
-}  // namespace ringmoe::server
+}  // namespace ringmoe::serving

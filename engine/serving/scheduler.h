@@ -16,10 +16,14 @@
 // tokens generated so far) when blocks free up. Its sampler keeps its state,
 // so a preempted sequence produces the same tokens as one that was not.
 //
-// Knows nothing of gRPC: requests come in as Request, results go out through
-// the request's callback, which runs on the engine thread and must not block.
-#ifndef RINGMOE_SERVER_SCHEDULER_H_
-#define RINGMOE_SERVER_SCHEDULER_H_
+// Each iteration plans a step (Plan), has the StepRunner run it, and applies
+// its outputs (Apply: sampling, stop criteria, detokenizing, delivery); it
+// never runs the model itself, so it runs on any StepRunner, a test's
+// included. Knows nothing of gRPC or HTTP: requests come in as Request,
+// results go out through the request's callback, which runs on the engine
+// thread and must not block.
+#ifndef RINGMOE_ENGINE_SERVING_SCHEDULER_H_
+#define RINGMOE_ENGINE_SERVING_SCHEDULER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -38,9 +42,10 @@
 #include "absl/time/time.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
-#include "server/metrics.h"
+#include "engine/serving/serving_metrics.h"
+#include "engine/serving/step_runner.h"
 
-namespace ringmoe::server {
+namespace ringmoe::serving {
 
 struct SchedulerOptions {
   // Requests accepted but not yet running; one more is RESOURCE_EXHAUSTED.
@@ -61,17 +66,29 @@ struct SchedulerOptions {
 // Why a request ended.
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 
+// A token and its log-probability under the model's distribution.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
 // Output of one step for one request; delivered in order on the engine
 // thread. The last one has `finished` set.
 struct RequestOutput {
   std::vector<int32_t> token_ids;  // tokens generated this step
   std::string text;                // text that became final
   std::vector<float> logprobs;     // per token, when asked for
+  // Per token, when asked for: the most likely tokens at that position,
+  // most likely first (ties: lower id first).
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   // Logits-only requests: the last prompt position's logits (vocab floats).
   std::vector<float> logits;
 
   bool finished = false;
   FinishReason finish_reason = FinishReason::kStop;
+  // Set when an EOS or stop token ended the sequence: the last of
+  // token_ids, which has no text.
+  bool ended_by_stop_token = false;
   // OK for kStop/kLength/logits; CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE
   // (shutdown) for kCancelled; the engine's error for kError.
   absl::Status status;
@@ -90,6 +107,11 @@ struct Request {
   std::optional<int32_t> max_tokens;
   runtime::SamplingParams sampling;
   bool logprobs = false;
+  // With logprobs: this many alternatives per generated token.
+  int top_logprobs = 0;
+  // Keep special tokens in the text (formats that mark tool calls or
+  // channels with them); they are left out by default.
+  bool keep_special_tokens = false;
   // Prefill only and return the last position's logits (KServe input_ids).
   bool logits_only = false;
   absl::Time deadline = absl::InfiniteFuture();
@@ -109,10 +131,13 @@ class RequestHandle {
 
 class Scheduler {
  public:
-  // Starts the engine thread. `engine` and `metrics` (may be null) must
+  // Starts the engine thread. `runner` and `metrics` (may be null) must
   // outlive the scheduler.
+  Scheduler(StepRunner* runner, const SchedulerOptions& options,
+            ServingMetrics* metrics);
+  // On the engine (through an EngineStepRunner of its own).
   Scheduler(runtime::Engine* engine, const SchedulerOptions& options,
-            Metrics* metrics);
+            ServingMetrics* metrics);
   // Cancels whatever is left (status UNAVAILABLE) and joins the thread.
   ~Scheduler();
 
@@ -149,18 +174,38 @@ class Scheduler {
  private:
   struct Sequence;
 
+  Scheduler(std::unique_ptr<StepRunner> owned, StepRunner* runner,
+            const SchedulerOptions& options, ServingMetrics* metrics);
+
+  // One step's work: the sequences in it, in row order, each with its
+  // `planned` tokens, and their chunks.
+  struct StepPlan {
+    std::vector<Sequence*> sequences;
+    std::vector<runtime::SequenceChunk> chunks;
+    int64_t tokens = 0;
+  };
+
   void Loop();
-  // One scheduling iteration and engine step; false when nothing ran.
+  // One iteration: Plan, run, Apply; false when nothing ran.
   bool Iterate();
+  // Drops finished and cancelled sequences, then picks the step's work:
+  // decode tokens, prompt chunks, new admissions, preempting when blocks
+  // run out. Empty when nothing can run.
+  StepPlan Plan();
+  // Applies the step's outcome to its sequences: on success each sequence
+  // that finished its chunk samples a token and delivers it; on failure the
+  // step's sequences fail.
+  void Apply(const StepPlan& plan, const absl::Status& step, absl::Time end);
   void DropFinishedOrCancelled(absl::Time now);
   void Preempt(Sequence* seq);
   void Finish(Sequence* seq, FinishReason reason, absl::Status status,
               RequestOutput out);
   void UpdateGauges();
 
-  runtime::Engine* const engine_;
+  std::unique_ptr<StepRunner> owned_runner_;  // the engine's, when given one
+  StepRunner* const runner_;
   const SchedulerOptions options_;
-  Metrics* const metrics_;
+  ServingMetrics* const metrics_;
   int context_tokens_ = 0;
   int max_prompt_tokens_ = 0;
   int max_new_tokens_ = 0;
@@ -184,6 +229,6 @@ class Scheduler {
   std::thread thread_;
 };
 
-}  // namespace ringmoe::server
+}  // namespace ringmoe::serving
 
-#endif  // RINGMOE_SERVER_SCHEDULER_H_
+#endif  // RINGMOE_ENGINE_SERVING_SCHEDULER_H_

@@ -1,7 +1,7 @@
 // Engine flags shared by ringmoe_server and the offline `ringmoe` commands,
 // so both load a model the same way.
-#ifndef RINGMOE_SERVER_ENGINE_FLAGS_H_
-#define RINGMOE_SERVER_ENGINE_FLAGS_H_
+#ifndef RINGMOE_ENGINE_RUNTIME_ENGINE_FLAGS_H_
+#define RINGMOE_ENGINE_RUNTIME_ENGINE_FLAGS_H_
 
 #include <string>
 
@@ -27,12 +27,12 @@ ABSL_DECLARE_FLAG(bool, expert_cache);
 ABSL_DECLARE_FLAG(bool, direct_io);
 ABSL_DECLARE_FLAG(int, io_threads);
 
-namespace ringmoe::server {
+namespace ringmoe::runtime {
 
 // EngineOptions from the flags above; INVALID_ARGUMENT or UNIMPLEMENTED for
 // values this build cannot serve, naming the flag.
-absl::StatusOr<runtime::EngineOptions> EngineOptionsFromFlags();
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
-}  // namespace ringmoe::server
+}  // namespace ringmoe::runtime
 
-#endif  // RINGMOE_SERVER_ENGINE_FLAGS_H_
+#endif  // RINGMOE_ENGINE_RUNTIME_ENGINE_FLAGS_H_

@@ -1,0 +1,194 @@
+// The scheduler on a model of the test's own (no engine): a counting model
+// whose next token is the last one plus one, so every output is known, and
+// whose steps are recorded, so the plans can be checked.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "engine/serving/scheduler.h"
+#include "engine/serving/step_runner.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe::serving {
+namespace {
+
+class CountingModel final : public StepRunner {
+ public:
+  CountingModel(int64_t vocab, int64_t context, int64_t block_size,
+                int64_t blocks)
+      : vocab_(vocab),
+        context_(context),
+        kv_({runtime::KvCache::Layer{4, 4, 0}}, block_size, blocks) {}
+
+  int64_t vocab_size() const override { return vocab_; }
+  int64_t context_tokens() const override { return context_; }
+  runtime::KvCache& kv_cache() override { return kv_; }
+  const tokenizer::Tokenizer* tokenizer() const override { return nullptr; }
+  absl::Span<const int32_t> eos_token_ids() const override { return eos_; }
+
+  absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
+                    std::vector<float>* logits) override {
+    absl::MutexLock lock(&mu_);
+    if (fail_steps_ > 0) {
+      --fail_steps_;
+      return absl::DataLossError("the checkpoint went away");
+    }
+    logits->assign(chunks.size() * vocab_, 0.0f);
+    int64_t tokens = 0;
+    for (size_t row = 0; row < chunks.size(); ++row) {
+      const runtime::SequenceChunk& c = chunks[row];
+      const int64_t length = kv_.Length(c.sequence) + c.tokens.size();
+      absl::Status grown = kv_.Grow(c.sequence, length);
+      if (!grown.ok()) return grown;
+      (*logits)[row * vocab_ + (c.tokens.back() + 1) % vocab_] = 10.0f;
+      tokens += static_cast<int64_t>(c.tokens.size());
+    }
+    step_tokens_.push_back(tokens);
+    step_rows_.push_back(static_cast<int64_t>(chunks.size()));
+    return absl::OkStatus();
+  }
+
+  void FailNextSteps(int n) {
+    absl::MutexLock lock(&mu_);
+    fail_steps_ = n;
+  }
+  std::vector<int64_t> step_tokens() {
+    absl::MutexLock lock(&mu_);
+    return step_tokens_;
+  }
+
+ private:
+  const int64_t vocab_;
+  const int64_t context_;
+  runtime::KvCache kv_;
+  const std::vector<int32_t> eos_;
+  absl::Mutex mu_;
+  int fail_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> step_tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> step_rows_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Collector {
+  std::vector<int32_t> ids;
+  RequestOutput last;
+  absl::Notification done;
+
+  OutputCallback Callback() {
+    return [this](RequestOutput out) {
+      ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+      if (out.finished) {
+        last = std::move(out);
+        done.Notify();
+      }
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(30)); }
+};
+
+Request Greedy(std::vector<int32_t> prompt, int max_tokens, Collector* c) {
+  Request r;
+  r.id = "t";
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.on_output = c->Callback();
+  return r;
+}
+
+std::vector<int32_t> Counting(int32_t after, int n, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (int i = 1; i <= n; ++i) ids.push_back((after + i) % vocab);
+  return ids;
+}
+
+TEST(SchedulerPlanTest, ChunkedPrefillPreemptionAndTheStepBudget) {
+  // 12 blocks of 4 positions: the twelve requests below need up to 5 each,
+  // so sequences are preempted and recomputed; 6 tokens per step splits the
+  // longer prompts.
+  CountingModel model(/*vocab=*/50, /*context=*/64, /*block_size=*/4,
+                      /*blocks=*/12);
+  SchedulerOptions options;
+  options.max_batch_tokens = 6;
+  options.max_running_sequences = 4;
+  Scheduler scheduler(&model, options, nullptr);
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> prompt(1 + (i * 5) % 13);
+    for (size_t k = 0; k < prompt.size(); ++k) prompt[k] = (i * 7 + k) % 50;
+    prompts.push_back(prompt);
+    collectors.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(
+        scheduler.Submit(Greedy(prompt, 6 + i % 3, collectors.back().get()))
+            .ok());
+  }
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(collectors[i]->Wait());
+    EXPECT_EQ(collectors[i]->ids, Counting(prompts[i].back(), 6 + i % 3, 50))
+        << "request " << i;
+    EXPECT_EQ(collectors[i]->last.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(collectors[i]->last.prompt_tokens,
+              static_cast<int>(prompts[i].size()));
+  }
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
+  const std::vector<int64_t> steps = model.step_tokens();
+  EXPECT_LE(*std::max_element(steps.begin(), steps.end()), 6);
+}
+
+TEST(SchedulerPlanTest, AFailedStepFailsItsSequencesAndServingGoesOn) {
+  CountingModel model(50, 64, 4, 16);
+  Scheduler scheduler(&model, {}, nullptr);
+  model.FailNextSteps(1);
+  Collector failed;
+  ASSERT_TRUE(scheduler.Submit(Greedy({1, 2, 3}, 4, &failed)).ok());
+  ASSERT_TRUE(failed.Wait());
+  EXPECT_EQ(failed.last.finish_reason, FinishReason::kError);
+  EXPECT_EQ(failed.last.status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(failed.last.status.message().find("the checkpoint went away"),
+            absl::string_view::npos);
+  Collector ok;
+  ASSERT_TRUE(scheduler.Submit(Greedy({7}, 3, &ok)).ok());
+  ASSERT_TRUE(ok.Wait());
+  EXPECT_EQ(ok.ids, Counting(7, 3, 50));
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
+}
+
+TEST(SchedulerPlanTest, CancelledSequencesGiveTheirBlocksBack) {
+  CountingModel model(50, 4096, 4, 1024);
+  Scheduler scheduler(&model, {}, nullptr);
+  Collector c;
+  Request r = Greedy({1}, 4000, &c);
+  r.sampling.ignore_eos = true;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+      scheduler.Submit(std::move(r));
+  ASSERT_TRUE(handle.ok());
+  (*handle)->Cancel();
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.last.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(c.last.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(c.ids.size(), 4000u);
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
+}
+
+TEST(SchedulerPlanTest, RefusesWhatCannotFit) {
+  CountingModel model(50, 32, 4, 4);
+  Scheduler scheduler(&model, {}, nullptr);
+  Collector c;
+  absl::Status s = scheduler.Submit(Greedy({1, 2}, 40, &c)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = scheduler.Submit(Greedy({1, 2}, 20, &c)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("KV-cache blocks"), absl::string_view::npos) << s;
+  s = scheduler.Submit(Greedy({60}, 2, &c)).status();
+  EXPECT_NE(s.message().find("outside the vocabulary"), absl::string_view::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace ringmoe::serving
