@@ -163,7 +163,15 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& raw) {
         absl::StrCat("'", raw, "': unknown unit '", unit,
                      "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
   }
-  return static_cast<uint64_t>(number * scale);
+  const double bytes = number * scale;
+  // A budget is at least one byte and fits in 63 bits (the float-to-integer
+  // conversion of a larger value is undefined).
+  if (!(bytes >= 1) || bytes >= 9.2e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", raw, "' is ", bytes < 1 ? "less than one byte" : "too large",
+        " (a byte count from 1 to 8 EiB)"));
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace ringmoe::memory_ring

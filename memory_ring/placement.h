@@ -80,7 +80,9 @@ struct PlacementPlan {
 // section_experts says more), naming the smallest budget that works.
 absl::StatusOr<PlacementPlan> PlanPlacement(const PlacementInput& input);
 
-// "1073741824", "512MiB", "1.5GiB", "64KiB", "3GB" -> bytes.
+// "1073741824", "512MiB", "1.5GiB", "64KiB", "3GB" -> bytes. INVALID_ARGUMENT
+// for what is not a byte count, less than one byte (0, 0.4) or 2^63 bytes
+// and more.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
 }  // namespace ringmoe::memory_ring

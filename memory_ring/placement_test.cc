@@ -145,6 +145,13 @@ TEST(PlacementTest, ParsesByteSizes) {
   EXPECT_FALSE(ParseByteSize("lots").ok());
   EXPECT_FALSE(ParseByteSize("12 parsecs").ok());
   EXPECT_FALSE(ParseByteSize("-5MiB").ok());
+  // Budgets that would silently mean "unlimited" or overflow.
+  EXPECT_FALSE(ParseByteSize("0").ok());
+  EXPECT_FALSE(ParseByteSize("0.4").ok());
+  EXPECT_FALSE(ParseByteSize("18446744073709551616").ok());
+  EXPECT_FALSE(ParseByteSize("16777216TiB").ok());
+  EXPECT_NE(ParseByteSize("0").status().message().find("less than one byte"),
+            absl::string_view::npos);
 }
 
 TEST(PlacementTest, WithoutARingTheBudgetHoldsExpertsForGood) {

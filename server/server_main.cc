@@ -8,7 +8,10 @@
 // and the process exits 0.
 #include <signal.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -161,15 +164,22 @@ int Serve() {
   sched.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   sched.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   sched.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
-  if (sched.max_queue < 0 || sched.max_running_sequences < 1 ||
+  // A server that refuses everything it is sent reports healthy: a queue
+  // of 0 is no setting.
+  if (sched.max_queue < 1 || sched.max_running_sequences < 1 ||
       sched.max_batch_tokens < 1 || sched.max_prompt_tokens < 0 ||
       sched.max_new_tokens < 0 || sched.default_max_tokens < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--max_queue must be >= 0; --max_running_sequences, --max_batch_tokens "
-        "and "
-        "--default_max_tokens >= 1; --max_prompt_tokens and --max_new_tokens "
-        ">= 0"));
+        "--max_queue, --max_running_sequences, --max_batch_tokens and "
+        "--default_max_tokens must be >= 1; --max_prompt_tokens and "
+        "--max_new_tokens >= 0"));
   }
+  const double grace_s = absl::GetFlag(FLAGS_shutdown_grace_period_s);
+  if (!(grace_s >= 0 && grace_s <= 86400)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--shutdown_grace_period_s must lie in [0, 86400], got ", grace_s)));
+  }
+  const absl::Duration grace = absl::Seconds(grace_s);
   if (sched.max_batch_tokens < sched.max_running_sequences) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--max_batch_tokens (", sched.max_batch_tokens,
@@ -196,9 +206,14 @@ int Serve() {
   const std::string host = absl::GetFlag(FLAGS_host);
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(
+    // Connections that send nothing (or stop reading) must not hold the
+    // scrape threads: each is dropped after a few seconds, and there are
+    // threads to spare for the scrapers meanwhile.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports",
         absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)),
-        /*num_threads=*/2);
+        "num_threads", "16", "request_timeout_ms", "3000",
+        "keep_alive_timeout_ms", "3000", "enable_keep_alive", "yes"});
   } catch (const std::exception& e) {
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", host, ":",
@@ -272,6 +287,10 @@ int Serve() {
     http_options.num_threads = absl::GetFlag(FLAGS_http_threads);
     http_options.max_body_bytes =
         static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    // A write that makes no progress for longer than the grace period would
+    // outlive a shutdown too.
+    http_options.io_timeout_ms =
+        static_cast<int>(std::clamp(grace_s * 1e3, 1000.0, 30000.0));
     absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
         http_options,
         [&openai](const HttpRequest& request, HttpResponse& response) {
@@ -294,10 +313,18 @@ int Serve() {
     // Written under a temporary name and renamed, so a reader never sees
     // half a file.
     const std::string tmp = ready_file + ".tmp";
-    std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
-                       << ", \"metrics_port\": " << metrics_port
-                       << ", \"http_port\": " << http_port << "}\n";
-    std::rename(tmp.c_str(), ready_file.c_str());
+    std::ofstream out(tmp);
+    out << "{\"grpc_port\": " << grpc_port
+        << ", \"metrics_port\": " << metrics_port
+        << ", \"http_port\": " << http_port << "}\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), ready_file.c_str()) != 0) {
+      // Whoever waits for the file would wait forever: stop instead.
+      std::remove(tmp.c_str());
+      return Fail(absl::UnavailableError(
+          absl::StrCat("cannot write the ready file ", ready_file, ": ",
+                       std::strerror(errno))));
+    }
   }
 
   int sig = 0;
@@ -307,24 +334,29 @@ int Serve() {
   for (const char* service : kServices)
     health->SetServingStatus(service, false);
   scheduler.StopAccepting();
-  const absl::Time give_up =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_period_s));
+  const absl::Time give_up = absl::Now() + grace;
+  // Until when streams may finish writing: the grace period, or now once
+  // it passed or a second signal came.
+  absl::Time drain_until = give_up;
   while (!scheduler.WaitUntilIdle(absl::Milliseconds(50))) {
     if (absl::Now() >= give_up ||
         WaitForSignal(signals, absl::ZeroDuration()) != 0) {
       std::fprintf(stderr,
                    "ringmoe_server: cancelling %lld unfinished requests\n",
                    static_cast<long long>(scheduler.num_active()));
+      drain_until = absl::Now();
       scheduler.CancelAll();
-      scheduler.WaitUntilIdle(absl::Seconds(5));
+      // Cancelled sequences end at the scheduler's next step.
+      scheduler.WaitUntilIdle(absl::Seconds(1));
       break;
     }
   }
-  // Streams whose last messages are still being written get a moment to
-  // drain before the listener closes them.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Streams whose last messages are still being written get what is left of
+  // the grace period to drain before the listener closes them.
+  server->Shutdown(absl::ToChronoTime(drain_until));
   server->Wait();
   http.reset();
+  if (!ready_file.empty()) std::remove(ready_file.c_str());
   std::fprintf(stderr, "ringmoe_server: stopped\n");
   return 0;
 }

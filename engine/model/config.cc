@@ -1,5 +1,7 @@
 #include "engine/model/config.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -168,6 +170,35 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
                    json::GetIntOrIntList(config, "eos_token_id"));
   spec->eos_token_ids.assign(eos.begin(), eos.end());
 
+  // Values no real model has, which would only turn into huge allocations
+  // or meaningless numbers later.
+  constexpr int64_t kMaxLayers = 4096;
+  constexpr int64_t kMaxPositions = int64_t{1} << 26;
+  if (spec->num_layers > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_hidden_layers is ", spec->num_layers,
+                     ", more than the supported ", kMaxLayers));
+  }
+  if (spec->max_position_embeddings < 1 ||
+      spec->max_position_embeddings > kMaxPositions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_position_embeddings must lie in [1, ", kMaxPositions,
+                     "], got ", spec->max_position_embeddings));
+  }
+  if (!(spec->rms_norm_eps > 0 && spec->rms_norm_eps < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rms_norm_eps must lie in (0, 1), got ", spec->rms_norm_eps));
+  }
+  if (!(spec->rope_theta > 0 && std::isfinite(spec->rope_theta))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_theta must be positive and finite, got ", spec->rope_theta));
+  }
+  if (spec->num_kv_heads < 1 || spec->num_kv_heads > spec->num_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_key_value_heads must lie in [1, num_attention_heads "
+                     "(",
+                     spec->num_heads, ")], got ", spec->num_kv_heads));
+  }
   if (spec->num_heads % spec->num_kv_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_attention_heads (", spec->num_heads,

@@ -1,10 +1,14 @@
 #include "engine/runtime/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu_backend.h"
@@ -12,11 +16,52 @@
 #include "engine/model/config.h"
 
 namespace ringmoe::runtime {
+namespace {
+
+struct KvCacheShape {
+  std::vector<KvCache::Layer> layers;
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;
+};
+
+// A block holds `block_size` positions of one layer: room for the cache's
+// tokens at every layer, one full-attention sequence of that length.
+// RESOURCE_EXHAUSTED when it would not fit in this machine's memory.
+absl::StatusOr<KvCacheShape> PlanKvCache(const model::ModelSpec& spec,
+                                         const EngineOptions& options) {
+  KvCacheShape kv;
+  kv.block_size = std::max<int64_t>(1, options.kv_block_size);
+  const int64_t tokens =
+      options.kv_cache_tokens > 0
+          ? options.kv_cache_tokens
+          : std::max<int64_t>(4096, spec.max_position_embeddings);
+  kv.layers = KvCacheLayers(spec);
+  kv.num_blocks =
+      spec.num_layers * ((tokens + kv.block_size - 1) / kv.block_size);
+  const double bytes = KvCache::Bytes(kv.layers, kv.block_size, kv.num_blocks);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (bytes > memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the KV cache for %d tokens (%s) needs %.1f GiB, more than this "
+        "machine's memory (%.1f GiB); set --kv_cache_tokens lower",
+        tokens,
+        options.kv_cache_tokens > 0
+            ? "--kv_cache_tokens"
+            : "max(4096, max_position_embeddings) by default",
+        bytes / (1 << 30), memory / (1 << 30)));
+  }
+  return kv;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     const EngineOptions& options) {
   std::unique_ptr<Engine> engine(new Engine());
   ASSIGN_OR_RETURN(engine->spec_, model::LoadModelConfig(options.model_dir));
+  // Checked before any weight is read: a cache that cannot fit fails fast.
+  ASSIGN_OR_RETURN(KvCacheShape kv, PlanKvCache(engine->spec_, options));
   ASSIGN_OR_RETURN(const model::Architecture* arch,
                    model::FindArchitecture(engine->spec_.architecture));
   ASSIGN_OR_RETURN(engine->checkpoint_,
@@ -97,16 +142,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
       engine->backend_.get(), experts, engine->expert_usage_.get());
-  const int64_t block = std::max<int64_t>(1, options.kv_block_size);
-  const int64_t tokens =
-      options.kv_cache_tokens > 0
-          ? options.kv_cache_tokens
-          : std::max<int64_t>(4096, engine->spec_.max_position_embeddings);
-  // A block holds `block` positions of one layer: room for `tokens`
-  // positions of every layer, one full-attention sequence of that length.
   engine->kv_cache_ = std::make_unique<KvCache>(
-      KvCacheLayers(engine->spec_), block,
-      engine->spec_.num_layers * ((tokens + block - 1) / block),
+      std::move(kv.layers), kv.block_size, kv.num_blocks,
       on_device ? engine->backend_.get() : nullptr);
   return engine;
 }

@@ -83,9 +83,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
         "--device=", options.device, ": expected cpu, cuda:N or standin"));
   }
   const bool on_device = options.device != "cpu";
-  if (absl::GetFlag(FLAGS_threads) < 0) {
+  // More threads than this would only fail to start (or thrash).
+  constexpr int kMaxThreads = 1024;
+  if (absl::GetFlag(FLAGS_threads) < 0 ||
+      absl::GetFlag(FLAGS_threads) > kMaxThreads) {
     return absl::InvalidArgumentError(
-        "--threads must be 0 (all cores) or positive");
+        absl::StrCat("--threads must be 0 (all cores) or in [1, ", kMaxThreads,
+                     "], got ", absl::GetFlag(FLAGS_threads)));
   }
   options.threads = absl::GetFlag(FLAGS_threads);
   const std::string dtype = absl::GetFlag(FLAGS_weight_dtype);
@@ -173,13 +177,23 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   ring.expert_cache = absl::GetFlag(FLAGS_expert_cache);
   ring.direct_io = absl::GetFlag(FLAGS_direct_io);
   ring.io_threads = absl::GetFlag(FLAGS_io_threads);
-  if (ring.io_threads < 1)
-    return absl::InvalidArgumentError("--io_threads must be positive");
+  if (ring.io_threads < 1 || ring.io_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--io_threads must lie in [1, 256], got ", ring.io_threads));
+  }
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
-  if (options.kv_cache_tokens < 0 || options.kv_block_size <= 0) {
-    return absl::InvalidArgumentError(
-        "--kv_cache_tokens must be >= 0 and --kv_block_size > 0");
+  // Bounds far above any real cache, so that sizes computed from them
+  // cannot overflow; whether the cache fits is checked against the
+  // machine's memory when the model loads.
+  constexpr int64_t kMaxKvTokens = int64_t{1} << 40;
+  constexpr int64_t kMaxKvBlock = int64_t{1} << 20;
+  if (options.kv_cache_tokens < 0 || options.kv_cache_tokens > kMaxKvTokens ||
+      options.kv_block_size <= 0 || options.kv_block_size > kMaxKvBlock) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv_cache_tokens must lie in [0, 2^40] and --kv_block_size in [1, "
+        "2^20], got ",
+        options.kv_cache_tokens, " and ", options.kv_block_size));
   }
   return options;
 }

@@ -20,6 +20,12 @@ int64_t WidestBlock(const std::vector<KvCache::Layer>& layers,
 
 }  // namespace
 
+double KvCache::Bytes(const std::vector<Layer>& layers, int64_t block_size,
+                      int64_t num_blocks) {
+  return static_cast<double>(num_blocks) *
+         static_cast<double>(WidestBlock(layers, block_size)) * sizeof(float);
+}
+
 KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
                  int64_t num_blocks, backend::Backend* backend)
     : layers_(std::move(layers)),

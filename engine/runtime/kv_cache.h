@@ -64,6 +64,10 @@ class KvCache {
   // pointers Key, Value and View return point there.
   KvCache(std::vector<Layer> layers, int64_t block_size, int64_t num_blocks,
           backend::Backend* backend = nullptr);
+  // The memory such a cache takes, in bytes (a double: callers check
+  // absurd configurations with it before allocating).
+  static double Bytes(const std::vector<Layer>& layers, int64_t block_size,
+                      int64_t num_blocks);
   ~KvCache();
   KvCache(KvCache&& other) noexcept;
   KvCache& operator=(KvCache&&) = delete;

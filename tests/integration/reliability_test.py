@@ -1,0 +1,111 @@
+"""The server under abuse (issue: hold under abuse): each test is one way a
+client or an operator can hurt the server, and what the server must do."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import unittest
+import urllib.request
+
+import harness
+
+
+class MetricsStarvationTest(unittest.TestCase):
+    def test_idle_connections_do_not_block_scrapes(self):
+        with harness.Server(harness.ADDER) as server:
+            # More idle connections than the exposer's old thread count, and
+            # reconnecting as they are dropped.
+            idle = [socket.create_connection(("127.0.0.1", server.metrics_port))
+                    for _ in range(8)]
+            try:
+                for _ in range(3):
+                    start = time.monotonic()
+                    with urllib.request.urlopen(
+                            "http://127.0.0.1:%d/metrics" % server.metrics_port,
+                            timeout=10) as r:
+                        self.assertTrue(b"ringmoe_queue_depth" in r.read(), "no metrics")
+                    self.assertLess(time.monotonic() - start, 5)
+                    idle.append(socket.create_connection(
+                        ("127.0.0.1", server.metrics_port)))
+            finally:
+                for s in idle:
+                    s.close()
+            self.assertEqual(server.stop(), 0)
+
+
+class BadSettingsTest(unittest.TestCase):
+    """Absurd flags and config values: a clear error naming the setting and
+    exit status 1, never an abort (134) or a server that cannot serve."""
+
+    def run_server(self, *flags, model=harness.ADDER):
+        return subprocess.run([os.environ["RINGMOE_SERVER"], "--model", model,
+                               "--grpc_port=0", "--metrics_port=0", "--http_port=0"]
+                              + list(flags), capture_output=True, text=True, timeout=60)
+
+    def expect_refused(self, out, message):
+        self.assertEqual(out.returncode, 1, out.stderr[-2000:])
+        self.assertIn(message, out.stderr)
+
+    def test_absurd_flags_are_refused(self):
+        cases = [
+            (["--kv_cache_tokens=1099511627776"], "set --kv_cache_tokens lower"),
+            (["--kv_cache_tokens=9223372036854775807"], "--kv_cache_tokens must lie in"),
+            (["--threads=100000"], "--threads must be 0"),
+            (["--max_queue=0"], "--max_queue"),
+            (["--shutdown_grace_period_s=nan"], "--shutdown_grace_period_s must lie in"),
+            (["--shutdown_grace_period_s=-1"], "--shutdown_grace_period_s must lie in"),
+            (["--host_memory_budget=0"], "less than one byte"),
+            (["--host_memory_budget=0.4"], "less than one byte"),
+            (["--host_memory_budget=18446744073709551616"], "too large"),
+            (["--http_threads=0"], "--http_threads"),
+        ]
+        for flags, message in cases:
+            with self.subTest(flags=flags):
+                self.expect_refused(self.run_server(*flags), message)
+
+    def test_absurd_config_values_are_refused(self):
+        cases = [
+            ({"max_position_embeddings": 2147483647}, "max_position_embeddings must lie in"),
+            ({"max_position_embeddings": 0}, "max_position_embeddings must lie in"),
+            ({"num_hidden_layers": 1000000000}, "num_hidden_layers"),
+            ({"rms_norm_eps": -1}, "rms_norm_eps must lie in"),
+            ({"rope_theta": -1}, "rope_theta must be positive"),
+            ({"num_key_value_heads": 0}, "num_key_value_heads"),
+        ]
+        for change, message in cases:
+            with self.subTest(change=change):
+                model = os.path.join(harness.tmpdir(), "moe-adder")
+                shutil.copytree(harness.ADDER, model)
+                path = os.path.join(model, "config.json")
+                with open(path) as f:
+                    config = json.load(f)
+                config.update(change)
+                with open(path, "w") as f:
+                    json.dump(config, f)
+                self.expect_refused(self.run_server(model=model), message)
+
+    def test_an_unwritable_ready_file_stops_the_server(self):
+        out = self.run_server("--ready_file=/nonexistent-dir/ready.json")
+        self.expect_refused(out, "cannot write the ready file")
+
+    def test_the_ready_file_goes_away_at_exit(self):
+        server = harness.Server(harness.ADDER).start()
+        ready = os.path.join(server.dir, "ready.json")
+        self.assertTrue(os.path.exists(ready))
+        self.assertEqual(server.stop(signal.SIGTERM), 0)
+        self.assertFalse(os.path.exists(ready))
+
+    def test_ports_out_of_range_are_refused(self):
+        for flag, value in [("grpc_port", 70000), ("grpc_port", -1), ("metrics_port", 131073),
+                            ("http_port", 65536), ("http_port", -2)]:
+            with self.subTest(flag=flag, value=value):
+                out = self.run_server("--%s=%d" % (flag, value))
+                self.assertNotEqual(out.returncode, 0)
+                self.assertIn("--%s must lie in" % flag, out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
