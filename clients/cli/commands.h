@@ -6,6 +6,7 @@
 namespace ringmoe::cli {
 
 int RunBench();
+int RunChatTemplate();
 int RunDevices();
 int RunGenerate();
 int RunHealth();

@@ -22,6 +22,8 @@ constexpr char kUsage[] =
     "  tokenize  (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl "
     "FILE)\n"
     "            [--add_special_tokens=false]\n"
+    "  chat-template --tokenizer_dir DIR [--chat_template FILE] --jsonl FILE\n"
+    "            render each line's conversation with the chat template\n"
     "  bench     --model DIR [--prompt_tokens P --gen_tokens G --batch B]\n"
     "            engine throughput and this machine's ceilings, as JSON\n"
     "  generate  --server HOST:PORT ...  the same through a running "
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return ringmoe::cli::RunGenerate();
   if (command == "logits") return ringmoe::cli::RunLogits();
   if (command == "tokenize") return ringmoe::cli::RunTokenize();
+  if (command == "chat-template") return ringmoe::cli::RunChatTemplate();
   if (command == "health") return ringmoe::cli::RunHealth();
   if (command == "devices") return ringmoe::cli::RunDevices();
   if (command == "bench-serve") return ringmoe::cli::RunBenchServe();

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/jinja/interpreter.h"
+#include "unicode/ucasemap.h"
 #include "unicode/uchar.h"
 #include "unicode/ustring.h"
 
@@ -75,14 +76,35 @@ std::string CodePointString(char32_t c) {
   return FromCodePoints(std::u32string(1, c));
 }
 
+// Unicode's full title-case mapping of one character ("ß" gives "Ss").
+std::string TitleChar(char32_t c) {
+  UErrorCode error = U_ZERO_ERROR;
+  // A whole-string title-caser needs no break iterator (so no ICU data).
+  static UCaseMap* const kCaseMap = [] {
+    UErrorCode e = U_ZERO_ERROR;
+    return ucasemap_open(
+        "", U_TITLECASE_WHOLE_STRING | U_TITLECASE_NO_BREAK_ADJUSTMENT, &e);
+  }();
+  const std::string in = CodePointString(c);
+  char out[32];
+  const int32_t n =
+      kCaseMap == nullptr
+          ? -1
+          : ucasemap_utf8ToTitle(kCaseMap, out, sizeof(out), in.data(),
+                                 static_cast<int32_t>(in.size()), &error);
+  if (n < 0 || U_FAILURE(error)) {
+    return CodePointString(static_cast<char32_t>(u_totitle(c)));
+  }
+  return std::string(out, n);
+}
+
 // Python's str.capitalize(): the first character in title case, the rest in
 // lower case.
 std::string Capitalize(absl::string_view s) {
   std::u32string cps = ToCodePoints(s);
   if (cps.empty()) return "";
-  const std::string first =
-      CodePointString(static_cast<char32_t>(u_totitle(cps[0])));
-  return first + Lower(FromCodePoints(std::u32string_view(cps).substr(1)));
+  return TitleChar(cps[0]) +
+         Lower(FromCodePoints(std::u32string_view(cps).substr(1)));
 }
 
 bool IsCased(char32_t c) {
@@ -95,9 +117,7 @@ std::string PyTitle(absl::string_view s) {
   bool previous_cased = false;
   for (char32_t c : ToCodePoints(s)) {
     const std::string one = CodePointString(c);
-    out += previous_cased ? Lower(one)
-                          : CodePointString(static_cast<char32_t>(
-                                u_totitle(static_cast<UChar32>(c))));
+    out += previous_cased ? Lower(one) : TitleChar(c);
     previous_cased = IsCased(c);
   }
   return out;
@@ -171,10 +191,7 @@ absl::StatusOr<std::vector<std::string>> Split(absl::string_view s,
       while (i < n && IsPySpace(cps[i])) ++i;
       if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        size_t end = n;
-        while (end > i && IsPySpace(cps[end - 1])) --end;
-        std::u32string rest = cps.substr(i, end - i);
-        parts.push_back(FromCodePoints(rest));
+        parts.push_back(FromCodePoints(std::u32string_view(cps).substr(i)));
         break;
       }
       size_t j = i;
@@ -1440,8 +1457,19 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
                                          " doesn't define __round__ method"));
          }
          if (method == "common") {
-           if (!v.is_float() && precision >= 0)
-             return Value::Int(v.as_integer());
+           if (!v.is_float()) {
+             // int.__round__: stays an int, ties to even.
+             const int64_t x = v.as_integer();
+             if (precision >= 0) return Value::Int(x);
+             if (precision < -18) return Value::Int(0);
+             int64_t m = 1;
+             for (int64_t i = 0; i < -precision; ++i) m *= 10;
+             int64_t r = x % m;
+             if (r < 0) r += m;
+             int64_t q = x - r;
+             if (2 * r > m || (2 * r == m && (q / m) % 2 != 0)) q += m;
+             return Value::Int(q);
+           }
            return Value::Float(RoundHalfEven(v.as_double(), precision));
          }
          const double scale = std::pow(10.0, static_cast<double>(precision));

@@ -425,10 +425,11 @@ absl::Status Interpreter::ExecFor(const Stmt& stmt, const ScopePtr& scope,
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    Flow flow = Flow::kNormal;
-    return Exec(stmt.bodies[1], std::make_shared<Scope>(scope), out, &flow);
-  }
+
+  // jinja2 runs the else block unless the last iteration that ran finished
+  // normally: so after an empty loop, and also after a break or continue in
+  // the last iteration.
+  bool run_else = true;
   const int64_t length = static_cast<int64_t>(items.size());
   static const Value kNoPrevious = Value::Undef("there is no previous item");
   static const Value kNoNext = Value::Undef("there is no next item");
@@ -463,6 +464,11 @@ absl::Status Interpreter::ExecFor(const Stmt& stmt, const ScopePtr& scope,
     Flow flow = Flow::kNormal;
     RETURN_IF_ERROR(Exec(stmt.bodies[0], inner, out, &flow));
     if (flow == Flow::kBreak) break;
+    if (flow == Flow::kNormal) run_else = false;
+  }
+  if (run_else) {
+    Flow flow = Flow::kNormal;
+    return Exec(stmt.bodies[1], std::make_shared<Scope>(scope), out, &flow);
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ class Parser {
   absl::StatusOr<Body> Run() {
     Body body;
     std::string end_tag;
-    RETURN_IF_ERROR(ParseBody({}, "", &body, &end_tag));
+    RETURN_IF_ERROR(ParseBody({}, "", 0, &body, &end_tag));
     return body;
   }
 
@@ -133,18 +133,23 @@ class Parser {
   // including its name; *end_tag receives it), or the end of the template
   // when end_tags is empty. `opener` names the enclosing block for errors.
   absl::Status ParseBody(std::initializer_list<absl::string_view> end_tags,
-                         absl::string_view opener, Body* body,
+                         absl::string_view opener, int open_line, Body* body,
                          std::string* end_tag) {
-    const int open_line = Current().line;
     while (true) {
       const Token& token = Current();
       switch (token.type) {
         case Type::kEnd:
           if (end_tags.size() == 0) return absl::OkStatus();
-          return ErrorAt(
-              open_line,
-              absl::StrCat("unexpected end of template: this '", opener,
-                           "' has no {% ", *end_tags.begin(), " %}"));
+          {
+            std::vector<std::string> wanted;
+            for (absl::string_view end : end_tags) {
+              wanted.push_back(absl::StrCat("{% ", end, " %}"));
+            }
+            return ErrorAt(
+                open_line,
+                absl::StrCat("unexpected end of template: the '", opener,
+                             "' here needs ", absl::StrJoin(wanted, " or ")));
+          }
         case Type::kText: {
           auto stmt = std::make_unique<Stmt>();
           stmt->kind = Stmt::Kind::kText;
@@ -211,13 +216,13 @@ class Parser {
         Body body;
         std::string end;
         RETURN_IF_ERROR(
-            ParseBody({"elif", "else", "endif"}, "if", &body, &end));
+            ParseBody({"elif", "else", "endif"}, "if", line, &body, &end));
         stmt->bodies.push_back(std::move(body));
         if (end == "elif") continue;
         if (end == "else") {
           RETURN_IF_ERROR(ExpectBlockEnd());
           Body else_body;
-          RETURN_IF_ERROR(ParseBody({"endif"}, "if", &else_body, &end));
+          RETURN_IF_ERROR(ParseBody({"endif"}, "if", line, &else_body, &end));
           stmt->bodies.push_back(std::move(else_body));
         }
         break;
@@ -241,11 +246,11 @@ class Parser {
       ++loop_depth_;
       Body body, else_body;
       std::string end;
-      RETURN_IF_ERROR(ParseBody({"endfor", "else"}, "for", &body, &end));
+      RETURN_IF_ERROR(ParseBody({"endfor", "else"}, "for", line, &body, &end));
       --loop_depth_;
       if (end == "else") {
         RETURN_IF_ERROR(ExpectBlockEnd());
-        RETURN_IF_ERROR(ParseBody({"endfor"}, "for", &else_body, &end));
+        RETURN_IF_ERROR(ParseBody({"endfor"}, "for", line, &else_body, &end));
       }
       stmt->bodies.push_back(std::move(body));
       stmt->bodies.push_back(std::move(else_body));
@@ -265,14 +270,15 @@ class Parser {
         Body body;
         std::string end;
         RETURN_IF_ERROR(ExpectBlockEnd());
-        RETURN_IF_ERROR(ParseBody({"endset"}, "set", &body, &end));
+        RETURN_IF_ERROR(ParseBody({"endset"}, "set", line, &body, &end));
         stmt->bodies.push_back(std::move(body));
       }
     } else if (tag == "macro") {
       stmt->kind = Stmt::Kind::kMacro;
       stmt->macro = std::make_unique<MacroDef>();
       ASSIGN_OR_RETURN(stmt->macro->name, ExpectName());
-      RETURN_IF_ERROR(ParseMacroBody(stmt->macro.get(), "endmacro", true));
+      RETURN_IF_ERROR(
+          ParseMacroBody(stmt->macro.get(), "endmacro", true, line));
     } else if (tag == "call") {
       stmt->kind = Stmt::Kind::kCallBlock;
       stmt->macro = std::make_unique<MacroDef>();
@@ -283,7 +289,8 @@ class Parser {
         return ErrorAt(line, "expected a call after {% call %}");
       }
       stmt->exprs.push_back(std::move(call));
-      RETURN_IF_ERROR(ParseMacroBody(stmt->macro.get(), "endcall", false));
+      RETURN_IF_ERROR(
+          ParseMacroBody(stmt->macro.get(), "endcall", false, line));
     } else if (tag == "filter") {
       stmt->kind = Stmt::Kind::kFilterBlock;
       do {
@@ -293,7 +300,7 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       Body body;
       std::string end;
-      RETURN_IF_ERROR(ParseBody({"endfilter"}, "filter", &body, &end));
+      RETURN_IF_ERROR(ParseBody({"endfilter"}, "filter", line, &body, &end));
       stmt->bodies.push_back(std::move(body));
     } else if (tag == "with") {
       stmt->kind = Stmt::Kind::kWith;
@@ -308,7 +315,7 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       Body body;
       std::string end;
-      RETURN_IF_ERROR(ParseBody({"endwith"}, "with", &body, &end));
+      RETURN_IF_ERROR(ParseBody({"endwith"}, "with", line, &body, &end));
       stmt->bodies.push_back(std::move(body));
     } else if (tag == "break" || tag == "continue") {
       if (loop_depth_ == 0) {
@@ -320,7 +327,8 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       Body body;
       std::string end;
-      RETURN_IF_ERROR(ParseBody({"endgeneration"}, "generation", &body, &end));
+      RETURN_IF_ERROR(
+          ParseBody({"endgeneration"}, "generation", line, &body, &end));
       stmt->bodies.push_back(std::move(body));
     } else {
       std::string message = absl::StrCat("unknown tag '", tag, "'");
@@ -383,7 +391,7 @@ class Parser {
   }
 
   absl::Status ParseMacroBody(MacroDef* macro, absl::string_view end_tag,
-                              bool params) {
+                              bool params, int line) {
     if (params) RETURN_IF_ERROR(ParseParams(macro));
     RETURN_IF_ERROR(ExpectBlockEnd());
     macros_.push_back(macro);
@@ -393,7 +401,7 @@ class Parser {
     std::string end;
     const std::string opener = params ? "macro" : "call";
     const absl::Status status =
-        ParseBody({end_tag}, opener, &macro->body, &end);
+        ParseBody({end_tag}, opener, line, &macro->body, &end);
     loop_depth_ = saved_loop_depth;
     macros_.pop_back();
     return status;
