@@ -47,7 +47,7 @@ struct RenderOptions {
   int max_call_depth = 64;
   // Expressions, statements and macro calls active at once, which is what
   // bounds the native stack a render uses.
-  int max_depth = 500;
+  int max_depth = 256;
 };
 
 // Variables a render sees, in order (a later one overrides an earlier one).
