@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/stream_channel.h"
@@ -109,6 +110,9 @@ class GenerateReactor final
   }
 
   void OnDone() override {
+    // The call ended before its sequence did (the client stopped reading
+    // and its buffer overflowed): stop generating for nobody.
+    if (handle_) handle_->Cancel();
     if (model_.metrics) {
       model_.metrics->CountRequest(
           "Generate", OutcomeCode(*context_, channel_->final_code()));
@@ -133,12 +137,15 @@ namespace {
 absl::StatusOr<nlohmann::ordered_json> JsonField(absl::string_view text,
                                                  absl::string_view field,
                                                  nlohmann::ordered_json empty) {
+  // As deep as any tool schema needs; deeper input is refused before it is
+  // built.
+  constexpr int kMaxDepth = 64;
   if (text.empty()) return empty;
-  nlohmann::ordered_json json = nlohmann::ordered_json::parse(
-      text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
+  absl::StatusOr<nlohmann::ordered_json> json =
+      json::ParseStrictOrdered(text, kMaxDepth);
+  if (!json.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, " is not valid JSON"));
+        absl::StrCat(field, " is not valid JSON: ", json.status().message()));
   }
   return json;
 }

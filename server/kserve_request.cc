@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/json.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/kserve_tensors.h"
@@ -97,13 +98,15 @@ absl::Status ApplySetting(const std::string& key, double v,
 // vLLM backend style: {"temperature": 0, "max_tokens": 8, "stop": [...]}.
 absl::Status ApplySamplingJson(const std::string& text,
                                serving::GenerationInput* input, bool* stream) {
-  nlohmann::json j =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        "'sampling_parameters' must be a JSON object");
+  // A flat object of settings: anything nested deeper is refused unbuilt.
+  absl::StatusOr<json::Json> parsed = json::ParseStrict(text, /*max_depth=*/4);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'sampling_parameters' must be a JSON object",
+        parsed.ok() ? "" : absl::StrCat(": ", parsed.status().message())));
   }
-  for (auto& [key, value] : j.items()) {
+  const json::Json& j = *parsed;
+  for (const auto& [key, value] : j.items()) {
     if (key == "stop") {
       if (value.is_string()) {
         input->sampling.stop_strings.push_back(value.get<std::string>());
@@ -168,10 +171,10 @@ absl::StatusOr<InferJob> ParseInferRequest(const serving::ServedModel& model,
   InferJob job;
   if (request.id().size() > serving::kMaxRequestIdBytes) {
     // Every later message names the request: refuse before echoing it.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request id '", serving::Quote(request.id()), "' is ",
-        request.id().size(), " bytes, more than the limit of ",
-        serving::kMaxRequestIdBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request id '", serving::Quote(request.id()), "' is ",
+                     request.id().size(), " bytes, more than the limit of ",
+                     serving::kMaxRequestIdBytes));
   }
   job.id = request.id().empty() ? NewInferId() : request.id();
   job.raw = kserve::UsesRaw(request);

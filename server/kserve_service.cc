@@ -282,6 +282,9 @@ using StreamReactorBase =
 using StreamInferChannel =
     StreamChannel<StreamReactorBase, ModelStreamInferResponse>;
 
+// ringmoe_requests_total's method for one request inside a stream.
+constexpr char kStreamRequest[] = "ModelStreamInfer.request";
+
 // Many requests per stream, each answered by one or more responses that
 // carry its id; the stream ends when the client has half-closed and every
 // request has sent its final response.
@@ -352,10 +355,12 @@ class StreamInferReactor final : public StreamReactorBase {
   }
 
   // Errors of one request are reported in the stream, which goes on.
+  // Each request's outcome counts in ringmoe_requests_total under
+  // kStreamRequest, next to the stream's own under ModelStreamInfer.
   void Handle(const ModelInferRequest& request) {
     absl::StatusOr<InferJob> job = ParseInferRequest(model_, request, true);
     if (!job.ok()) {
-      state_->channel.Push(ErrorResponse(request.id(), job.status()));
+      Refuse(request.id(), job.status());
       return;
     }
     const std::string id = job->id;
@@ -363,36 +368,53 @@ class StreamInferReactor final : public StreamReactorBase {
       absl::MutexLock lock(&state_->mu);
       ++state_->active;
     }
-    absl::StatusOr<std::shared_ptr<InferRun>> run = InferRun::Start(
-        model_, *std::move(job), DeadlineOf(*context_),
-        [state = state_, id](ModelInferResponse r, bool final, absl::Status s) {
-          if (s.ok()) {
-            ModelStreamInferResponse response;
-            *response.mutable_infer_response() = std::move(r);
-            state->channel.Push(std::move(response));
-          } else {
-            state->channel.Push(ErrorResponse(id, s));
-          }
-          if (!final) return;
-          absl::MutexLock lock(&state->mu);
-          --state->active;
-          MaybeFinishLocked(*state);
-        });
-    absl::MutexLock lock(&state_->mu);
+    absl::StatusOr<std::shared_ptr<InferRun>> run =
+        InferRun::Start(model_, *std::move(job), DeadlineOf(*context_),
+                        [state = state_, id, metrics = model_.metrics](
+                            ModelInferResponse r, bool final, absl::Status s) {
+                          bool open;
+                          if (s.ok()) {
+                            ModelStreamInferResponse response;
+                            *response.mutable_infer_response() = std::move(r);
+                            open = state->channel.Push(std::move(response));
+                          } else {
+                            open = state->channel.Push(ErrorResponse(id, s));
+                          }
+                          // The stream ended (the client stopped reading or
+                          // left): the stream's other requests stop too.
+                          if (!open) CancelRunsOf(*state);
+                          if (!final) return;
+                          if (metrics)
+                            metrics->CountRequest(kStreamRequest, s.code());
+                          absl::MutexLock lock(&state->mu);
+                          --state->active;
+                          MaybeFinishLocked(*state);
+                        });
     if (!run.ok()) {
-      --state_->active;
-      state_->channel.Push(ErrorResponse(id, run.status()));
+      {
+        absl::MutexLock lock(&state_->mu);
+        --state_->active;
+      }
+      Refuse(id, run.status());
       return;
     }
+    absl::MutexLock lock(&state_->mu);
     state_->runs.push_back(*run);
   }
 
-  void CancelRuns() {
-    absl::MutexLock lock(&state_->mu);
-    for (auto& weak : state_->runs) {
+  void Refuse(const std::string& id, const absl::Status& status) {
+    if (model_.metrics)
+      model_.metrics->CountRequest(kStreamRequest, status.code());
+    if (!state_->channel.Push(ErrorResponse(id, status))) CancelRuns();
+  }
+
+  static void CancelRunsOf(State& state) {
+    absl::MutexLock lock(&state.mu);
+    for (auto& weak : state.runs) {
       if (auto run = weak.lock()) run->Cancel();
     }
   }
+  void CancelRuns() { CancelRunsOf(*state_); }
 
   const ServedModel& model_;
   grpc::CallbackServerContext* const context_;

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "server/stream_channel.h"
+
 namespace ringmoe::server {
 namespace {
 
@@ -114,6 +116,23 @@ std::vector<prometheus::MetricFamily> ExpertTokenMetrics::Collect() const {
     }
   }
   return {std::move(family)};
+}
+
+std::vector<prometheus::MetricFamily> StreamBufferMetrics::Collect() const {
+  std::vector<prometheus::MetricFamily> families;
+  auto buffered = Family(
+      "ringmoe_stream_buffered_bytes",
+      "Reply bytes waiting for slow gRPC stream readers, over all streams.",
+      prometheus::MetricType::Gauge);
+  AddValue(&buffered,
+           static_cast<double>(StreamBuffers::buffered_bytes().load()));
+  families.push_back(std::move(buffered));
+  families.push_back(
+      Counter("ringmoe_stream_overflows_total",
+              "Streams ended with RESOURCE_EXHAUSTED because their client did "
+              "not read and the waiting replies passed the limit.",
+              static_cast<double>(StreamBuffers::overflows().load())));
+  return families;
 }
 
 }  // namespace ringmoe::server

@@ -1,6 +1,6 @@
-// Engine counters as Prometheus families, read at scrape time (never stale,
-// nothing to do per step): the memory ring's, and the opt-in per-expert
-// token counts.
+// Counters kept elsewhere as Prometheus families, read at scrape time (never
+// stale, nothing to do per step): the memory ring's, the opt-in per-expert
+// token counts, and the replies waiting for slow stream readers.
 #ifndef RINGMOE_SERVER_RING_METRICS_H_
 #define RINGMOE_SERVER_RING_METRICS_H_
 
@@ -39,6 +39,14 @@ class ExpertTokenMetrics : public prometheus::Collectable {
 
  private:
   const moe::ExpertUsage& usage_;
+};
+
+// ringmoe_stream_buffered_bytes (replies waiting for slow gRPC stream
+// readers) and ringmoe_stream_overflows_total (streams ended because their
+// client did not read), from StreamBuffers.
+class StreamBufferMetrics : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override;
 };
 
 }  // namespace ringmoe::server

@@ -44,6 +44,7 @@
 #include "server/openai_service.h"
 #include "server/ring_metrics.h"
 #include "server/service_util.h"
+#include "server/stream_channel.h"
 
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default: the --model directory's "
@@ -84,6 +85,10 @@ ABSL_FLAG(int, default_max_tokens, 256,
 ABSL_FLAG(bool, expert_metrics, false,
           "Export ringmoe_expert_tokens_total{layer, expert}: one series per "
           "expert of every layer (high cardinality).");
+ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{64} << 20,
+          "Reply bytes that may wait for a gRPC stream's client to read; "
+          "past it the stream ends with RESOURCE_EXHAUSTED. All streams "
+          "together may hold 16 times as much.");
 ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
           "before they are cancelled.");
@@ -147,6 +152,12 @@ int Serve() {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--http_threads must lie in [1, 4096], got ",
                      absl::GetFlag(FLAGS_http_threads))));
+  }
+  if (absl::GetFlag(FLAGS_max_stream_buffer_bytes) < (1 << 20) ||
+      absl::GetFlag(FLAGS_max_stream_buffer_bytes) > (int64_t{1} << 36)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max_stream_buffer_bytes must lie in [1 MiB, 64 GiB], got ",
+        absl::GetFlag(FLAGS_max_stream_buffer_bytes))));
   }
   if (absl::GetFlag(FLAGS_http_max_body_bytes) < 1024) {
     return Fail(absl::InvalidArgumentError(
@@ -222,6 +233,10 @@ int Serve() {
   exposer->RegisterCollectable(registry);
   auto ring_metrics = std::make_shared<RingMetrics>((*engine)->ring_stats());
   exposer->RegisterCollectable(ring_metrics);
+  auto stream_metrics = std::make_shared<StreamBufferMetrics>();
+  exposer->RegisterCollectable(stream_metrics);
+  StreamBuffers::SetLimits(absl::GetFlag(FLAGS_max_stream_buffer_bytes),
+                           16 * absl::GetFlag(FLAGS_max_stream_buffer_bytes));
   std::shared_ptr<ExpertTokenMetrics> expert_metrics;
   if ((*engine)->expert_usage() != nullptr) {
     expert_metrics =

@@ -2,22 +2,62 @@
 // reactor, one write at a time, and finishes the call once they are out.
 //
 // The engine thread must never block on a slow client, so responses queue
-// here (optionally merged into the last queued one). The reactor may be gone
+// here (optionally merged into the last queued one), within a bound in
+// bytes per stream and for the whole process (StreamBuffers): a client
+// that does not read gets RESOURCE_EXHAUSTED instead of the server's
+// memory. The reactor may be gone
 // (client cancelled, call done) while the scheduler still holds the
 // channel: after Detach() everything pushed is dropped, so the engine never
 // touches a deleted reactor.
 #ifndef RINGMOE_SERVER_STREAM_CHANNEL_H_
 #define RINGMOE_SERVER_STREAM_CHANNEL_H_
 
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/status.h"
 
 namespace ringmoe::server {
+
+// Replies waiting for slow clients, over every stream of the process.
+class StreamBuffers {
+ public:
+  // Limits: per stream, and for the whole process.
+  static void SetLimits(int64_t per_stream, int64_t total) {
+    per_stream_limit().store(per_stream);
+    total_limit().store(total);
+  }
+  static int64_t per_stream() { return per_stream_limit().load(); }
+  static int64_t total() { return total_limit().load(); }
+  // Bytes waiting now, and streams ended for not reading.
+  static std::atomic<int64_t>& buffered_bytes() {
+    static std::atomic<int64_t> bytes{0};
+    return bytes;
+  }
+  static std::atomic<int64_t>& overflows() {
+    static std::atomic<int64_t> count{0};
+    return count;
+  }
+
+ private:
+  static std::atomic<int64_t>& per_stream_limit() {
+    static std::atomic<int64_t> limit{int64_t{64} << 20};
+    return limit;
+  }
+  static std::atomic<int64_t>& total_limit() {
+    static std::atomic<int64_t> limit{int64_t{1} << 30};
+    return limit;
+  }
+};
 
 // Reactor: grpc::ServerWriteReactor<Response> or
 // grpc::ServerBidiReactor<Request, Response> (StartWrite and Finish).
@@ -31,13 +71,49 @@ class StreamChannel {
   StreamChannel(Reactor* reactor, MergeFn merge = nullptr)
       : reactor_(reactor), merge_(std::move(merge)) {}
 
-  void Push(Response response) {
+  ~StreamChannel() {
     absl::MutexLock lock(&mu_);
-    if (reactor_ == nullptr || finish_requested_) return;
-    if (!(merge_ && !pending_.empty() && merge_(pending_.back(), response))) {
+    DropPendingLocked();
+  }
+
+  // Queues `response`. False when the call is ending (finished, cancelled,
+  // or ended now because the client stopped reading and the replies waiting
+  // for it passed a StreamBuffers limit): the producer should stop.
+  bool Push(Response response) {
+    absl::MutexLock lock(&mu_);
+    if (reactor_ == nullptr || finish_requested_) return false;
+    int64_t added;
+    if (merge_ && !pending_.empty()) {
+      const int64_t before =
+          static_cast<int64_t>(pending_.back().ByteSizeLong());
+      if (merge_(pending_.back(), response)) {
+        added = static_cast<int64_t>(pending_.back().ByteSizeLong()) - before;
+      } else {
+        added = static_cast<int64_t>(response.ByteSizeLong());
+        pending_.push_back(std::move(response));
+      }
+    } else {
+      added = static_cast<int64_t>(response.ByteSizeLong());
       pending_.push_back(std::move(response));
     }
+    pending_bytes_ += added;
+    const int64_t total = StreamBuffers::buffered_bytes() += added;
+    if (pending_bytes_ > StreamBuffers::per_stream() ||
+        total > StreamBuffers::total()) {
+      const std::string message = absl::StrCat(
+          "the client is not reading its stream: ", pending_bytes_,
+          " bytes of replies are waiting (limits: ",
+          StreamBuffers::per_stream(), " per stream, ", StreamBuffers::total(),
+          " for the server); the stream ends");
+      ++StreamBuffers::overflows();
+      DropPendingLocked();
+      finish_requested_ = true;
+      status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
+      PumpLocked();
+      return false;
+    }
     PumpLocked();
+    return true;
   }
 
   // Finishes the call with `status` once the queued responses are written.
@@ -54,7 +130,7 @@ class StreamChannel {
   // queue: the client is gone or the call was cancelled.
   void Abort(grpc::Status status) {
     absl::MutexLock lock(&mu_);
-    pending_.clear();
+    DropPendingLocked();
     if (finish_requested_) return;
     finish_requested_ = true;
     status_ = std::move(status);
@@ -66,7 +142,7 @@ class StreamChannel {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      pending_.clear();
+      DropPendingLocked();
       if (!finish_requested_) {
         finish_requested_ = true;
         status_ =
@@ -89,11 +165,24 @@ class StreamChannel {
   }
 
  private:
+  // Drops what waits; a large buffer's memory goes back to the system
+  // rather than staying in the allocator's free lists.
+  void DropPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pending_.clear();
+    StreamBuffers::buffered_bytes() -= pending_bytes_;
+    const bool large = pending_bytes_ >= (int64_t{16} << 20);
+    pending_bytes_ = 0;
+    if (large) malloc_trim(0);
+  }
+
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (reactor_ == nullptr || writing_ || finish_called_) return;
     if (!pending_.empty()) {
       in_flight_ = std::move(pending_.front());
       pending_.pop_front();
+      const int64_t bytes = static_cast<int64_t>(in_flight_.ByteSizeLong());
+      pending_bytes_ -= bytes;
+      StreamBuffers::buffered_bytes() -= bytes;
       writing_ = true;
       reactor_->StartWrite(&in_flight_);
       return;
@@ -108,6 +197,7 @@ class StreamChannel {
   Reactor* reactor_ ABSL_GUARDED_BY(mu_);
   const MergeFn merge_;
   std::deque<Response> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   Response in_flight_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;

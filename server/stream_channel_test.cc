@@ -8,29 +8,40 @@
 namespace ringmoe::server {
 namespace {
 
+// A response with the one protobuf method the channel uses.
+struct Text {
+  std::string s;
+  Text() = default;
+  Text(const char* text) : s(text) {}  // NOLINT: brevity in tests
+  explicit Text(std::string text) : s(std::move(text)) {}
+  size_t ByteSizeLong() const { return s.size(); }
+};
+
 // Records what the channel asks of a gRPC reactor.
 struct FakeReactor {
   std::vector<std::string> written;
   int writes_in_flight = 0;
   bool finished = false;
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  void StartWrite(const std::string* s) {
-    written.push_back(*s);
+  std::string message;
+  void StartWrite(const Text* t) {
+    written.push_back(t->s);
     ++writes_in_flight;
   }
   void Finish(const grpc::Status& s) {
     finished = true;
     code = s.error_code();
+    message = s.error_message();
   }
 };
 
-using Channel = StreamChannel<FakeReactor, std::string>;
+using Channel = StreamChannel<FakeReactor, Text>;
 
 TEST(StreamChannelTest, OneWriteAtATimeThenFinish) {
   FakeReactor r;
   Channel channel(&r);
-  channel.Push("a");
-  channel.Push("b");
+  EXPECT_TRUE(channel.Push("a"));
+  EXPECT_TRUE(channel.Push("b"));
   channel.Finish(grpc::Status::OK);
   EXPECT_EQ(r.written, std::vector<std::string>{"a"});
   EXPECT_FALSE(r.finished);
@@ -40,12 +51,13 @@ TEST(StreamChannelTest, OneWriteAtATimeThenFinish) {
   channel.OnWriteDone(true);
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.code, grpc::StatusCode::OK);
+  EXPECT_FALSE(channel.Push("late"));
 }
 
 TEST(StreamChannelTest, MergesWhileAWriteIsInFlight) {
   FakeReactor r;
-  Channel channel(&r, [](std::string& last, const std::string& next) {
-    last += next;
+  Channel channel(&r, [](Text& last, const Text& next) {
+    last.s += next.s;
     return true;
   });
   channel.Push("a");
@@ -65,8 +77,40 @@ TEST(StreamChannelTest, FailedWriteFinishesCancelledAndDetachDropsPushes) {
   EXPECT_EQ(r.code, grpc::StatusCode::CANCELLED);
   EXPECT_EQ(channel.final_code(), grpc::StatusCode::CANCELLED);
   channel.Detach();
-  channel.Push("c");
+  EXPECT_FALSE(channel.Push("c"));
   EXPECT_EQ(r.written, std::vector<std::string>{"a"});
+}
+
+TEST(StreamChannelTest, AClientThatDoesNotReadIsCutOffAtTheLimit) {
+  StreamBuffers::SetLimits(/*per_stream=*/100, /*total=*/250);
+  const int64_t overflows = StreamBuffers::overflows();
+  FakeReactor r;
+  {
+    Channel channel(&r);
+    // The first write is in flight (and never completes); the rest wait.
+    EXPECT_TRUE(channel.Push(Text(std::string(60, 'x'))));
+    EXPECT_TRUE(channel.Push(Text(std::string(60, 'y'))));
+    EXPECT_EQ(StreamBuffers::buffered_bytes(), 60);
+    EXPECT_TRUE(channel.Push(Text(std::string(30, 'z'))));
+    EXPECT_FALSE(channel.Push(Text(std::string(30, 'w'))));  // 120 > 100
+    EXPECT_EQ(StreamBuffers::overflows(), overflows + 1);
+    EXPECT_EQ(StreamBuffers::buffered_bytes(), 0);
+    // The queue is dropped; the call ends once the write in flight does.
+    channel.OnWriteDone(true);
+    EXPECT_TRUE(r.finished);
+    EXPECT_EQ(r.code, grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(r.message.find("not reading"), std::string::npos) << r.message;
+    EXPECT_EQ(r.written.size(), 1u);
+  }
+  // The process-wide limit binds several streams together.
+  FakeReactor a, b, c;
+  Channel ca(&a), cb(&b), cc(&c);
+  for (Channel* ch : {&ca, &cb, &cc}) ch->Push("first");  // in flight
+  EXPECT_TRUE(ca.Push(Text(std::string(90, 'a'))));
+  EXPECT_TRUE(cb.Push(Text(std::string(90, 'b'))));
+  EXPECT_FALSE(cc.Push(Text(std::string(90, 'c'))));  // 270 > 250
+  EXPECT_TRUE(ca.Push("small"));
+  StreamBuffers::SetLimits(int64_t{64} << 20, int64_t{1} << 30);
 }
 
 }  // namespace

@@ -36,6 +36,71 @@ class MetricsStarvationTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class SlowReaderTest(unittest.TestCase):
+    def test_a_stream_that_is_not_read_is_cut_off_and_memory_returns(self):
+        import grpc
+        import threading
+        from ringmoe_client import Client
+        from ringmoe_client._pb import grpc_service_pb2 as kserve_pb2
+        from ringmoe_client._pb import grpc_service_pb2_grpc as kserve_grpc
+
+        # The adder's 32000-token vocabulary: logits for [100, 1] input ids
+        # are 12.8 MB per reply; 40 of them would be 512 MB.
+        with harness.Server(harness.ADDER, "--max_stream_buffer_bytes=67108864",
+                            "--max_queue=4096") as server:
+            base = rss_bytes(server.proc.pid)
+            t = kserve_pb2.ModelInferRequest.InferInputTensor(
+                name="input_ids", datatype="INT32", shape=[100, 1])
+            t.contents.int_contents.extend([5] * 100)
+            requests = [kserve_pb2.ModelInferRequest(model_name="moe-adder", id="r%d" % i,
+                                                     inputs=[t]) for i in range(40)]
+            sent = threading.Event()
+
+            def slowly():
+                yield from requests
+                sent.wait(60)
+
+            channel = grpc.insecure_channel(
+                server.target, options=[("grpc.max_receive_message_length", -1)])
+            stub = kserve_grpc.GRPCInferenceServiceStub(channel)
+            call = stub.ModelStreamInfer(slowly(), timeout=120)
+            peak = 0
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                peak = max(peak, rss_bytes(server.proc.pid))
+                if server.metric("ringmoe_stream_overflows_total") == 1.0:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(server.metric("ringmoe_stream_overflows_total"), 1.0)
+            sent.set()
+            # Reading now: what was written, then RESOURCE_EXHAUSTED.
+            with self.assertRaises(grpc.RpcError) as error:
+                for _ in call:
+                    pass
+            self.assertEqual(error.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("not reading", error.exception.details())
+            channel.close()
+            self.assertLess(peak - base, 250 << 20, "buffered without bound")
+            self.assertEqual(server.wait_metric("ringmoe_stream_buffered_bytes", 0.0), 0.0)
+            self.assertEqual(server.wait_metric("ringmoe_running_sequences", 0.0), 0.0)
+            time.sleep(0.5)
+            self.assertLess(rss_bytes(server.proc.pid) - base, 200 << 20,
+                            "memory not returned after the client left")
+            # Still serving.
+            with Client(server.target, timeout=60) as c:
+                self.assertEqual(c.infer_text("moe-adder", "37+485=", max_tokens=8,
+                                              temperature=0.0), "522")
+            self.assertEqual(server.stop(), 0)
+
+
 class BadSettingsTest(unittest.TestCase):
     """Absurd flags and config values: a clear error naming the setting and
     exit status 1, never an abort (134) or a server that cannot serve."""
