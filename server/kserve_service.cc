@@ -439,7 +439,7 @@ grpc::ServerUnaryReactor* KServeService::ServerLive(
 grpc::ServerUnaryReactor* KServeService::ServerReady(
     grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
     inference::ServerReadyResponse* response) {
-  response->set_ready(model_.scheduler->accepting());
+  response->set_ready(model_.scheduler->ready());
   return FinishUnary(context, model_.metrics, "ServerReady", absl::OkStatus());
 }
 
@@ -448,7 +448,7 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(
     const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
   response->set_ready(ModelMatches(request->name(), request->version()) &&
-                      model_.scheduler->accepting());
+                      model_.scheduler->ready());
   return FinishUnary(context, model_.metrics, "ModelReady", absl::OkStatus());
 }
 

@@ -79,9 +79,12 @@ void OpenAiService::Handle(const HttpRequest& request,
   };
   if (path == "/health") {
     if (!get) return wrong_method("GET");
-    const bool serving = model_.scheduler->accepting();
-    response.Send(serving ? 200 : 503, kJson,
-                  serving ? "{}" : R"({"status": "shutting down"})");
+    const bool ready = model_.scheduler->ready();
+    response.Send(ready ? 200 : 503, kJson,
+                  ready ? "{}"
+                  : model_.scheduler->accepting()
+                      ? R"({"status": "engine steps are failing"})"
+                      : R"({"status": "shutting down"})");
     return;
   }
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {

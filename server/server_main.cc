@@ -89,6 +89,9 @@ ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{64} << 20,
           "Reply bytes that may wait for a gRPC stream's client to read; "
           "past it the stream ends with RESOURCE_EXHAUSTED. All streams "
           "together may hold 16 times as much.");
+ABSL_FLAG(int, unhealthy_after_failed_steps, 3,
+          "Health turns NOT_SERVING after this many engine steps in a row "
+          "failed, and SERVING again at the next one that succeeds.");
 ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
           "before they are cancelled.");
@@ -175,15 +178,18 @@ int Serve() {
   sched.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   sched.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   sched.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  sched.unhealthy_after_failed_steps =
+      absl::GetFlag(FLAGS_unhealthy_after_failed_steps);
   // A server that refuses everything it is sent reports healthy: a queue
   // of 0 is no setting.
   if (sched.max_queue < 1 || sched.max_running_sequences < 1 ||
       sched.max_batch_tokens < 1 || sched.max_prompt_tokens < 0 ||
-      sched.max_new_tokens < 0 || sched.default_max_tokens < 1) {
+      sched.max_new_tokens < 0 || sched.default_max_tokens < 1 ||
+      sched.unhealthy_after_failed_steps < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--max_queue, --max_running_sequences, --max_batch_tokens and "
-        "--default_max_tokens must be >= 1; --max_prompt_tokens and "
-        "--max_new_tokens >= 0"));
+        "--max_queue, --max_running_sequences, --max_batch_tokens, "
+        "--default_max_tokens and --unhealthy_after_failed_steps must be >= "
+        "1; --max_prompt_tokens and --max_new_tokens >= 0"));
   }
   const double grace_s = absl::GetFlag(FLAGS_shutdown_grace_period_s);
   if (!(grace_s >= 0 && grace_s <= 86400)) {
@@ -342,8 +348,21 @@ int Serve() {
     }
   }
 
+  // Health follows the engine: NOT_SERVING while its steps keep failing
+  // (the probes take the instance out), SERVING again once they succeed.
+  bool serving = true;
   int sig = 0;
-  while (sig == 0) sig = WaitForSignal(signals, absl::Hours(1));
+  while (sig == 0) {
+    sig = WaitForSignal(signals, absl::Milliseconds(250));
+    if (sig != 0 || scheduler.healthy() == serving) continue;
+    serving = !serving;
+    std::fprintf(stderr, "ringmoe_server: health %s\n",
+                 serving ? "SERVING again: engine steps succeed"
+                         : "NOT_SERVING: engine steps keep failing");
+    for (const char* service : kServices) {
+      health->SetServingStatus(service, serving);
+    }
+  }
   std::fprintf(stderr, "ringmoe_server: signal %d: draining %lld requests\n",
                sig, static_cast<long long>(scheduler.num_active()));
   for (const char* service : kServices)

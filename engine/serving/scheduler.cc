@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -28,6 +29,9 @@ struct Scheduler::Sequence {
   absl::Time arrival;
   absl::Time last_token;
   bool admitted_once = false;
+  // Was in a failed step with other sequences: runs alone until it samples
+  // a token again.
+  bool suspect = false;
   // Set during one iteration.
   int64_t planned = 0;
   bool preempted = false;
@@ -354,8 +358,38 @@ bool Scheduler::Iterate() {
   return true;
 }
 
+Scheduler::StepPlan Scheduler::PlanIsolated() {
+  runtime::KvCache& kv = runner_->kv_cache();
+  StepPlan step;
+  Sequence* s = nullptr;
+  for (auto& owned : running_) {
+    if (owned->suspect) s = owned.get();
+  }
+  if (s == nullptr) {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [](const auto& w) { return w->suspect; });
+    if (it == waiting_.end()) return step;
+    if (kv.MaxBlocksHeld(static_cast<int64_t>((*it)->tokens.size()),
+                         max_step_tokens_) > kv.num_free_blocks()) {
+      return step;
+    }
+    s = it->get();
+    running_.push_back(std::move(*it));
+    waiting_.erase(it);
+  }
+  s->planned = std::min(s->remaining(), max_step_tokens_);
+  step.chunks.push_back(
+      {s->id, absl::MakeConstSpan(s->tokens).subspan(s->computed, s->planned),
+       /*all_logits=*/false});
+  step.tokens = s->planned;
+  step.sequences.push_back(s);
+  return step;
+}
+
 Scheduler::StepPlan Scheduler::Plan() {
   DropFinishedOrCancelled(absl::Now());
+  if (StepPlan alone = PlanIsolated(); !alone.sequences.empty()) return alone;
   runtime::KvCache& kv = runner_->kv_cache();
   int64_t free_blocks = kv.num_free_blocks();
   int64_t budget = max_step_tokens_;
@@ -474,19 +508,20 @@ Scheduler::StepPlan Scheduler::Plan() {
 
 void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
                       absl::Time end) {
+  if (!step.ok()) {
+    ApplyFailure(plan, step);
+    return;
+  }
+  if (const int failed = failed_steps_in_a_row_.exchange(0); failed > 0) {
+    std::fprintf(stderr,
+                 "scheduler: engine steps succeed again after %d failed\n",
+                 failed);
+  }
   const int64_t vocab = runner_->vocab_size();
   for (size_t row = 0; row < plan.sequences.size(); ++row) {
     Sequence* s = plan.sequences[row];
     const int64_t n = s->planned;
     s->planned = 0;
-    if (!step.ok()) {
-      Finish(s, FinishReason::kError,
-             absl::InternalError(
-                 absl::StrCat("request ", s->request.id,
-                              ": engine step failed: ", step.message())),
-             {});
-      continue;
-    }
     s->computed += n;
     if (s->remaining() > 0) continue;  // more of the prompt to prefill
     absl::Span<const float> row_logits =
@@ -510,6 +545,7 @@ void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
       continue;
     }
     s->tokens.push_back(token);
+    s->suspect = false;
     const std::string piece = s->decoder ? s->decoder->Push(token) : "";
     absl::StatusOr<runtime::StopUpdate> update = s->stop->Update(token, piece);
     if (!update.ok()) {
@@ -547,6 +583,48 @@ void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
                ? FinishReason::kLength
                : FinishReason::kStop,
            absl::OkStatus(), std::move(out));
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->done; }),
+                 running_.end());
+}
+
+void Scheduler::ApplyFailure(const StepPlan& plan, const absl::Status& step) {
+  const int failed = ++failed_steps_in_a_row_;
+  // Every failure until the instance turns unhealthy, then now and then.
+  if (failed <= options_.unhealthy_after_failed_steps || failed % 100 == 0) {
+    std::fprintf(stderr,
+                 "scheduler: an engine step of %zu sequences failed (%d in a "
+                 "row): %s\n",
+                 plan.sequences.size(), failed,
+                 std::string(step.message()).c_str());
+  }
+  if (plan.sequences.size() == 1) {
+    Sequence* s = plan.sequences[0];
+    s->planned = 0;
+    Finish(s, FinishReason::kError,
+           absl::InternalError(
+               absl::StrCat("request ", s->request.id,
+                            ": engine step failed: ", step.message())),
+           {});
+  } else {
+    // Which of them failed it is not known: each is recomputed alone
+    // (PlanIsolated), in admission order, ahead of the queue.
+    std::vector<std::unique_ptr<Sequence>> suspects;
+    for (auto& owned : running_) {
+      if (owned->planned == 0) continue;
+      owned->planned = 0;
+      runner_->kv_cache().Release(owned->id);
+      owned->computed = 0;
+      owned->suspect = true;
+      suspects.push_back(std::move(owned));
+    }
+    running_.erase(std::remove(running_.begin(), running_.end(), nullptr),
+                   running_.end());
+    absl::MutexLock lock(&mu_);
+    for (auto it = suspects.rbegin(); it != suspects.rend(); ++it) {
+      waiting_.push_front(std::move(*it));
+    }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const auto& s) { return s->done; }),

@@ -10,6 +10,11 @@
 //   3. new requests from the queue, admitted while there are sequence slots
 //      and free KV-cache blocks for their whole prompt (the most its prefill
 //      holds at once: sliding-window layers give blocks back as it goes).
+// When a step of several sequences fails, its sequences are recomputed one
+// at a time until each has produced a token again: a failure (a checkpoint
+// part that no longer reads, say) fails only the sequences whose step fails
+// alone, and the others go on.
+//
 // When a running sequence needs a KV block and none is free, the most
 // recently admitted sequence is preempted: its blocks are released and it
 // goes back to the front of the queue, to be recomputed (prompt plus the
@@ -61,6 +66,9 @@ struct SchedulerOptions {
   // Applied when a request does not say max_tokens, cut to what the context
   // leaves after the prompt.
   int default_max_tokens = 256;
+  // healthy() turns false after this many engine steps in a row failed, and
+  // true again at the next step that succeeds.
+  int unhealthy_after_failed_steps = 3;
 };
 
 // Why a request ended.
@@ -170,6 +178,14 @@ class Scheduler {
   int64_t num_active() const;
   // False once StopAccepting() or CancelAll() ran.
   bool accepting() const;
+  // False while the last unhealthy_after_failed_steps engine steps failed:
+  // the instance cannot serve, and health checks should say so.
+  bool healthy() const {
+    return failed_steps_in_a_row_.load(std::memory_order_relaxed) <
+           options_.unhealthy_after_failed_steps;
+  }
+  // Accepting and healthy: what readiness probes report.
+  bool ready() const { return accepting() && healthy(); }
 
  private:
   struct Sequence;
@@ -192,10 +208,16 @@ class Scheduler {
   // decode tokens, prompt chunks, new admissions, preempting when blocks
   // run out. Empty when nothing can run.
   StepPlan Plan();
+  // After a failed step of several sequences: the next step of one of them,
+  // alone; empty when none is waiting for it (or blocks are short).
+  StepPlan PlanIsolated();
   // Applies the step's outcome to its sequences: on success each sequence
-  // that finished its chunk samples a token and delivers it; on failure the
-  // step's sequences fail.
+  // that finished its chunk samples a token and delivers it; a failure goes
+  // to ApplyFailure.
   void Apply(const StepPlan& plan, const absl::Status& step, absl::Time end);
+  // A failed step: fails its one sequence, or sends its sequences to be
+  // recomputed one at a time.
+  void ApplyFailure(const StepPlan& plan, const absl::Status& step);
   void DropFinishedOrCancelled(absl::Time now);
   void Preempt(Sequence* seq);
   void Finish(Sequence* seq, FinishReason reason, absl::Status status,
@@ -225,6 +247,7 @@ class Scheduler {
   // Engine thread only.
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<float> logits_;
+  std::atomic<int> failed_steps_in_a_row_{0};
 
   std::thread thread_;
 };

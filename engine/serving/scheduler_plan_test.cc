@@ -36,6 +36,12 @@ class CountingModel final : public StepRunner {
       --fail_steps_;
       return absl::DataLossError("the checkpoint went away");
     }
+    // A token whose weights no longer read: any step that feeds it fails.
+    for (const runtime::SequenceChunk& c : chunks) {
+      for (int32_t t : c.tokens) {
+        if (t == poison_) return absl::DataLossError("expert 7 is unreadable");
+      }
+    }
     logits->assign(chunks.size() * vocab_, 0.0f);
     int64_t tokens = 0;
     for (size_t row = 0; row < chunks.size(); ++row) {
@@ -51,6 +57,10 @@ class CountingModel final : public StepRunner {
     return absl::OkStatus();
   }
 
+  void Poison(int32_t token) {
+    absl::MutexLock lock(&mu_);
+    poison_ = token;
+  }
   void FailNextSteps(int n) {
     absl::MutexLock lock(&mu_);
     fail_steps_ = n;
@@ -67,6 +77,7 @@ class CountingModel final : public StepRunner {
   const std::vector<int32_t> eos_;
   absl::Mutex mu_;
   int fail_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t poison_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<int64_t> step_tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> step_rows_ ABSL_GUARDED_BY(mu_);
 };
@@ -156,6 +167,64 @@ TEST(SchedulerPlanTest, AFailedStepFailsItsSequencesAndServingGoesOn) {
   EXPECT_EQ(ok.ids, Counting(7, 3, 50));
   EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
   EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
+}
+
+TEST(SchedulerPlanTest, AFailureFailsOnlyTheSequencesItBelongsTo) {
+  CountingModel model(50, 64, 4, 64);
+  model.Poison(40);
+  SchedulerOptions options;
+  options.unhealthy_after_failed_steps = 100;  // not what this test is about
+  Scheduler scheduler(&model, options, nullptr);
+  // Batched together: the one whose prompt holds the poison fails; the
+  // others' outputs are as if nothing happened.
+  std::vector<std::unique_ptr<Collector>> collectors;
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 2}, {3, 40, 5}, {10}, {20, 21, 22}};
+  for (const auto& prompt : prompts) {
+    collectors.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(
+        scheduler.Submit(Greedy(prompt, 5, collectors.back().get())).ok());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(collectors[i]->Wait());
+    if (i == 1) {
+      EXPECT_EQ(collectors[i]->last.finish_reason, FinishReason::kError);
+      EXPECT_NE(collectors[i]->last.status.message().find("expert 7"),
+                absl::string_view::npos);
+      continue;
+    }
+    EXPECT_EQ(collectors[i]->last.finish_reason, FinishReason::kLength) << i;
+    EXPECT_EQ(collectors[i]->ids, Counting(prompts[i].back(), 5, 50)) << i;
+  }
+  // A sequence that reaches the poison while generating fails then.
+  Collector late;
+  ASSERT_TRUE(scheduler.Submit(Greedy({36}, 8, &late)).ok());
+  ASSERT_TRUE(late.Wait());
+  EXPECT_EQ(late.last.finish_reason, FinishReason::kError);
+  EXPECT_EQ(late.ids, (std::vector<int32_t>{37, 38, 39, 40}));
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
+}
+
+TEST(SchedulerPlanTest, UnhealthyAfterFailedStepsInARowAndBackOnSuccess) {
+  CountingModel model(50, 64, 4, 64);
+  SchedulerOptions options;
+  options.unhealthy_after_failed_steps = 3;
+  Scheduler scheduler(&model, options, nullptr);
+  EXPECT_TRUE(scheduler.healthy());
+  model.FailNextSteps(3);
+  for (int i = 0; i < 3; ++i) {
+    Collector failed;
+    ASSERT_TRUE(scheduler.Submit(Greedy({1}, 2, &failed)).ok());
+    ASSERT_TRUE(failed.Wait());
+    EXPECT_EQ(failed.last.finish_reason, FinishReason::kError);
+  }
+  EXPECT_FALSE(scheduler.healthy());
+  Collector ok;
+  ASSERT_TRUE(scheduler.Submit(Greedy({1}, 2, &ok)).ok());
+  ASSERT_TRUE(ok.Wait());
+  EXPECT_EQ(ok.last.finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(scheduler.healthy());
 }
 
 TEST(SchedulerPlanTest, CancelledSequencesGiveTheirBlocksBack) {

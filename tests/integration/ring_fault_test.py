@@ -8,12 +8,32 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 
 import harness
 from ringmoe_client import Client
+
+
+def wait_for_health(client, want, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.health()
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 class RingFaultTest(unittest.TestCase):
@@ -63,10 +83,20 @@ class RingFaultTest(unittest.TestCase):
             self.assertIn("model.safetensors", failure.exception.details())
             self.assertEqual(client.health(), "SERVING")
             self.assertGreater(server.metric("ringmoe_ring_load_errors_total"), 0)
+            # Every step keeps failing: the probes take the instance out.
+            for _ in range(2):
+                with self.assertRaises(grpc.RpcError):
+                    add("123+456=")
+            self.assertEqual(wait_for_health(client, "NOT_SERVING"), "NOT_SERVING")
+            status, _ = http_get(server.http + "/health")
+            self.assertEqual(status, 503)
+            self.assertIn("NOT_SERVING: engine steps keep failing", server.read_log())
 
             with open(weights, "r+b") as f:
                 f.write(original)
             self.assertEqual(add("123+456=").text, "579")
+            self.assertEqual(wait_for_health(client, "SERVING"), "SERVING")
+            self.assertEqual(http_get(server.http + "/health")[0], 200)
             self.assertEqual(add("999+1=").text, "1000")
             self.assertEqual(server.stop(), 0)
 
