@@ -23,11 +23,11 @@
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/engine_flags.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/probes.h"
 #include "nlohmann/json.hpp"
-#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(int64_t, prompt_tokens, 512, "bench: prompt length per sequence.");
 ABSL_FLAG(int64_t, gen_tokens, 32, "bench: decode steps after the prompt.");

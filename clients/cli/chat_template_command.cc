@@ -4,7 +4,6 @@
 // prints one JSON object per line, in input order: {"prompt": ...}, or
 // {"error": ...} with the template's raise_exception message exactly (or
 // what else failed, a malformed line included; the tool goes on).
-#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -99,28 +98,23 @@ int RunChatTemplate() {
   absl::StatusOr<tokenizer::ChatTemplate> chat_template =
       tokenizer::ChatTemplate::Load(dir, file);
   if (!chat_template.ok()) return Fail("chat-template", chat_template.status());
-  std::ifstream in(jsonl);
-  if (!in) {
-    return Fail("chat-template",
-                absl::NotFoundError(absl::StrCat("cannot open ", jsonl)));
-  }
-  std::string line;
-  for (int line_number = 1; std::getline(in, line); ++line_number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    absl::StatusOr<tokenizer::ChatTemplateInput> input = ParseCase(line);
-    if (!input.ok()) {
-      Print("error", absl::StrCat(jsonl, ":", line_number, ": ",
-                                  input.status().message()));
-      continue;
-    }
-    absl::StatusOr<std::string> prompt = chat_template->Render(*input);
-    if (prompt.ok()) {
-      Print("prompt", *prompt);
-    } else {
-      Print("error", std::string(prompt.status().message()));
-    }
-  }
-  return 0;
+  absl::Status status =
+      ForEachJsonlLine(jsonl, [&](int line_number, const std::string& line) {
+        absl::StatusOr<tokenizer::ChatTemplateInput> input = ParseCase(line);
+        if (!input.ok()) {
+          Print("error", absl::StrCat(jsonl, ":", line_number, ": ",
+                                      input.status().message()));
+          return absl::OkStatus();
+        }
+        absl::StatusOr<std::string> prompt = chat_template->Render(*input);
+        if (prompt.ok()) {
+          Print("prompt", *prompt);
+        } else {
+          Print("error", std::string(prompt.status().message()));
+        }
+        return absl::OkStatus();
+      });
+  return status.ok() ? 0 : Fail("chat-template", status);
 }
 
 }  // namespace ringmoe::cli

@@ -1,5 +1,6 @@
 #include "clients/cli/cli_util.h"
 
+#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -13,6 +14,20 @@ ABSL_FLAG(
     "Print the memory ring's counters as one JSON object on stderr at exit.");
 
 namespace ringmoe::cli {
+
+absl::Status ForEachJsonlLine(
+    const std::string& path,
+    const std::function<absl::Status(int, const std::string&)>& line_fn) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string line;
+  for (int line_number = 1; std::getline(in, line); ++line_number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    absl::Status status = line_fn(line_number, line);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text) {
   std::vector<int32_t> ids;

@@ -3,6 +3,7 @@
 #define RINGMOE_CLIENTS_CLI_CLI_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,13 @@ namespace ringmoe::cli {
 
 // "1,2,3" -> {1, 2, 3}; spaces allowed; INVALID_ARGUMENT naming the bad item.
 absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view text);
+
+// Calls `line_fn(line_number, line)` for each line of the JSONL file at
+// `path` that is not blank (numbers from 1), stopping at the first error
+// it returns. NOT_FOUND when the file cannot be opened.
+absl::Status ForEachJsonlLine(
+    const std::string& path,
+    const std::function<absl::Status(int, const std::string&)>& line_fn);
 
 // Prints "ringmoe <command>: <status>" on stderr and returns 1.
 int Fail(absl::string_view command, const absl::Status& status);

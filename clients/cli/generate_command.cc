@@ -12,9 +12,9 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/remote_generate.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/runtime/generation.h"
 #include "nlohmann/json.hpp"
-#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(std::string, prompt, "",
           "generate: prompt text (tokenized with the model's tokenizer).");

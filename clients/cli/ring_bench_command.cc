@@ -21,10 +21,10 @@
 #include "clients/cli/commands.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/engine_flags.h"
 #include "memory_ring/disk_tier.h"
 #include "memory_ring/read_probe.h"
 #include "nlohmann/json.hpp"
-#include "engine/runtime/engine_flags.h"
 
 ABSL_DECLARE_FLAG(int64_t, prompt_tokens);
 ABSL_DECLARE_FLAG(int64_t, gen_tokens);

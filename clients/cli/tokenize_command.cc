@@ -1,7 +1,6 @@
 // ringmoe tokenize (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl
 // FILE)
 //   [--add_special_tokens=false]
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "engine/runtime/engine_flags.h"
 
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenize: a tokenizer.json (its tokenizer_config.json beside it is "
@@ -50,24 +49,19 @@ int RunTokenize() {
     PrintIds((*tok)->Encode(absl::GetFlag(FLAGS_text), special));
     return 0;
   }
-  std::ifstream in(jsonl);
-  if (!in)
-    return Fail("tokenize",
-                absl::NotFoundError(absl::StrCat("cannot open ", jsonl)));
-  std::string line;
-  for (int line_number = 1; std::getline(in, line); ++line_number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
-    if (obj.is_discarded() || !obj.is_object() || !obj.contains("text") ||
-        !obj["text"].is_string()) {
-      return Fail("tokenize",
-                  absl::InvalidArgumentError(absl::StrCat(
-                      jsonl, ":", line_number,
-                      ": expected a JSON object with a string `text` field")));
-    }
-    PrintIds((*tok)->Encode(obj["text"].get<std::string>(), special));
-  }
-  return 0;
+  absl::Status status =
+      ForEachJsonlLine(jsonl, [&](int line_number, const std::string& line) {
+        nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
+        if (obj.is_discarded() || !obj.is_object() || !obj.contains("text") ||
+            !obj["text"].is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              jsonl, ":", line_number,
+              ": expected a JSON object with a string `text` field"));
+        }
+        PrintIds((*tok)->Encode(obj["text"].get<std::string>(), special));
+        return absl::OkStatus();
+      });
+  return status.ok() ? 0 : Fail("tokenize", status);
 }
 
 }  // namespace ringmoe::cli
