@@ -41,6 +41,16 @@ TEST(ParseTest, BadTextIsAnErrorNotAnException) {
   }
 }
 
+// Found by fuzzing (tests/fuzz/corpus/config/regression_number_overflow):
+// nlohmann throws out_of_range, not parse_error, for these.
+TEST(ParseTest, NumberOutOfRangeIsAnErrorNotAnException) {
+  for (const char* text : {"1e400", "{\"a\": -21e4001}", "[0, 1E+999]"}) {
+    absl::StatusOr<Json> json = Parse(text);
+    ASSERT_FALSE(json.ok()) << text;
+    ExpectInvalid(json.status(), "number overflow");
+  }
+}
+
 TEST(ParseTest, KeepsTheLastOfRepeatedKeys) {
   EXPECT_EQ(ParseOrDie(R"({"a": 1, "a": 2})")["a"], 2);
 }

@@ -1,6 +1,8 @@
 #include "engine/model/config.h"
 
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -128,6 +130,17 @@ absl::Status ParseQuantization(const nlohmann::json& config, ModelSpec* spec) {
   return absl::OkStatus();
 }
 
+// Dimensions up to 2^20 (four times any real model's) keep every product of
+// three of them within int64.
+absl::Status CheckDimension(absl::string_view name, int64_t value) {
+  constexpr int64_t kMaxDimension = int64_t{1} << 20;
+  if (value > kMaxDimension) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is ", value, ", more than the supported ", kMaxDimension));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
   ASSIGN_OR_RETURN(spec->vocab_size,
                    json::GetPositiveInt(config, "vocab_size"));
@@ -209,6 +222,15 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim must be positive and even, got ", spec->head_dim));
   }
+  // Found by fuzzing: unbounded sizes made ModelSpec's widths and the
+  // loader's tensor sizes (products of two or three of them) overflow int64.
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"vocab_size", spec->vocab_size},
+        {"hidden_size", spec->hidden_size},
+        {"num_attention_heads", spec->num_heads},
+        {"head_dim", spec->head_dim}}) {
+    RETURN_IF_ERROR(CheckDimension(name, value));
+  }
   return absl::OkStatus();
 }
 
@@ -217,6 +239,26 @@ absl::Status CheckArchitectureFields(const ModelSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_experts_per_tok (", spec.experts_per_token,
         ") exceeds the number of experts (", spec.num_experts, ")"));
+  }
+  // Named by meaning: each architecture has its own keys for these.
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"the number of experts",
+                                        spec.num_experts},
+        {"the dense MLP's intermediate size", spec.dense_intermediate_size},
+        {"the experts' intermediate size", spec.expert_intermediate_size},
+        {"the shared expert's intermediate size",
+         spec.shared_expert_intermediate_size}}) {
+    RETURN_IF_ERROR(CheckDimension(name, value));
+  }
+  if (spec.mla.has_value()) {
+    for (const auto& [name, value] :
+         {std::pair<const char*, int64_t>{"q_lora_rank", spec.mla->q_lora_rank},
+          {"kv_lora_rank", spec.mla->kv_lora_rank},
+          {"qk_nope_head_dim", spec.mla->qk_nope_head_dim},
+          {"qk_rope_head_dim", spec.mla->qk_rope_head_dim},
+          {"v_head_dim", spec.mla->v_head_dim}}) {
+      RETURN_IF_ERROR(CheckDimension(name, value));
+    }
   }
   if (static_cast<int64_t>(spec.layer_is_moe.size()) != spec.num_layers) {
     return absl::InternalError("layer kinds not set by the architecture");

@@ -448,6 +448,20 @@ TEST(ConfigTest, BadConfigsNameTheProblem) {
       {"missing experts",
        [](nlohmann::json& j) { j.erase("num_local_experts"); },
        "'num_local_experts'"},
+      // Found by fuzzing (tests/fuzz/corpus/config): products of these
+      // overflowed int64.
+      {"huge hidden", [](nlohmann::json& j) { j["hidden_size"] = 1LL << 62; },
+       "hidden_size is 4611686018427387904, more than the supported 1048576"},
+      {"huge head_dim", [](nlohmann::json& j) { j["head_dim"] = 1LL << 40; },
+       "head_dim is 1099511627776, more than the supported"},
+      {"huge vocab", [](nlohmann::json& j) { j["vocab_size"] = 1LL << 21; },
+       "vocab_size is 2097152"},
+      {"huge experts",
+       [](nlohmann::json& j) { j["num_local_experts"] = 1LL << 30; },
+       "the number of experts is 1073741824"},
+      {"huge expert width",
+       [](nlohmann::json& j) { j["intermediate_size"] = 1LL << 50; },
+       "the experts' intermediate size is 1125899906842624"},
   };
   for (const auto& c : cases) {
     auto json = nlohmann::json::parse(ReadConfig("mixtral"));

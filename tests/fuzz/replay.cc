@@ -1,35 +1,28 @@
-// Runs the fuzz target without libFuzzer, so CI (gcc, Bazel) exercises it:
-// over the seed corpus, then over deterministic random mutations of it.
-//
-//   replay [--mutations=N] [--seed=S] [FILE_OR_DIR...]
-//
-// With no paths it reads tests/fuzz/corpus/safetensors (relative to the
-// runfiles root). Seeds named valid_* must parse and invalid_* must not.
-// A crash or abort inside the target fails the test; the mutated input is
-// written to $TEST_UNDECLARED_OUTPUTS_DIR (or /tmp) first so it can be
-// replayed alone.
+#include "tests/fuzz/replay.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
-#include "engine/checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+namespace ringmoe::fuzz {
 namespace {
-
-constexpr char kDefaultCorpus[] = "tests/fuzz/corpus/safetensors";
 
 struct Seed {
   std::string name;
@@ -49,75 +42,69 @@ bool Collect(const std::string& arg, std::vector<Seed>* seeds) {
   }
   std::sort(paths.begin(), paths.end());
   for (const auto& path : paths) {
-    Seed seed;
-    seed.name = path.filename().string();
-    absl::StatusOr<std::string> bytes =
-        ringmoe::ReadFileToString(path.string());
+    absl::StatusOr<std::string> bytes = ReadFileToString(path.string());
     if (!bytes.ok()) {
       std::fprintf(stderr, "cannot read %s\n", path.c_str());
       return false;
     }
-    seed.bytes = *std::move(bytes);
-    seeds->push_back(std::move(seed));
+    seeds->push_back({path.filename().string(), *std::move(bytes)});
   }
   return true;
 }
 
-// Tokens the header grammar cares about; splicing them in reaches deeper
-// checks than random bytes would.
-const char* const kTokens[] = {
-    "{",
-    "}",
-    "[",
-    "]",
-    ",",
-    ":",
-    "\"",
-    "\\u0000",
-    "\"dtype\"",
-    "\"shape\"",
-    "\"data_offsets\"",
-    "\"__metadata__\"",
-    "\"F32\"",
-    "\"BF16\"",
-    "\"I32\"",
-    "\"U8\"",
-    "\"F64\"",
-    "\"F8_E4M3\"",
-    "null",
-    "true",
-    "-1",
-    "0",
-    "1.5",
-    "4294967296",
-    "18446744073709551615",
-    "18446744073709551616",
-    "9223372036854775807",
-    "1e400",
-    " ",
-    "\"w\"",
-};
-
-uint64_t Interesting(std::mt19937_64& rng, uint64_t size) {
-  const uint64_t values[] = {0,
-                             1,
-                             size,
-                             size - 8,
-                             size - 7,
-                             size - 9,
-                             uint64_t{1} << 63,
-                             ~uint64_t{0},
-                             100ull << 20,
-                             (100ull << 20) + 1};
-  return values[rng() % std::size(values)];
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = absl::ascii_tolower(c);
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
 }
 
-// One random edit of `s`. Edits 5 (the length prefix) and 8 (splicing) only
-// make sense on whole files.
-void MutateOnce(std::string& s, const std::vector<Seed>& seeds,
-                std::mt19937_64& rng, bool whole_file) {
+void Run(const std::string& bytes, const std::string& save_path) {
+  if (!save_path.empty()) {
+    // Written before the call: if the target aborts, this is the input.
+    std::ofstream out(save_path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()),
+                         bytes.size());
+}
+
+}  // namespace
+
+std::vector<std::string> ParseDictionary(absl::string_view text) {
+  std::vector<std::string> tokens;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    const size_t open = line.find('"');
+    if (open == absl::string_view::npos || line.back() != '"' ||
+        open + 1 >= line.size()) {
+      continue;
+    }
+    const absl::string_view body =
+        line.substr(open + 1, line.size() - open - 2);
+    std::string token;
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] != '\\' || i + 1 >= body.size()) {
+        token += body[i];
+      } else if (body[i + 1] == 'x' && i + 3 < body.size() &&
+                 HexDigit(body[i + 2]) >= 0 && HexDigit(body[i + 3]) >= 0) {
+        token += static_cast<char>(HexDigit(body[i + 2]) * 16 +
+                                   HexDigit(body[i + 3]));
+        i += 3;
+      } else {
+        token += body[++i];
+      }
+    }
+    tokens.push_back(std::move(token));
+  }
+  return tokens;
+}
+
+void MutateOnce(std::string& s, const std::vector<std::string>& tokens,
+                const std::vector<std::string>& seeds, std::mt19937_64& rng) {
   const size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
-  switch (rng() % (whole_file ? 9 : 8)) {
+  switch (rng() % 8) {
     case 0:  // flip a bit
       if (!s.empty()) {
         s[rng() % s.size()] ^= static_cast<char>(1 << (rng() % 8));
@@ -134,10 +121,10 @@ void MutateOnce(std::string& s, const std::vector<Seed>& seeds,
     case 3:  // duplicate a range
       if (pos < s.size()) s.insert(pos, s.substr(pos, 1 + rng() % 32));
       break;
-    case 4:  // insert a grammar token
-      s.insert(pos, kTokens[rng() % std::size(kTokens)]);
+    case 4:  // insert a dictionary token
+      if (!tokens.empty()) s.insert(pos, tokens[rng() % tokens.size()]);
       break;
-    case 5: {  // nudge a digit
+    case 5: {  // change a digit: numbers are where limits are checked
       std::vector<size_t> digits;
       for (size_t i = 0; i < s.size(); ++i) {
         if (s[i] >= '0' && s[i] <= '9') digits.push_back(i);
@@ -150,15 +137,8 @@ void MutateOnce(std::string& s, const std::vector<Seed>& seeds,
     case 6:  // truncate
       s.resize(pos);
       break;
-    case 7: {  // rewrite the length prefix
-      if (!whole_file) break;
-      if (s.size() < 8) s.resize(8, '\0');
-      const uint64_t n = Interesting(rng, s.size());
-      std::memcpy(s.data(), &n, sizeof(n));
-      break;
-    }
-    case 8: {  // splice with another seed
-      const std::string& other = seeds[rng() % seeds.size()].bytes;
+    case 7: {  // splice with a seed
+      const std::string& other = seeds[rng() % seeds.size()];
       const size_t cut = other.empty() ? 0 : rng() % other.size();
       s = s.substr(0, pos) + other.substr(cut);
       break;
@@ -166,49 +146,8 @@ void MutateOnce(std::string& s, const std::vector<Seed>& seeds,
   }
 }
 
-std::string Mutate(const std::vector<Seed>& seeds, std::mt19937_64& rng) {
-  std::string s = seeds[rng() % seeds.size()].bytes;
-  const int rounds = 1 + static_cast<int>(rng() % 4);
-  uint64_t header_size = 0;
-  if (s.size() >= 8) std::memcpy(&header_size, s.data(), 8);
-  // Half the time edit only the JSON and keep the prefix consistent, so the
-  // input gets past the length checks to the header's semantics.
-  if (rng() % 2 == 0 && s.size() >= 8 && header_size <= s.size() - 8) {
-    std::string header = s.substr(8, header_size);
-    for (int r = 0; r < rounds; ++r) {
-      MutateOnce(header, seeds, rng, /*whole_file=*/false);
-    }
-    const uint64_t n = header.size();
-    std::string out(8, '\0');
-    std::memcpy(out.data(), &n, sizeof(n));
-    return out + header + s.substr(8 + header_size);
-  }
-  for (int r = 0; r < rounds; ++r) {
-    MutateOnce(s, seeds, rng, /*whole_file=*/true);
-  }
-  return s;
-}
-
-std::string CrashPath() {
-  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp",
-                      "/safetensors_fuzz_current_input");
-}
-
-void Run(const std::string& bytes, bool save) {
-  if (save) {
-    // Written before the call: if the target aborts, this is the input.
-    std::ofstream out(CrashPath(), std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()),
-                         bytes.size());
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  int64_t mutations = 4000;
+int ReplayMain(int argc, char** argv, const ReplayTarget& target) {
+  int64_t mutations = target.mutations;
   uint64_t rng_seed = 20240601;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
@@ -221,7 +160,9 @@ int main(int argc, char** argv) {
       paths.emplace_back(arg);
     }
   }
-  if (paths.empty()) paths.push_back(kDefaultCorpus);
+  if (paths.empty()) {
+    paths.push_back(absl::StrCat("tests/fuzz/corpus/", target.name));
+  }
 
   std::vector<Seed> seeds;
   for (const std::string& path : paths) {
@@ -231,12 +172,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no seeds found\n");
     return 1;
   }
+  std::vector<std::string> tokens;
+  if (absl::StatusOr<std::string> dict =
+          ReadFileToString(absl::StrCat("tests/fuzz/", target.name, ".dict"));
+      dict.ok()) {
+    tokens = ParseDictionary(*dict);
+  }
 
   int failures = 0;
+  std::vector<std::string> seed_bytes;
   for (const Seed& seed : seeds) {
-    Run(seed.bytes, /*save=*/false);
-    const bool ok =
-        ringmoe::checkpoint::ParseSafetensorsBuffer(seed.bytes, seed.name).ok();
+    Run(seed.bytes, /*save_path=*/"");
+    seed_bytes.push_back(seed.bytes);
+    if (!target.accepts) continue;
+    const bool ok = target.accepts(seed.bytes);
     if ((absl::StartsWith(seed.name, "valid_") && !ok) ||
         (absl::StartsWith(seed.name, "invalid_") && ok)) {
       std::fprintf(
@@ -246,15 +195,31 @@ int main(int argc, char** argv) {
     }
   }
 
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  const std::string save_path = absl::StrCat(
+      dir != nullptr ? dir : "/tmp", "/", target.name, "_fuzz_current_input");
   std::mt19937_64 rng(rng_seed);
   int64_t accepted = 0;
   for (int64_t i = 0; i < mutations; ++i) {
-    const std::string input = Mutate(seeds, rng);
-    Run(input, /*save=*/true);
-    accepted += ringmoe::checkpoint::ParseSafetensorsBuffer(input, "m").ok();
+    std::string input;
+    if (target.mutate) {
+      input = target.mutate(seed_bytes, tokens, rng);
+    } else {
+      input = seed_bytes[rng() % seed_bytes.size()];
+      for (int r = 1 + static_cast<int>(rng() % 4); r > 0; --r) {
+        MutateOnce(input, tokens, seed_bytes, rng);
+      }
+    }
+    Run(input, save_path);
+    if (target.accepts) accepted += target.accepts(input);
   }
-  std::printf("%zu seeds, %lld mutations (%lld accepted), %d seed failures\n",
-              seeds.size(), static_cast<long long>(mutations),
-              static_cast<long long>(accepted), failures);
+  std::printf("%zu seeds, %lld mutations", seeds.size(),
+              static_cast<long long>(mutations));
+  if (target.accepts) {
+    std::printf(" (%lld accepted)", static_cast<long long>(accepted));
+  }
+  std::printf(", %d seed failures\n", failures);
   return failures == 0 ? 0 : 1;
 }
+
+}  // namespace ringmoe::fuzz
