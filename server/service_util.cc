@@ -3,14 +3,19 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "engine/serving/request_api.h"
 
 namespace ringmoe::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  // The message travels in a trailer, whose size gRPC limits (8 KiB by
+  // default): a longer one would reach the client as a metadata error
+  // instead of the real one.
+  constexpr size_t kMaxMessageBytes = 2048;
   // absl and gRPC share the canonical code numbers.
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      serving::Quote(status.message(), kMaxMessageBytes));
 }
 
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,

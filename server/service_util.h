@@ -13,6 +13,7 @@
 
 namespace ringmoe::server {
 
+// The same code; the message cut to 2 KiB (on a character boundary).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // Ends a unary call with `status`, counted in `metrics` (may be null) under

@@ -101,6 +101,33 @@ class SlowReaderTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class LongClientStringsTest(unittest.TestCase):
+    def test_errors_quoting_huge_client_strings_stay_errors(self):
+        import grpc
+        from ringmoe_client import Client
+        from ringmoe_client._pb import grpc_service_pb2 as kserve_pb2
+        with harness.Server(harness.ADDER) as server, Client(server.target, timeout=60) as c:
+            huge = "x" * 100000
+            cases = [
+                kserve_pb2.ModelInferRequest(model_name=huge),
+                kserve_pb2.ModelInferRequest(id=huge, model_name="moe-adder"),
+                kserve_pb2.ModelInferRequest(
+                    model_name="moe-adder",
+                    inputs=[kserve_pb2.ModelInferRequest.InferInputTensor(
+                        name=huge, datatype="INT32", shape=[1, 1])]),
+            ]
+            for request in cases:
+                with self.assertRaises(grpc.RpcError) as error:
+                    c.kserve.ModelInfer(request, timeout=30)
+                self.assertEqual(error.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertLess(len(error.exception.details()), 4096)
+            with self.assertRaises(grpc.RpcError) as error:
+                c.generate_text(text="1+1=", model=huge, max_tokens=2)
+            self.assertEqual(error.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("unknown model", error.exception.details())
+            self.assertEqual(server.stop(), 0)
+
+
 class BadSettingsTest(unittest.TestCase):
     """Absurd flags and config values: a clear error naming the setting and
     exit status 1, never an abort (134) or a server that cannot serve."""
