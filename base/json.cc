@@ -1,5 +1,6 @@
 #include "base/json.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -239,7 +240,10 @@ absl::StatusOr<std::optional<int64_t>> GetOptionalInt(const Json& object,
   // Some configs write integers as 4096.0.
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) {
+    // Range first: converting a double outside int64 (1e300) is undefined
+    // behaviour, which fuzzing found here.
+    constexpr double kTwoTo63 = 9223372036854775808.0;
+    if (d >= -kTwoTo63 && d < kTwoTo63 && d == std::trunc(d)) {
       return static_cast<int64_t>(d);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -177,6 +178,19 @@ TEST(GetTest, WrongTypesNameThePathAndTheValue) {
                 "field 's' must be a string, got 7");
   ExpectInvalid(GetIntOrIntList(json, "e").status(),
                 "field 'e' must be an integer or a list of integers");
+}
+
+// Found by fuzzing (tests/fuzz/corpus/config/regression_float_outside_int64):
+// the float-to-integer conversion ran before the range was known.
+TEST(GetTest, WholeFloatsOutsideInt64AreNotIntegers) {
+  const Json json = ParseOrDie(
+      R"({"big": 5.1e105, "small": -1e19, "edge": 9223372036854775808.0,
+          "low": -9223372036854775808.0})");
+  for (const char* key : {"big", "small", "edge"}) {
+    ExpectInvalid(GetOptionalInt(json, key).status(), "must be an integer");
+  }
+  EXPECT_EQ(GetOptionalInt(json, "low").value(),
+            std::numeric_limits<int64_t>::min());
 }
 
 TEST(GetTest, LongValuesAreCut) {
