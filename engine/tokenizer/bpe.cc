@@ -108,6 +108,14 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& json,
     model.vocab_[token] = id;
     max_id = std::max(max_id, id);
   }
+  // Ids number the tokens, with gaps at most: a table is kept per id, and
+  // an id of 2^31 would make it gigabytes.
+  constexpr int64_t kMaxGap = int64_t{1} << 20;
+  if (max_id > static_cast<int64_t>(vocab->size()) + kMaxGap) {
+    return FieldError(vocab_path,
+                      absl::StrCat("id ", max_id, " is more than 2^20 past the ",
+                                   vocab->size(), " tokens"));
+  }
   model.id_to_token_.resize(static_cast<size_t>(max_id) + 1);
   model.has_id_.resize(static_cast<size_t>(max_id) + 1);
   for (const auto& [token, id] : model.vocab_) {

@@ -207,6 +207,15 @@ absl::Status Tokenizer::Impl::LoadAddedTokens(const Json& list) {
     ASSIGN_OR_RETURN(const Json* id_json, GetMember(token, "id", path));
     ASSIGN_OR_RETURN(const int32_t id,
                      ParseTokenId(*id_json, FieldPath(path, "id")));
+    // Added tokens extend the model's vocabulary, not jump past it: a
+    // table is kept per id, and an id of 2^31 would make it gigabytes.
+    constexpr int64_t kMaxGap = int64_t{1} << 20;
+    if (id > static_cast<int64_t>(id_kinds.size()) + kMaxGap) {
+      return FieldError(
+          FieldPath(path, "id"),
+          absl::StrCat(id, " is more than 2^20 past the vocabulary's ",
+                       id_kinds.size(), " ids"));
+    }
     ASSIGN_OR_RETURN(const std::string content,
                      GetString(token, "content", path));
     if (content.empty()) return FieldError(FieldPath(path, "content"), "empty");
