@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/file.h"
+#include "base/large_stack.h"
 #include "base/status_macros.h"
 
 namespace ringmoe::tokenizer {
@@ -239,6 +240,19 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromSource(
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(
+    const ChatTemplateInput& input) const {
+  // A render recurses as deep as the template and its data nest (bounded by
+  // input.limits.max_depth, about 0.5 MB of stack at the default in an
+  // unoptimised build): more than a server's worker threads may have
+  // (civetweb's have 100 KB), so it runs on a stack of its own.
+  constexpr size_t kRenderStackBytes = 8 << 20;
+  absl::StatusOr<std::string> prompt;
+  RETURN_IF_ERROR(
+      RunWithStack(kRenderStackBytes, [&] { prompt = RenderHere(input); }));
+  return prompt;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderHere(
     const ChatTemplateInput& input) const {
   if (!input.template_kwargs.is_null() && !input.template_kwargs.is_object()) {
     return absl::InvalidArgumentError(

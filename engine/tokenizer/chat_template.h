@@ -66,6 +66,9 @@ class ChatTemplate {
   }
 
  private:
+  // Render on the calling thread's stack.
+  absl::StatusOr<std::string> RenderHere(const ChatTemplateInput& input) const;
+
   ChatTemplate(std::string source, jinja::Template parsed,
                nlohmann::ordered_json special_tokens,
                jinja::Variables special_values)

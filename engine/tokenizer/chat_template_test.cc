@@ -1,5 +1,7 @@
 #include "engine/tokenizer/chat_template.h"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -298,6 +300,51 @@ TEST(ChatTemplateTest, RendersFromManyThreads) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int f : failures) EXPECT_EQ(f, 0);
+}
+
+// A request's tool schemas nest as deep as the client likes, and gpt-oss's
+// template recurses through them: rendered from a thread whose stack is
+// small (civetweb's HTTP workers have 100 KB; this one 64 KB), it must
+// neither crash nor fail. Without its own stack the render overflowed this
+// one, and a 9-level schema sent over HTTP crashed the server.
+struct SmallStackRender {
+  const ChatTemplate* chat_template;
+  ChatTemplateInput input;
+  absl::StatusOr<std::string> prompt;
+};
+
+void* RenderOnSmallStack(void* arg) {
+  auto* job = static_cast<SmallStackRender*>(arg);
+  job->prompt = job->chat_template->Render(job->input);
+  return nullptr;
+}
+
+TEST(ChatTemplateTest, DeepToolSchemasFromASmallStack) {
+  const std::string dir = testdata::GoldenDir("gpt_oss");
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Load(dir, dir + "/chat_template.jinja");
+  ASSERT_TRUE(t.ok()) << t.status();
+  OrderedJson schema = {{"type", "string"}};
+  for (int i = 0; i < 30; ++i) {
+    schema = {{"type", "object"}, {"properties", {{"a", schema}}}};
+  }
+  SmallStackRender job{&*t, {}, absl::UnknownError("not run")};
+  job.input.messages =
+      OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  job.input.tools = OrderedJson::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "f"}, {"description", "d"}, {"parameters", schema}}}}});
+  job.input.add_generation_prompt = true;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 64 << 10), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, &attr, &RenderOnSmallStack, &job), 0);
+  pthread_attr_destroy(&attr);
+  pthread_join(thread, nullptr);
+  ASSERT_TRUE(job.prompt.ok()) << job.prompt.status();
+  EXPECT_NE(job.prompt->find("type f = (_: {"), std::string::npos);
 }
 
 }  // namespace
