@@ -276,6 +276,10 @@ void Scheduler::Loop() {
 
 void Scheduler::Finish(Sequence* seq, FinishReason reason, absl::Status status,
                        RequestOutput out) {
+  if (seq->suspect) {
+    seq->suspect = false;
+    --num_suspects_;
+  }
   runner_->kv_cache().Release(seq->id);
   seq->done = true;
   out.finished = true;
@@ -359,8 +363,9 @@ bool Scheduler::Iterate() {
 }
 
 Scheduler::StepPlan Scheduler::PlanIsolated() {
-  runtime::KvCache& kv = runner_->kv_cache();
   StepPlan step;
+  if (num_suspects_ == 0) return step;  // the usual case: no search
+  runtime::KvCache& kv = runner_->kv_cache();
   Sequence* s = nullptr;
   for (auto& owned : running_) {
     if (owned->suspect) s = owned.get();
@@ -545,7 +550,10 @@ void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
       continue;
     }
     s->tokens.push_back(token);
-    s->suspect = false;
+    if (s->suspect) {
+      s->suspect = false;
+      --num_suspects_;
+    }
     const std::string piece = s->decoder ? s->decoder->Push(token) : "";
     absl::StatusOr<runtime::StopUpdate> update = s->stop->Update(token, piece);
     if (!update.ok()) {
@@ -617,6 +625,7 @@ void Scheduler::ApplyFailure(const StepPlan& plan, const absl::Status& step) {
       runner_->kv_cache().Release(owned->id);
       owned->computed = 0;
       owned->suspect = true;
+      ++num_suspects_;
       suspects.push_back(std::move(owned));
     }
     running_.erase(std::remove(running_.begin(), running_.end(), nullptr),

@@ -248,6 +248,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<float> logits_;
   std::atomic<int> failed_steps_in_a_row_{0};
+  // Sequences waiting to be recomputed alone (Sequence::suspect).
+  int num_suspects_ = 0;
 
   std::thread thread_;
 };
