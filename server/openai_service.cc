@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/stream_buffers.h"
 
 namespace ringmoe::server {
 namespace {
@@ -31,14 +32,83 @@ std::string NewResponseId(Endpoint endpoint) {
       next.fetch_add(1));
 }
 
+// Bytes an output holds while it waits for the HTTP thread.
+int64_t OutputBytes(const serving::RequestOutput& out) {
+  int64_t bytes = static_cast<int64_t>(
+      sizeof(out) + out.text.size() + out.token_ids.size() * sizeof(int32_t) +
+      out.logprobs.size() * sizeof(float) + out.logits.size() * sizeof(float));
+  for (const auto& top : out.top_logprobs) {
+    bytes += static_cast<int64_t>(sizeof(top) +
+                                  top.size() * sizeof(serving::TokenLogprob));
+  }
+  return bytes;
+}
+
 // Outputs of a request's sequences, delivered on the engine thread and read
 // on the HTTP thread. Shared, so that callbacks of sequences still running
 // after the HTTP thread gave up have somewhere to go.
-struct Mailbox {
-  absl::Mutex mu;
-  absl::CondVar arrived;
-  std::deque<std::pair<int, serving::RequestOutput>> outputs
-      ABSL_GUARDED_BY(mu);
+//
+// The HTTP thread blocks in its writes while a streaming client does not
+// read, so what waits here is bounded like a gRPC stream's replies
+// (StreamBuffers): past the limit the request's sequences are cancelled and
+// the stream ends with an error instead of the server's memory growing.
+class Mailbox {
+ public:
+  ~Mailbox() { StreamBuffers::buffered_bytes() -= bytes_; }
+
+  // The request's sequences, cancelled on overflow (and at once when it
+  // already happened).
+  void AddHandle(std::shared_ptr<serving::RequestHandle> handle) {
+    absl::MutexLock lock(&mu_);
+    if (!overflow_.ok()) handle->Cancel();
+    handles_.push_back(std::move(handle));
+  }
+
+  // On the engine thread: queues choice `index`'s output.
+  void Push(int index, serving::RequestOutput out) {
+    absl::MutexLock lock(&mu_);
+    if (!overflow_.ok()) return;
+    const int64_t added = OutputBytes(out);
+    bytes_ += added;
+    const int64_t total = StreamBuffers::buffered_bytes() += added;
+    outputs_.emplace_back(index, std::move(out));
+    if (bytes_ > StreamBuffers::per_stream() ||
+        total > StreamBuffers::total()) {
+      overflow_ = absl::ResourceExhaustedError(absl::StrCat(
+          "the client is not reading its stream: ", bytes_,
+          " bytes of output are waiting (limits: ", StreamBuffers::per_stream(),
+          " per stream, ", StreamBuffers::total(),
+          " for the server); the stream ends"));
+      ++StreamBuffers::overflows();
+      outputs_.clear();
+      StreamBuffers::buffered_bytes() -= bytes_;
+      bytes_ = 0;
+      for (auto& handle : handles_) handle->Cancel();
+    }
+    arrived_.Signal();
+  }
+
+  // On the HTTP thread: waits for outputs and takes them all; an error
+  // once the buffer overflowed.
+  absl::Status Take(std::deque<std::pair<int, serving::RequestOutput>>& batch) {
+    absl::MutexLock lock(&mu_);
+    while (outputs_.empty() && overflow_.ok()) arrived_.Wait(&mu_);
+    if (!overflow_.ok()) return overflow_;
+    batch.swap(outputs_);
+    StreamBuffers::buffered_bytes() -= bytes_;
+    bytes_ = 0;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar arrived_;
+  std::deque<std::pair<int, serving::RequestOutput>> outputs_
+      ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<serving::RequestHandle>> handles_
+      ABSL_GUARDED_BY(mu_);
+  absl::Status overflow_ ABSL_GUARDED_BY(mu_);
 };
 
 // One choice as it is assembled.
@@ -167,9 +237,7 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
                               static_cast<int64_t>(choice.echo.size()));
     }
     request->on_output = [mailbox, i](serving::RequestOutput out) {
-      absl::MutexLock lock(&mailbox->mu);
-      mailbox->outputs.emplace_back(static_cast<int>(i), std::move(out));
-      mailbox->arrived.Signal();
+      mailbox->Push(static_cast<int>(i), std::move(out));
     };
     absl::StatusOr<std::shared_ptr<serving::RequestHandle>> handle =
         model_.scheduler->Submit(*std::move(request));
@@ -177,6 +245,7 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
       cancel_all();
       return Reply(response, method, handle.status());
     }
+    mailbox->AddHandle(*handle);
     handles.push_back(*std::move(handle));
   }
   // Applies one output to its choice; returns the choice's stream delta.
@@ -261,10 +330,12 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
     size_t finished = 0;
     while (open && finished < count) {
       std::deque<std::pair<int, serving::RequestOutput>> batch;
-      {
-        absl::MutexLock lock(&mailbox->mu);
-        while (mailbox->outputs.empty()) mailbox->arrived.Wait(&mailbox->mu);
-        batch.swap(mailbox->outputs);
+      if (absl::Status taken = mailbox->Take(batch); !taken.ok()) {
+        // Its sequences are cancelled; the client may still read this.
+        response.Write(
+            absl::StrCat("data: ", openai::ErrorJson(taken), "\n\n"));
+        if (model_.metrics) model_.metrics->CountRequest(method, taken.code());
+        return;
       }
       std::string data;
       for (auto& [index, out] : batch) {
@@ -351,11 +422,8 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
   size_t finished = 0;
   while (finished < count) {
     std::deque<std::pair<int, serving::RequestOutput>> batch;
-    {
-      absl::MutexLock lock(&mailbox->mu);
-      while (mailbox->outputs.empty()) mailbox->arrived.Wait(&mailbox->mu);
-      batch.swap(mailbox->outputs);
-    }
+    // This thread takes outputs as they come: the buffer cannot overflow.
+    mailbox->Take(batch).IgnoreError();
     for (auto& [index, out] : batch) {
       if (out.finished) ++finished;
       apply(index, out);

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "server/stream_channel.h"
+#include "server/stream_buffers.h"
 
 namespace ringmoe::server {
 namespace {

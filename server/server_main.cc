@@ -44,7 +44,7 @@
 #include "server/openai_service.h"
 #include "server/ring_metrics.h"
 #include "server/service_util.h"
-#include "server/stream_channel.h"
+#include "server/stream_buffers.h"
 
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default: the --model directory's "
@@ -86,9 +86,10 @@ ABSL_FLAG(bool, expert_metrics, false,
           "Export ringmoe_expert_tokens_total{layer, expert}: one series per "
           "expert of every layer (high cardinality).");
 ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{64} << 20,
-          "Reply bytes that may wait for a gRPC stream's client to read; "
-          "past it the stream ends with RESOURCE_EXHAUSTED. All streams "
-          "together may hold 16 times as much.");
+          "Reply bytes that may wait for a stream's client to read (gRPC "
+          "streams and HTTP event streams); past it the stream ends with "
+          "RESOURCE_EXHAUSTED. All streams together may hold 16 times as "
+          "much.");
 ABSL_FLAG(int, unhealthy_after_failed_steps, 3,
           "Health turns NOT_SERVING after this many engine steps in a row "
           "failed, and SERVING again at the next one that succeeds.");

@@ -25,39 +25,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/status.h"
+#include "server/stream_buffers.h"
 
 namespace ringmoe::server {
-
-// Replies waiting for slow clients, over every stream of the process.
-class StreamBuffers {
- public:
-  // Limits: per stream, and for the whole process.
-  static void SetLimits(int64_t per_stream, int64_t total) {
-    per_stream_limit().store(per_stream);
-    total_limit().store(total);
-  }
-  static int64_t per_stream() { return per_stream_limit().load(); }
-  static int64_t total() { return total_limit().load(); }
-  // Bytes waiting now, and streams ended for not reading.
-  static std::atomic<int64_t>& buffered_bytes() {
-    static std::atomic<int64_t> bytes{0};
-    return bytes;
-  }
-  static std::atomic<int64_t>& overflows() {
-    static std::atomic<int64_t> count{0};
-    return count;
-  }
-
- private:
-  static std::atomic<int64_t>& per_stream_limit() {
-    static std::atomic<int64_t> limit{int64_t{64} << 20};
-    return limit;
-  }
-  static std::atomic<int64_t>& total_limit() {
-    static std::atomic<int64_t> limit{int64_t{1} << 30};
-    return limit;
-  }
-};
 
 // Reactor: grpc::ServerWriteReactor<Response> or
 // grpc::ServerBidiReactor<Request, Response> (StartWrite and Finish).

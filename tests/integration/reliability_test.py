@@ -101,6 +101,61 @@ class SlowReaderTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+    def test_an_http_event_stream_that_is_not_read_is_cut_off(self):
+        # The tiny Mixtral allowed 4096 positions: 16 choices of 4000 tokens
+        # with logprobs are far more output than the 1 MiB limit and the
+        # socket buffers of a client that reads nothing.
+        model = harness.tmpdir()
+        src = os.path.join(harness.TINY, "mixtral")
+        for f in ("model.safetensors",):
+            os.symlink(os.path.abspath(os.path.join(src, f)), os.path.join(model, f))
+        with open(os.path.join(src, "config.json")) as f:
+            config = json.load(f)
+        config["max_position_embeddings"] = 4096
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump(config, f)
+        with harness.Server(model, "--max_stream_buffer_bytes=1048576",
+                            "--kv_cache_tokens=65536") as server:
+            body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 4000, "n": 16,
+                               "logprobs": 5, "ignore_eos": True, "stream": True,
+                               "seed": 7}).encode()
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", server.http_port))
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % len(body) + body)
+            self.assertEqual(server.wait_metric("ringmoe_stream_overflows_total", 1.0,
+                                                timeout=120), 1.0)
+            self.assertEqual(server.wait_metric("ringmoe_running_sequences", 0.0), 0.0)
+            self.assertEqual(server.wait_metric("ringmoe_kv_cache_used_blocks", 0.0), 0.0)
+            self.assertEqual(server.metric("ringmoe_stream_buffered_bytes"), 0.0)
+            self.assertLess(server.metric("ringmoe_generated_tokens_total"), 16 * 4000)
+            # Reading now: the events written, then the error.
+            sock.settimeout(60)
+            received = b""
+            while True:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                received += data
+                if b"not reading its stream" in received:
+                    break
+            sock.close()
+            self.assertIn(b"not reading its stream", received)
+            self.assertEqual(server.wait_metric("ringmoe_requests_total", 1.0,
+                                                method="completions",
+                                                status="RESOURCE_EXHAUSTED"), 1.0)
+            # Still serving.
+            reply = json.loads(urllib.request.urlopen(urllib.request.Request(
+                server.http + "/v1/completions",
+                data=json.dumps({"prompt": [1, 2], "max_tokens": 3,
+                                 "ignore_eos": True}).encode(),
+                headers={"Content-Type": "application/json"}), timeout=60).read())
+            self.assertEqual(reply["usage"]["completion_tokens"], 3)
+            self.assertEqual(server.stop(), 0)
+
+
 class LongClientStringsTest(unittest.TestCase):
     def test_errors_quoting_huge_client_strings_stay_errors(self):
         import grpc
