@@ -12,6 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "nlohmann/json.hpp"
 #include "server/kserve_tensors.h"
 #include "server/stream_channel.h"
@@ -278,9 +281,18 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 };
 
 using StreamReactorBase =
-    grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>;
-using StreamInferChannel =
-    StreamChannel<StreamReactorBase, ModelStreamInferResponse>;
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+using StreamInferChannel = StreamChannel<StreamReactorBase, grpc::ByteBuffer>;
+
+grpc::ByteBuffer Serialized(const ModelStreamInferResponse& response) {
+  grpc::ByteBuffer buffer;
+  bool own_buffer;
+  // Serializing a message this process built cannot fail.
+  grpc::SerializationTraits<ModelStreamInferResponse>::Serialize(
+      response, &buffer, &own_buffer)
+      .IgnoreError();
+  return buffer;
+}
 
 // ringmoe_requests_total's method for one request inside a stream.
 constexpr char kStreamRequest[] = "ModelStreamInfer.request";
@@ -295,7 +307,7 @@ class StreamInferReactor final : public StreamReactorBase {
       : model_(model),
         context_(context),
         state_(std::make_shared<State>(this)) {
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnReadDone(bool ok) override {
@@ -305,8 +317,21 @@ class StreamInferReactor final : public StreamReactorBase {
       MaybeFinishLocked(*state_);
       return;
     }
-    Handle(request_);
-    StartRead(&request_);
+    ++messages_read_;
+    ModelInferRequest request;
+    const grpc::Status parsed =
+        grpc::SerializationTraits<ModelInferRequest>::Deserialize(&read_,
+                                                                  &request);
+    if (parsed.ok()) {
+      Handle(request);
+    } else {
+      Refuse("", absl::InvalidArgumentError(absl::StrCat(
+                     "message ", messages_read_,
+                     " of the stream is not a valid ModelInferRequest: bad "
+                     "protobuf wire format, or a string field that is not "
+                     "UTF-8")));
+    }
+    StartRead(&read_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -368,28 +393,27 @@ class StreamInferReactor final : public StreamReactorBase {
       absl::MutexLock lock(&state_->mu);
       ++state_->active;
     }
-    absl::StatusOr<std::shared_ptr<InferRun>> run =
-        InferRun::Start(model_, *std::move(job), DeadlineOf(*context_),
-                        [state = state_, id, metrics = model_.metrics](
-                            ModelInferResponse r, bool final, absl::Status s) {
-                          bool open;
-                          if (s.ok()) {
-                            ModelStreamInferResponse response;
-                            *response.mutable_infer_response() = std::move(r);
-                            open = state->channel.Push(std::move(response));
-                          } else {
-                            open = state->channel.Push(ErrorResponse(id, s));
-                          }
-                          // The stream ended (the client stopped reading or
-                          // left): the stream's other requests stop too.
-                          if (!open) CancelRunsOf(*state);
-                          if (!final) return;
-                          if (metrics)
-                            metrics->CountRequest(kStreamRequest, s.code());
-                          absl::MutexLock lock(&state->mu);
-                          --state->active;
-                          MaybeFinishLocked(*state);
-                        });
+    absl::StatusOr<std::shared_ptr<InferRun>> run = InferRun::Start(
+        model_, *std::move(job), DeadlineOf(*context_),
+        [state = state_, id, metrics = model_.metrics](
+            ModelInferResponse r, bool final, absl::Status s) {
+          bool open;
+          if (s.ok()) {
+            ModelStreamInferResponse response;
+            *response.mutable_infer_response() = std::move(r);
+            open = state->channel.Push(Serialized(response));
+          } else {
+            open = state->channel.Push(Serialized(ErrorResponse(id, s)));
+          }
+          // The stream ended (the client stopped reading or
+          // left): the stream's other requests stop too.
+          if (!open) CancelRunsOf(*state);
+          if (!final) return;
+          if (metrics) metrics->CountRequest(kStreamRequest, s.code());
+          absl::MutexLock lock(&state->mu);
+          --state->active;
+          MaybeFinishLocked(*state);
+        });
     if (!run.ok()) {
       {
         absl::MutexLock lock(&state_->mu);
@@ -405,7 +429,9 @@ class StreamInferReactor final : public StreamReactorBase {
   void Refuse(const std::string& id, const absl::Status& status) {
     if (model_.metrics)
       model_.metrics->CountRequest(kStreamRequest, status.code());
-    if (!state_->channel.Push(ErrorResponse(id, status))) CancelRuns();
+    if (!state_->channel.Push(Serialized(ErrorResponse(id, status)))) {
+      CancelRuns();
+    }
   }
 
   static void CancelRunsOf(State& state) {
@@ -419,7 +445,8 @@ class StreamInferReactor final : public StreamReactorBase {
   const ServedModel& model_;
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<State> state_;
-  ModelInferRequest request_;
+  grpc::ByteBuffer read_;
+  int64_t messages_read_ = 0;
 };
 
 }  // namespace
@@ -514,7 +541,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   return new InferReactor(model_, context, *request, response);
 }
 
-grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   return new StreamInferReactor(model_, context);
 }

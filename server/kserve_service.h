@@ -25,8 +25,26 @@
 
 namespace ringmoe::server {
 
-class KServeService final
-    : public inference::GRPCInferenceService::CallbackService {
+// ModelStreamInfer is a raw method: its reactor parses each message itself,
+// so that one that is not a valid ModelInferRequest is refused in the
+// stream (INVALID_ARGUMENT, counted) and the stream goes on; through the
+// typed API a bad message looks like the client's half-close and ends the
+// stream OK, dropping the requests after it.
+using KServeServiceBase =
+    inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
+        inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+            inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+                inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
+                    inference::GRPCInferenceService::
+                        WithCallbackMethod_ModelMetadata<
+                            inference::GRPCInferenceService::
+                                WithCallbackMethod_ModelInfer<
+                                    inference::GRPCInferenceService::
+                                        WithRawCallbackMethod_ModelStreamInfer<
+                                            inference::GRPCInferenceService::
+                                                Service>>>>>>>;
+
+class KServeService final : public KServeServiceBase {
  public:
   KServeService(const serving::ServedModel& model, std::string server_version)
       : model_(model), server_version_(std::move(server_version)) {}
@@ -55,9 +73,10 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::ModelInferRequest* request,
       inference::ModelInferResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest,
-                          inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  // Reads serialized ModelInferRequest messages, writes serialized
+  // ModelStreamInferResponse messages.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
  private:
   bool ModelMatches(const std::string& name, const std::string& version) const;

@@ -45,6 +45,7 @@
 #include "server/ring_metrics.h"
 #include "server/service_util.h"
 #include "server/stream_buffers.h"
+#include "server/unparsable_request_interceptor.h"
 
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use for the model; default: the --model directory's "
@@ -285,6 +286,11 @@ int Serve() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(UnparsableRequestInterceptorFactory(&metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int grpc_port = 0;
   const std::string address =
       absl::StrCat(host, ":", absl::GetFlag(FLAGS_grpc_port));

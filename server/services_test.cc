@@ -1,19 +1,23 @@
 // Both front ends in-process: request parsing errors, and calls through a
 // real gRPC channel against the tiny Mixtral.
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/runtime/engine.h"
 #include "engine/serving/scheduler.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 #include "server/generation_service.h"
 #include "server/kserve_service.h"
 #include "server/kserve_tensors.h"
 #include "server/metrics.h"
 #include "server/service_util.h"
+#include "server/unparsable_request_interceptor.h"
 
 namespace ringmoe::server {
 
@@ -35,6 +39,11 @@ class ServicesTest : public ::testing::Test {
     generation_ = new GenerationService(*model_);
     kserve_ = new KServeService(*model_, "test");
     grpc::ServerBuilder builder;
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(UnparsableRequestInterceptorFactory(metrics_));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
@@ -152,6 +161,49 @@ TEST_F(ServicesTest, GenerateStreamsAndLogitsAnswer) {
   EXPECT_EQ(out.outputs(0).name(), "logits");
   EXPECT_EQ(out.outputs(0).shape(1), 512);
   EXPECT_EQ(out.outputs(0).contents().fp32_contents_size(), 2 * 512);
+}
+
+// Sends `bytes` as the request of unary `method`; returns the status.
+grpc::Status CallWithBytes(const std::shared_ptr<grpc::Channel>& channel,
+                           const std::string& method,
+                           const std::string& bytes) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(status); });
+  return done.get_future().get();
+}
+
+std::string RenderMetrics(const Metrics& metrics) {
+  return prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+}
+
+TEST_F(ServicesTest, UnparsableRequestsAreInvalidArgumentAndCounted) {
+  // Field 1 claims 255 bytes that are not there.
+  const grpc::Status garbage = CallWithBytes(
+      *channel_, "/inference.GRPCInferenceService/ModelInfer", "\x0a\xff");
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(garbage.error_message().find("not a valid message for ModelInfer"),
+            std::string::npos)
+      << garbage.error_message();
+  // A string field (model_name) that is not UTF-8.
+  const grpc::Status not_utf8 =
+      CallWithBytes(*channel_, "/inference.GRPCInferenceService/ModelMetadata",
+                    std::string("\x0a\x02\xff\xfe", 4));
+  EXPECT_EQ(not_utf8.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const std::string text = RenderMetrics(*metrics_);
+  EXPECT_NE(text.find("ringmoe_requests_total{method=\"ModelInfer\",status="
+                      "\"INVALID_ARGUMENT\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ringmoe_requests_total{method=\"ModelMetadata\","
+                      "status=\"INVALID_ARGUMENT\"} 1"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ServiceUtilTest, StatusConversion) {

@@ -24,10 +24,21 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 #include "server/stream_buffers.h"
 
 namespace ringmoe::server {
+
+// What a queued response costs: a protobuf message, or the serialized bytes
+// a raw (grpc::ByteBuffer) method writes.
+template <typename Message>
+int64_t WireBytes(const Message& message) {
+  return static_cast<int64_t>(message.ByteSizeLong());
+}
+inline int64_t WireBytes(const grpc::ByteBuffer& buffer) {
+  return static_cast<int64_t>(buffer.Length());
+}
 
 // Reactor: grpc::ServerWriteReactor<Response> or
 // grpc::ServerBidiReactor<Request, Response> (StartWrite and Finish).
@@ -54,16 +65,15 @@ class StreamChannel {
     if (reactor_ == nullptr || finish_requested_) return false;
     int64_t added;
     if (merge_ && !pending_.empty()) {
-      const int64_t before =
-          static_cast<int64_t>(pending_.back().ByteSizeLong());
+      const int64_t before = WireBytes(pending_.back());
       if (merge_(pending_.back(), response)) {
-        added = static_cast<int64_t>(pending_.back().ByteSizeLong()) - before;
+        added = WireBytes(pending_.back()) - before;
       } else {
-        added = static_cast<int64_t>(response.ByteSizeLong());
+        added = WireBytes(response);
         pending_.push_back(std::move(response));
       }
     } else {
-      added = static_cast<int64_t>(response.ByteSizeLong());
+      added = WireBytes(response);
       pending_.push_back(std::move(response));
     }
     pending_bytes_ += added;
@@ -150,7 +160,7 @@ class StreamChannel {
     if (!pending_.empty()) {
       in_flight_ = std::move(pending_.front());
       pending_.pop_front();
-      const int64_t bytes = static_cast<int64_t>(in_flight_.ByteSizeLong());
+      const int64_t bytes = WireBytes(in_flight_);
       pending_bytes_ -= bytes;
       StreamBuffers::buffered_bytes() -= bytes;
       writing_ = true;

@@ -156,6 +156,56 @@ class SlowReaderTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class UnparsableRequestsTest(unittest.TestCase):
+    def test_bytes_that_are_no_message_are_refused_counted_and_harmless(self):
+        import grpc
+        from ringmoe_client._pb import grpc_service_pb2 as kserve_pb2
+        with harness.Server(harness.ADDER) as server:
+            channel = grpc.insecure_channel(server.target)
+            # Generate's `text` (field 2) holding bytes that are not UTF-8.
+            generate = channel.unary_stream("/ringmoe.v1.Generation/Generate")
+            with self.assertRaises(grpc.RpcError) as e:
+                list(generate(b"\x12\x02\xff\xfe", timeout=30))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("not a valid message for Generate", e.exception.details())
+            infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            with self.assertRaises(grpc.RpcError) as e:
+                infer(b"\x0a\xff", timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+            # In a stream: the bad message is refused in the stream and the
+            # requests around it are answered.
+            def request(i):
+                t = kserve_pb2.ModelInferRequest.InferInputTensor(
+                    name="input_ids", datatype="INT32", shape=[1, 3])
+                t.contents.int_contents.extend([5, 6, 7])
+                return kserve_pb2.ModelInferRequest(
+                    model_name="moe-adder", id="r%d" % i, inputs=[t]).SerializeToString()
+
+            stream = channel.stream_stream(
+                "/inference.GRPCInferenceService/ModelStreamInfer",
+                response_deserializer=kserve_pb2.ModelStreamInferResponse.FromString)
+            replies = list(stream(iter([request(0), b"\xff\xff\xff", request(2)]),
+                                  timeout=60))
+            errors = [r.error_message for r in replies if r.error_message]
+            answered = sorted(r.infer_response.id for r in replies if not r.error_message)
+            self.assertEqual(answered, ["r0", "r2"], replies)
+            self.assertEqual(len(errors), 1, errors)
+            self.assertIn("message 2 of the stream is not a valid ModelInferRequest",
+                          errors[0])
+            channel.close()
+            for method, status, want in (
+                    ("Generate", "INVALID_ARGUMENT", 1.0),
+                    ("ModelInfer", "INVALID_ARGUMENT", 1.0),
+                    ("ModelStreamInfer.request", "INVALID_ARGUMENT", 1.0),
+                    ("ModelStreamInfer.request", "OK", 2.0),
+                    ("ModelStreamInfer", "OK", 1.0)):
+                self.assertEqual(server.wait_metric("ringmoe_requests_total", want,
+                                                    method=method, status=status),
+                                 want, (method, status))
+            self.assertEqual(server.stop(), 0)
+
+
 class LongClientStringsTest(unittest.TestCase):
     def test_errors_quoting_huge_client_strings_stay_errors(self):
         import grpc
