@@ -118,9 +118,10 @@ Scheduler::Scheduler(std::unique_ptr<StepRunner> owned, StepRunner* runner,
 Scheduler::~Scheduler() {
   CancelAll();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  work_.notify_all();
   thread_.join();
 }
 
@@ -211,7 +212,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
   seq->request = std::move(request);
   std::shared_ptr<RequestHandle> handle = seq->handle;
 
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!accepting_) {
     return absl::UnavailableError(absl::StrCat(
         who, "the server is shutting down and takes no new requests"));
@@ -224,46 +225,48 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(
   seq->id = next_sequence_id_++;
   waiting_.push_back(std::move(seq));
   if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
+  work_.notify_one();
   return handle;
 }
 
 void Scheduler::StopAccepting() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   accepting_ = false;
 }
 
 bool Scheduler::WaitUntilIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return waiting_.empty() && num_running_ == 0;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  auto idle = [this] { return waiting_.empty() && num_running_ == 0; };
+  std::unique_lock<std::mutex> lock(mu_);
+  if (timeout == absl::InfiniteDuration()) {
+    changed_.wait(lock, idle);
+    return true;
+  }
+  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), idle);
 }
 
 void Scheduler::CancelAll() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   accepting_ = false;
   cancel_all_ = true;
 }
 
 int64_t Scheduler::num_active() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(waiting_.size()) + num_running_;
 }
 
 bool Scheduler::accepting() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return accepting_;
 }
 
 void Scheduler::Loop() {
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_.wait(lock, [this] {
         return stop_ || !waiting_.empty() || !running_.empty();
-      };
-      mu_.Await(absl::Condition(&has_work));
+      });
       if (stop_ && waiting_.empty() && running_.empty()) return;
     }
     if (!Iterate()) {
@@ -314,7 +317,7 @@ void Scheduler::DropFinishedOrCancelled(absl::Time now) {
   std::vector<std::pair<std::unique_ptr<Sequence>, absl::Status>> dropped;
   bool cancel_all;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     cancel_all = cancel_all_;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       absl::Status why = verdict(**it, cancel_all);
@@ -371,7 +374,7 @@ Scheduler::StepPlan Scheduler::PlanIsolated() {
     if (owned->suspect) s = owned.get();
   }
   if (s == nullptr) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = std::find_if(waiting_.begin(), waiting_.end(),
                            [](const auto& w) { return w->suspect; });
     if (it == waiting_.end()) return step;
@@ -458,7 +461,7 @@ Scheduler::StepPlan Scheduler::Plan() {
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr),
                  running_.end());
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto it = preempted.rbegin(); it != preempted.rend(); ++it) {
       (*it)->preempted = false;
       waiting_.push_front(std::move(*it));
@@ -491,7 +494,7 @@ Scheduler::StepPlan Scheduler::Plan() {
     // the older ones can move.
     if (running_.size() > 1) {
       Preempt(running_.back().get());
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       running_.back()->preempted = false;
       waiting_.push_front(std::move(running_.back()));
       running_.pop_back();
@@ -630,7 +633,7 @@ void Scheduler::ApplyFailure(const StepPlan& plan, const absl::Status& step) {
     }
     running_.erase(std::remove(running_.begin(), running_.end(), nullptr),
                    running_.end());
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto it = suspects.rbegin(); it != suspects.rend(); ++it) {
       waiting_.push_front(std::move(*it));
     }
@@ -641,7 +644,7 @@ void Scheduler::ApplyFailure(const StepPlan& plan, const absl::Status& step) {
 }
 
 void Scheduler::UpdateGauges() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   num_running_ = static_cast<int64_t>(running_.size());
   if (metrics_) {
     const runtime::KvCache& kv = runner_->kv_cache();
@@ -650,6 +653,7 @@ void Scheduler::UpdateGauges() {
     metrics_->SetKvCacheBlocks(kv.num_blocks() - kv.num_free_blocks(),
                                kv.num_blocks());
   }
+  changed_.notify_all();
 }
 
 }  // namespace ringmoe::serving

@@ -31,19 +31,19 @@
 #define RINGMOE_ENGINE_SERVING_SCHEDULER_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
@@ -236,13 +236,19 @@ class Scheduler {
   int64_t kv_block_size_ = 0;
   int64_t kv_blocks_ = 0;
 
-  mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
-  int64_t num_running_ ABSL_GUARDED_BY(mu_) = 0;
-  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
-  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  runtime::SequenceId next_sequence_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
+  // ThreadSanitizer, which then cannot see absl::Mutex's ordering (the
+  // scheduler runs under TSan in tools/test.sh).
+  mutable std::mutex mu_;
+  std::condition_variable work_;     // a request came, or stop_
+  std::condition_variable changed_;  // the queue or the running set changed
+  // Guarded by mu_:
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  int64_t num_running_ = 0;
+  bool accepting_ = true;
+  bool cancel_all_ = false;
+  bool stop_ = false;
+  runtime::SequenceId next_sequence_id_ = 1;
 
   // Engine thread only.
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/serving/output_collector.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -75,25 +75,7 @@ class RecordingMetrics final : public ServingMetrics {
   std::atomic<int64_t> kv_used{-1};
 };
 
-// Collects a request's outputs; Wait() returns once the last one came.
-struct Collector {
-  std::vector<int32_t> ids;
-  RequestOutput last;
-  int messages = 0;
-  absl::Notification done;
-
-  OutputCallback Callback() {
-    return [this](RequestOutput out) {
-      ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
-      ++messages;
-      if (out.finished) {
-        last = std::move(out);
-        done.Notify();
-      }
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(60)); }
-};
+using Collector = OutputCollector;
 
 Request Greedy(const std::vector<int32_t>& ids, int max_tokens, Collector* c) {
   Request r;
