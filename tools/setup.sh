@@ -19,6 +19,11 @@ packages=(
   # tests/deploy: shell lint of the container's entrypoint and health check
   # (promtool comes with prometheus above).
   shellcheck
+  # tools/test_container.sh: build and run the image with daemonless podman
+  # (runc: Debian's podman recommends crun but does not install it), a
+  # Debian base made locally, Compose files parsed, manifests checked
+  # against the Kubernetes API's schema (python3-kubernetes' models).
+  podman runc mmdebstrap podman-compose python3-kubernetes
 )
 # Node.js may come from elsewhere (NodeSource ships npm inside nodejs, and
 # Debian's npm conflicts with it): take Debian's only when npm is missing.
