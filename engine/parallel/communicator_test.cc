@@ -3,11 +3,10 @@
 // mpi_communicator_np*_test targets start it through mpirun_test.sh). Every
 // rank runs every test in the same order; what a rank expects to receive is
 // computed from the same seeds its peers sent from.
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -168,13 +167,25 @@ TEST(CommunicatorTest, AllGatherPutsBlocksInRankOrder) {
 }
 
 TEST(CommunicatorTest, BarrierWaitsForTheLastRank) {
-  constexpr absl::Duration kLate = absl::Milliseconds(300);
-  const bool last = job->rank() == job->size() - 1;
-  if (last) absl::SleepFor(kLate);
-  const absl::Time start = absl::Now();
+  // The last rank enters late; no rank may leave before it entered. The
+  // ranks share this machine's clock, so their times compare directly.
+  const int size = job->size();
+  if (job->rank() == size - 1) absl::SleepFor(absl::Milliseconds(300));
+  int64_t times[2];  // entered, left (Unix nanoseconds)
+  times[0] = absl::GetCurrentTimeNanos();
   ASSERT_TRUE(job->Barrier().ok());
-  if (!last) {
-    EXPECT_GE(absl::Now() - start, kLate - absl::Milliseconds(100));
+  times[1] = absl::GetCurrentTimeNanos();
+  std::vector<int64_t> all(2 * size);
+  ASSERT_TRUE(
+      job->AllGather(
+             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(times),
+                                 sizeof(times)),
+             absl::MakeSpan(reinterpret_cast<uint8_t*>(all.data()),
+                            all.size() * sizeof(int64_t)))
+          .ok());
+  const int64_t last_entered = all[2 * (size - 1)];
+  for (int p = 0; p < size; ++p) {
+    EXPECT_GE(all[2 * p + 1], last_entered) << "rank " << p << " left early";
   }
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(job->Barrier().ok());
 }
