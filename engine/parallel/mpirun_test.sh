@@ -27,6 +27,14 @@ export OMPI_MCA_oob_tcp_if_include=lo
 # logs a spurious ORTE_ERROR_LOG in Open MPI 4.1.
 export OMPI_MCA_orte_base_help_aggregate=0
 
+# Under --config=asan: Open MPI's own allocations that outlive
+# MPI_Finalize are not reported (slow unwinding so that their stacks reach
+# its libraries through its components, which have no frame pointers).
+if [[ -n ${ASAN_OPTIONS:-} ]]; then
+  export ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0
+  export LSAN_OPTIONS=suppressions=$(dirname "$0")/open_mpi.lsan.supp:print_suppressions=0
+fi
+
 # Bazel's result files belong to this script, not to each rank.
 unset XML_OUTPUT_FILE TEST_PREMATURE_EXIT_FILE TEST_SHARD_STATUS_FILE
 
