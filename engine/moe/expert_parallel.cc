@@ -1,0 +1,84 @@
+#include "engine/moe/expert_parallel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringmoe::moe {
+namespace {
+
+absl::Span<const uint8_t> Bytes(const std::vector<float>& floats) {
+  return {reinterpret_cast<const uint8_t*>(floats.data()),
+          floats.size() * sizeof(float)};
+}
+
+absl::Span<uint8_t> Bytes(std::vector<float>& floats) {
+  return {reinterpret_cast<uint8_t*>(floats.data()),
+          floats.size() * sizeof(float)};
+}
+
+}  // namespace
+
+void ExpertParallelExecutor::Predict(int layer, const Routing& predicted) {
+  Routing mine;
+  mine.top_k = 1;
+  for (size_t i = 0; i < predicted.experts.size(); ++i) {
+    if (placement_.owner(predicted.experts[i]) != communicator_.rank()) {
+      continue;
+    }
+    mine.experts.push_back(predicted.experts[i]);
+    mine.weights.push_back(predicted.weights[i]);
+  }
+  mine.num_tokens = static_cast<int64_t>(mine.experts.size());
+  inner_.Predict(layer, mine);
+}
+
+absl::Status ExpertParallelExecutor::Run(
+    int layer, absl::Span<const ExpertTask> tasks,
+    absl::Span<const backend::MlpTask> alongside, backend::Backend& backend) {
+  const int rank = communicator_.rank(), ranks = communicator_.size();
+  std::vector<ExpertTask> mine;
+  std::vector<int64_t> floats_of(ranks, 0);  // output floats each rank sends
+  for (const ExpertTask& t : tasks) {
+    const int owner = placement_.owner(t.expert);
+    floats_of[owner] += t.out.size();
+    if (owner == rank) mine.push_back(t);
+  }
+  if (absl::Status status = inner_.Run(layer, mine, alongside, backend);
+      !status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("rank ", rank, ": ", status.message()));
+  }
+  if (ranks == 1) return absl::OkStatus();
+
+  // Every rank knows every rank's share, so blocks are the largest share
+  // (AllGather's blocks are of one size); each holds its rank's tasks'
+  // rows in task order.
+  const int64_t block = *std::max_element(floats_of.begin(), floats_of.end());
+  send_.resize(block);
+  received_.resize(block * ranks);
+  float* at = send_.data();
+  for (const ExpertTask& t : mine) {
+    backend.CopyToHost(t.out, at);
+    at += t.out.size();
+  }
+  if (absl::Status status =
+          communicator_.AllGather(Bytes(send_), Bytes(received_));
+      !status.ok()) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("layer ", layer, ": exchanging expert outputs (AllGather ",
+                     "of ", block * sizeof(float), " bytes from each of ",
+                     ranks, " ranks) on rank ", rank, ": ", status.message()));
+  }
+  std::vector<const float*> next(ranks);
+  for (int p = 0; p < ranks; ++p) next[p] = received_.data() + p * block;
+  for (const ExpertTask& t : tasks) {
+    const int owner = placement_.owner(t.expert);
+    if (owner != rank) backend.CopyFromHost(next[owner], t.out);
+    next[owner] += t.out.size();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringmoe::moe

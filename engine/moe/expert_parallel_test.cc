@@ -1,0 +1,279 @@
+// ExpertParallelExecutor on one process: every rank of a job simulated in
+// turn through a scripted communicator. A rank's AllGather block depends
+// only on its own experts, so a first pass records each rank's blocks and a
+// second pass hands every rank the blocks of the others: each rank must
+// then end with every task's output bitwise as ResidentExperts computes it.
+#include "engine/moe/expert_parallel.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "engine/backend/cpu_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe::moe {
+namespace {
+
+using ::testing::ElementsAre;
+
+backend::Weight F32Weight(const float* data, int64_t rows, int64_t cols) {
+  backend::Weight w;
+  w.data = data;
+  w.rows = rows;
+  w.cols = cols;
+  return w;
+}
+
+struct RandomMlp {
+  std::vector<float> gate, up, down;
+  model::MlpWeights weights;
+  RandomMlp(int64_t hidden, int64_t inter, std::mt19937* rng) {
+    std::normal_distribution<float> normal(0.f, 0.2f);
+    for (auto* m : {&gate, &up, &down}) {
+      m->resize(hidden * inter);
+      for (float& w : *m) w = normal(*rng);
+    }
+    weights.gate = F32Weight(gate.data(), inter, hidden);
+    weights.up = F32Weight(up.data(), inter, hidden);
+    weights.down = F32Weight(down.data(), hidden, inter);
+  }
+};
+
+// Rank `rank` of `size`: AllGather records what this rank sends (by call)
+// and fills the other ranks' blocks from `peer_blocks` (by call, then rank)
+// where given, else with NaNs; `fail` makes every collective fail.
+class ScriptedCommunicator : public parallel::Communicator {
+ public:
+  ScriptedCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Duration timeout() const override { return absl::Seconds(1); }
+  absl::Status AllToAll(absl::Span<const uint8_t>,
+                        absl::Span<uint8_t>) override {
+    return absl::UnimplementedError("AllToAll");
+  }
+  absl::Status AllToAllV(absl::Span<const uint8_t>, absl::Span<const uint64_t>,
+                         absl::Span<uint8_t>,
+                         absl::Span<const uint64_t>) override {
+    return absl::UnimplementedError("AllToAllV");
+  }
+  absl::Status Broadcast(int, absl::Span<uint8_t>) override {
+    return absl::UnimplementedError("Broadcast");
+  }
+  absl::Status AllGather(absl::Span<const uint8_t> send,
+                         absl::Span<uint8_t> recv) override {
+    if (fail) return absl::DeadlineExceededError("rank 1 did not arrive");
+    EXPECT_EQ(recv.size(), send.size() * size_);
+    const int call = static_cast<int>(sent.size());
+    sent.emplace_back(send.begin(), send.end());
+    for (int p = 0; p < size_; ++p) {
+      uint8_t* block = recv.data() + p * send.size();
+      const auto given = peer_blocks.find({call, p});
+      if (p == rank_) {
+        std::memcpy(block, send.data(), send.size());
+      } else if (given != peer_blocks.end()) {
+        EXPECT_EQ(given->second.size(), send.size());
+        std::memcpy(block, given->second.data(), send.size());
+      } else {
+        std::memset(block, 0xff, send.size());  // NaNs
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  [[noreturn]] void Abort(const absl::Status&) override { std::abort(); }
+
+  std::vector<std::vector<uint8_t>> sent;
+  std::map<std::pair<int, int>, std::vector<uint8_t>> peer_blocks;
+  bool fail = false;
+
+ private:
+  const int rank_, size_;
+};
+
+// Records what it is asked to do and computes nothing.
+class RecordingExecutor : public ExpertExecutor {
+ public:
+  void BeginStep(int64_t) override {}
+  bool WantsPredictions() const override { return true; }
+  void Predict(int, const Routing& predicted) override {
+    predicted_ = predicted;
+  }
+  absl::Status Run(int, absl::Span<const ExpertTask> tasks,
+                   absl::Span<const backend::MlpTask> alongside,
+                   backend::Backend&) override {
+    experts_run_.clear();
+    for (const ExpertTask& t : tasks) experts_run_.push_back(t.expert);
+    alongside_run_ = alongside.size();
+    return status_;
+  }
+  void EndStep() override {}
+
+  Routing predicted_;
+  std::vector<int32_t> experts_run_;
+  size_t alongside_run_ = 0;
+  absl::Status status_;
+};
+
+class ExpertParallelTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kHidden = 40, kInter = 56, kTokens = 11;
+  static constexpr int kExperts = 7;
+
+  void SetUp() override {
+    std::mt19937 rng(5);
+    for (int e = 0; e < kExperts; ++e)
+      experts_.emplace_back(kHidden, kInter, &rng);
+    shared_.emplace_back(kHidden, kInter, &rng);
+    weights_.layers.resize(3);
+    for (const RandomMlp& e : experts_) {
+      weights_.layers[2].experts.push_back(e.weights);
+    }
+    std::normal_distribution<float> normal(0.f, 1.f);
+    x_.resize(kTokens * kHidden);
+    for (float& v : x_) v = normal(rng);
+  }
+
+  // Experts 6, 0, 3, 1 and 5 on consecutive runs of rows (ragged), in a
+  // task order that is not the placement's.
+  std::vector<ExpertTask> Tasks(std::vector<float>* out) const {
+    out->assign(kTokens * kHidden, 0.f);
+    const backend::Tensor x{const_cast<float*>(x_.data()), kTokens, kHidden};
+    const backend::Tensor y{out->data(), kTokens, kHidden};
+    const int32_t order[] = {6, 0, 3, 1, 5};
+    const int64_t rows[] = {1, 4, 2, 3, 1};
+    std::vector<ExpertTask> tasks;
+    int64_t first = 0;
+    for (int i = 0; i < 5; ++i) {
+      tasks.push_back(
+          {order[i], x.Rows(first, rows[i]), y.Rows(first, rows[i])});
+      first += rows[i];
+    }
+    return tasks;
+  }
+
+  // Runs layer 2 twice (two AllGathers) as `rank` of `size` on `comm`;
+  // the outputs of the second run.
+  std::vector<float> RunRank(ScriptedCommunicator& comm,
+                             std::vector<float>* shared_out) {
+    ResidentExperts resident(weights_);
+    ExpertParallelExecutor executor(
+        &comm, ExpertPlacement::Contiguous(kExperts, comm.size()), &resident);
+    std::vector<float> out;
+    shared_out->assign(kTokens * kHidden, 0.f);
+    const backend::MlpTask alongside{
+        &shared_[0].weights,
+        {const_cast<float*>(x_.data()), kTokens, kHidden},
+        {shared_out->data(), kTokens, kHidden}};
+    for (int run = 0; run < 2; ++run) {
+      const std::vector<ExpertTask> tasks = Tasks(&out);
+      executor.BeginStep(kTokens);
+      EXPECT_TRUE(executor.Run(2, tasks, {&alongside, 1}, backend_).ok());
+      executor.EndStep();
+    }
+    return out;
+  }
+
+  std::vector<RandomMlp> experts_, shared_;
+  model::ModelWeights weights_;
+  std::vector<float> x_;
+  backend::CpuBackend backend_{nullptr};
+};
+
+TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
+  std::vector<float> want, want_shared(kTokens * kHidden);
+  {
+    ResidentExperts resident(weights_);
+    const std::vector<ExpertTask> tasks = Tasks(&want);
+    const backend::MlpTask alongside{&shared_[0].weights,
+                                     {x_.data(), kTokens, kHidden},
+                                     {want_shared.data(), kTokens, kHidden}};
+    ASSERT_TRUE(resident.Run(2, tasks, {&alongside, 1}, backend_).ok());
+  }
+  for (int size : {1, 2, 3, 4, 9}) {
+    std::vector<ScriptedCommunicator> first, second;
+    for (int r = 0; r < size; ++r) first.emplace_back(r, size);
+    std::vector<float> shared_out;
+    for (ScriptedCommunicator& comm : first) RunRank(comm, &shared_out);
+    for (int r = 0; r < size; ++r) {
+      ScriptedCommunicator& comm = second.emplace_back(r, size);
+      for (int p = 0; p < size; ++p) {
+        for (size_t call = 0; call < first[p].sent.size(); ++call) {
+          comm.peer_blocks[{static_cast<int>(call), p}] = first[p].sent[call];
+        }
+      }
+      const std::vector<float> got = RunRank(comm, &shared_out);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << "rank " << r << " of " << size;
+      EXPECT_EQ(std::memcmp(shared_out.data(), want_shared.data(),
+                            want_shared.size() * 4),
+                0)
+          << "rank " << r << " of " << size;
+      // One AllGather per Run; none in a job of one.
+      EXPECT_EQ(comm.sent.size(), size == 1 ? 0u : 2u);
+    }
+  }
+}
+
+TEST_F(ExpertParallelTest, InnerRunsOwnTasksAndEveryAlongside) {
+  ScriptedCommunicator comm(1, 3);  // experts 2 and 3 of 7
+  RecordingExecutor inner;
+  ExpertParallelExecutor executor(
+      &comm, ExpertPlacement::Contiguous(kExperts, 3), &inner);
+  std::vector<float> out, shared_out(kTokens * kHidden);
+  const backend::MlpTask alongside{&shared_[0].weights,
+                                   {x_.data(), kTokens, kHidden},
+                                   {shared_out.data(), kTokens, kHidden}};
+  EXPECT_TRUE(executor.WantsPredictions());
+  ASSERT_TRUE(executor.Run(2, Tasks(&out), {&alongside, 1}, backend_).ok());
+  EXPECT_THAT(inner.experts_run_, ElementsAre(3));
+  EXPECT_EQ(inner.alongside_run_, 1u);
+
+  Routing predicted;
+  predicted.num_tokens = 3;
+  predicted.top_k = 2;
+  predicted.experts = {2, 0, 5, 4, 3, 2};
+  predicted.weights = {.1f, .2f, .3f, .4f, .5f, .6f};
+  executor.Predict(2, predicted);
+  EXPECT_EQ(inner.predicted_.num_tokens, 3);
+  EXPECT_EQ(inner.predicted_.top_k, 1);
+  EXPECT_THAT(inner.predicted_.experts, ElementsAre(2, 3, 2));
+  EXPECT_THAT(inner.predicted_.weights, ElementsAre(.1f, .5f, .6f));
+}
+
+TEST_F(ExpertParallelTest, FailedExchangeNamesLayerAndCollective) {
+  ScriptedCommunicator comm(0, 2);
+  comm.fail = true;
+  ResidentExperts resident(weights_);
+  ExpertParallelExecutor executor(
+      &comm, ExpertPlacement::Contiguous(kExperts, 2), &resident);
+  std::vector<float> out;
+  const absl::Status status = executor.Run(2, Tasks(&out), {}, backend_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(status.message(), "layer 2")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "AllGather")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "rank 1 did not arrive"))
+      << status;
+}
+
+TEST_F(ExpertParallelTest, InnerFailureNamesTheRankAndSkipsTheExchange) {
+  ScriptedCommunicator comm(1, 2);
+  RecordingExecutor inner;
+  inner.status_ = absl::UnavailableError("layer 2: reading expert 5");
+  ExpertParallelExecutor executor(
+      &comm, ExpertPlacement::Contiguous(kExperts, 2), &inner);
+  std::vector<float> out;
+  const absl::Status status = executor.Run(2, Tasks(&out), {}, backend_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(), "rank 1: layer 2: reading expert 5");
+  EXPECT_TRUE(comm.sent.empty());
+}
+
+}  // namespace
+}  // namespace ringmoe::moe
