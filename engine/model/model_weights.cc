@@ -738,14 +738,19 @@ void PrefaultMlp(const MlpWeights& mlp) {
 
 }  // namespace
 
-void PrefaultWeights(const ModelWeights& weights) {
+void PrefaultWeights(const ModelWeights& weights,
+                     const std::vector<int32_t>* experts) {
   PrefaultMatrix(weights.lm_head);
   for (const LayerWeights& layer : weights.layers) {
     for (const Weight* m : AttentionMatrices(layer)) {
       PrefaultMatrix(*m);
     }
     PrefaultMatrix(layer.router);
-    for (const MlpWeights& expert : layer.experts) PrefaultMlp(expert);
+    if (experts == nullptr) {
+      for (const MlpWeights& expert : layer.experts) PrefaultMlp(expert);
+    } else if (!layer.experts.empty()) {
+      for (int32_t e : *experts) PrefaultMlp(layer.experts[e]);
+    }
     if (layer.has_shared_expert) PrefaultMlp(layer.shared_expert);
     if (!layer.is_moe) PrefaultMlp(layer.dense_mlp);
   }

@@ -137,8 +137,11 @@ uint64_t NonExpertBytes(const ModelWeights& weights);
 // request pays the page faults of weights read straight from the
 // checkpoint's mapping: an expert first routed to hours after start would
 // otherwise fault in megabytes inside a decode step. For weights that stay
-// resident; the memory ring manages streamed ones.
-void PrefaultWeights(const ModelWeights& weights);
+// resident; the memory ring manages streamed ones. With `experts`, only
+// those routed experts of each layer (expert parallelism: the others run on
+// other ranks, and their pages are never read here).
+void PrefaultWeights(const ModelWeights& weights,
+                     const std::vector<int32_t>* experts = nullptr);
 
 }  // namespace ringmoe::model
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
+#include "engine/moe/expert_placement.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -104,6 +106,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
         static_cast<int>(engine->spec_.num_layers),
         static_cast<int>(engine->spec_.num_experts));
   }
+  std::optional<moe::ExpertPlacement> expert_placement;
+  std::vector<int32_t> own_experts;
+  if (options.expert_parallel != nullptr &&
+      options.expert_parallel->size() > 1) {
+    expert_placement = moe::ExpertPlacement::Contiguous(
+        static_cast<int>(engine->spec_.num_experts),
+        options.expert_parallel->size());
+    own_experts = expert_placement->experts_of(options.expert_parallel->rank());
+  }
   moe::ExpertExecutor* experts = nullptr;
   if (on_device) {
     engine->host_backend_ =
@@ -124,18 +135,30 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                          &engine->device_weights_));
     experts = engine->hybrid_experts_.get();
   } else {
-    ASSIGN_OR_RETURN(
-        engine->streamed_experts_,
-        StreamedExperts::Create(engine->spec_, *engine->checkpoint_,
-                                &engine->weights_, options.streaming,
-                                &engine->ring_stats_, &engine->placement_));
+    StreamingOptions streaming = options.streaming;
+    streaming.served_experts = own_experts;
+    ASSIGN_OR_RETURN(engine->streamed_experts_,
+                     StreamedExperts::Create(
+                         engine->spec_, *engine->checkpoint_, &engine->weights_,
+                         streaming, &engine->ring_stats_, &engine->placement_));
     if (options.streaming.memory_budget > 0) {
       std::fprintf(stderr, "ringmoe: %s\n",
                    engine->placement_.Summary().c_str());
     } else {
-      model::PrefaultWeights(engine->weights_);
+      model::PrefaultWeights(engine->weights_,
+                             expert_placement ? &own_experts : nullptr);
     }
     experts = engine->streamed_experts_.get();
+  }
+  if (expert_placement) {
+    if (experts == nullptr) {
+      engine->resident_experts_ = std::make_unique<moe::ResidentExperts>(
+          on_device ? engine->device_weights_ : engine->weights_);
+      experts = engine->resident_experts_.get();
+    }
+    engine->parallel_experts_ = std::make_unique<moe::ExpertParallelExecutor>(
+        options.expert_parallel, *std::move(expert_placement), experts);
+    experts = engine->parallel_experts_.get();
   }
   engine->ring_stats_.bytes_device_weights =
       engine->backend_->weight_memory_used();

@@ -16,7 +16,10 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
+#include "engine/moe/expert_executor.h"
+#include "engine/moe/expert_parallel.h"
 #include "engine/moe/expert_usage.h"
+#include "engine/parallel/communicator.h"
 #include "engine/runtime/hybrid_experts.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
@@ -55,6 +58,15 @@ struct EngineOptions {
   StreamingOptions streaming;
   // Count the tokens routed to each expert (expert_usage()).
   bool count_expert_tokens = false;
+  // Expert parallelism: the job (null, or one rank: every expert here)
+  // whose ranks share the routed experts (ExpertPlacement::Contiguous),
+  // attention replicated: every rank loads the model, runs every step on
+  // the same chunks and gets the same logits (ExpertParallelExecutor).
+  // On the CPU each rank reads only its own experts (prefaulted, resident
+  // within the budget or streamed); a device still uploads every expert its
+  // budget holds. Must outlive the engine; a failed step must end the job
+  // (Communicator::Abort).
+  parallel::Communicator* expert_parallel = nullptr;
 };
 
 class Engine {
@@ -109,6 +121,10 @@ class Engine {
   // On a device: the CPU that runs experts outside device memory.
   std::unique_ptr<backend::Backend> host_backend_;
   std::unique_ptr<HybridExperts> hybrid_experts_;
+  // Expert parallelism: this rank's experts when neither the ring nor the
+  // hybrid executor runs them, and the executor spreading the experts.
+  std::unique_ptr<moe::ResidentExperts> resident_experts_;
+  std::unique_ptr<moe::ExpertParallelExecutor> parallel_experts_;
   std::unique_ptr<moe::ExpertUsage> expert_usage_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;

@@ -85,14 +85,21 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
     }
   }
 
+  // Experts this executor does not serve stay out of the plan: the plan
+  // marks them resident, and CopyResidentIntoMemory leaves them unread.
+  std::vector<int32_t> served = options.served_experts;
+  if (served.empty()) {
+    for (int e = 0; e < num_experts; ++e) served.push_back(e);
+  }
+  s->served_.assign(num_experts, false);
+  for (int32_t e : served) s->served_[e] = true;
   memory_ring::PlacementInput input;
   input.always_resident_bytes = checkpoint.total_bytes() - expert_bytes_total;
   input.num_layers = num_layers;
   input.experts_per_layer = num_experts;
   for (int l = 0; l < num_layers; ++l) {
     if (!spec.layer_is_moe[l]) continue;
-    for (int e = 0; e < num_experts; ++e)
-      input.experts.push_back({l, e, s->expert_stride_});
+    for (int32_t e : served) input.experts.push_back({l, e, s->expert_stride_});
   }
   input.budget_bytes = options.memory_budget;
   input.num_slots = options.num_slots;
@@ -175,7 +182,7 @@ void StreamedExperts::CopyResidentIntoMemory(
     if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
     if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
     for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
-      if (!Streams(l, e)) copy_mlp(&layer.experts[e]);
+      if (served_[e] && !Streams(l, e)) copy_mlp(&layer.experts[e]);
     }
   }
 }

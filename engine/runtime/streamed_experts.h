@@ -47,6 +47,11 @@ struct StreamingOptions {
   // Stream every routed expert even when the budget would hold them all
   // (tests and benchmarks of the ring on models that fit).
   bool force_streaming = false;
+  // The routed experts (of every MoE layer) this executor runs, ascending;
+  // empty: all. The others are neither resident nor streamed: their bound
+  // weights are left unread (expert parallelism runs them on other ranks),
+  // and Run must not be given them.
+  std::vector<int32_t> served_experts;
 };
 
 class StreamedExperts : public moe::ExpertExecutor {
@@ -134,6 +139,7 @@ class StreamedExperts : public moe::ExpertExecutor {
   const model::ModelWeights& weights_;
   StreamingOptions options_;
   memory_ring::RingStats* stats_ = nullptr;
+  std::vector<bool> served_;                           // [expert]
   std::vector<std::vector<bool>> resident_;            // [layer][expert]
   std::vector<std::vector<StreamedExpert>> streamed_;  // [layer][expert]
   uint64_t expert_stride_ = 0;  // bytes of one expert's place (aligned)

@@ -1,0 +1,236 @@
+// Expert parallelism must not change results: on every golden tiny model,
+// an engine whose experts are spread over the ranks of this test's job
+// (alone: one rank; the expert_parallel_golden_np*_test targets run it as
+// every rank of an mpirun job) gives logits and greedy tokens bitwise
+// identical to a one-process engine — every case's prompt and decode steps,
+// and all cases batched in one step — with experts resident, streamed
+// through each rank's memory ring, and on the stand-in device.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/parallel/mpi_communicator.h"
+#include "engine/runtime/engine.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe {
+namespace {
+
+parallel::Communicator* job = nullptr;
+
+constexpr int kCases = 3;
+constexpr int kGreedy = 6;
+
+struct Trace {
+  std::vector<std::vector<float>> logits;  // per case: prompt + decode rows
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<float> batched;  // every case in one step
+};
+
+std::unique_ptr<runtime::Engine> Load(runtime::EngineOptions options) {
+  options.threads = 1;
+  auto engine = runtime::Engine::Load(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+Trace RunCases(runtime::Engine& engine,
+               const std::vector<std::vector<int32_t>>& inputs) {
+  Trace trace;
+  const int64_t vocab = engine.spec().vocab_size;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<float> logits;
+    const runtime::SequenceId seq = 100 + i;
+    // After a failed step the communicator refuses every collective.
+    if (absl::Status s = engine.Step({{seq, inputs[i], true}}, &logits);
+        !s.ok()) {
+      ADD_FAILURE() << s;
+      return trace;
+    }
+    std::vector<float> all = logits;
+    std::vector<int32_t> greedy;
+    for (int step = 0; step < kGreedy; ++step) {
+      const float* last = &logits[logits.size() - vocab];
+      greedy.push_back(
+          static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+      const std::vector<int32_t> next = {greedy.back()};
+      if (absl::Status s = engine.Step({{seq, next, false}}, &logits);
+          !s.ok()) {
+        ADD_FAILURE() << s;
+        return trace;
+      }
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    engine.kv_cache().Release(seq);
+    trace.logits.push_back(std::move(all));
+    trace.greedy.push_back(std::move(greedy));
+  }
+  std::vector<runtime::SequenceChunk> chunks;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    chunks.push_back(
+        {static_cast<runtime::SequenceId>(200 + i), inputs[i], true});
+  }
+  EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
+  for (size_t i = 0; i < inputs.size(); ++i) engine.kv_cache().Release(200 + i);
+  return trace;
+}
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void ExpectSame(const Trace& got, const Trace& want,
+                const std::string& config) {
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << config;
+  for (size_t i = 0; i < want.logits.size(); ++i) {
+    EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
+        << config << " case " << i;
+    EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
+  }
+  EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+}
+
+std::vector<std::vector<int32_t>> GoldenInputs(const std::string& dir) {
+  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
+  EXPECT_TRUE(golden.ok()) << golden.status();
+  std::vector<std::vector<int32_t>> inputs;
+  for (int i = 0; golden.ok() && i < kCases; ++i) {
+    auto ids = checkpoint::CopyAsInt64(
+        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
+    EXPECT_TRUE(ids.ok());
+    if (!ids.ok()) return {};
+    inputs.emplace_back(ids->begin(), ids->end());
+  }
+  return inputs;
+}
+
+class ExpertParallelGoldenTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string dir() const { return "tests/testdata/moe-tiny/" + GetParam(); }
+};
+
+TEST_P(ExpertParallelGoldenTest, ResidentExpertsAreBitwiseOneProcess) {
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir());
+  ASSERT_EQ(inputs.size(), kCases);
+  runtime::EngineOptions options;
+  options.model_dir = dir();
+  auto alone = Load(options);
+  options.expert_parallel = job;
+  auto spread = Load(options);
+  ASSERT_NE(alone, nullptr);
+  ASSERT_NE(spread, nullptr);
+  ExpectSame(RunCases(*spread, inputs), RunCases(*alone, inputs),
+             GetParam() + " on " + std::to_string(job->size()) + " ranks");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryGoldenModel, ExpertParallelGoldenTest,
+                         ::testing::Values("mixtral", "mixtral_sharded",
+                                           "qwen2_moe", "qwen3_moe", "olmoe",
+                                           "deepseek_v3", "deepseek_v3_fp8",
+                                           "deepseek_v2_lite", "gpt_oss",
+                                           "gpt_oss_bf16"));
+
+// Every rank streams its own experts through a ring of two one-expert
+// slots, in layer and in expert mode (predictions for its own experts).
+TEST(ExpertParallelStreamingTest, StreamedExpertsAreBitwiseOneProcess) {
+  for (const std::string model : {"qwen2_moe", "deepseek_v3_fp8"}) {
+    const std::string dir = "tests/testdata/moe-tiny/" + model;
+    const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+    ASSERT_EQ(inputs.size(), kCases);
+    runtime::EngineOptions options;
+    options.model_dir = dir;
+    auto alone = Load(options);
+    ASSERT_NE(alone, nullptr);
+    const Trace want = RunCases(*alone, inputs);
+    const memory_ring::PlacementPlan& sizes = alone->placement();
+    for (auto mode : {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
+      runtime::StreamingOptions& ring = options.streaming;
+      ring.mode = mode;
+      ring.num_slots = 2;
+      ring.prefetch_depth = 1;
+      ring.section_experts = 1;
+      ring.expert_cache = false;
+      ring.force_streaming = true;
+      ring.memory_budget = sizes.always_resident_bytes + 2 * sizes.expert_bytes;
+      options.expert_parallel = job;
+      const std::string config =
+          model + (mode == runtime::RingMode::kLayer ? " layer" : " expert") +
+          " mode on " + std::to_string(job->size()) + " ranks";
+      auto spread = Load(options);
+      ASSERT_NE(spread, nullptr) << config;
+      const memory_ring::PlacementPlan& plan = spread->placement();
+      ASSERT_TRUE(plan.streams()) << config;
+      // A rank plans (and streams) only the experts it owns.
+      const int64_t moe_layers =
+          std::count(spread->spec().layer_is_moe.begin(),
+                     spread->spec().layer_is_moe.end(), true);
+      const int64_t experts = spread->spec().num_experts;
+      EXPECT_LE(plan.streamed_experts,
+                moe_layers * ((experts + job->size() - 1) / job->size()))
+          << config;
+      ExpectSame(RunCases(*spread, inputs), want, config);
+      EXPECT_GT(spread->ring_stats().bytes_moved, 0u) << config;
+      EXPECT_EQ(spread->ring_stats().load_errors, 0u) << config;
+    }
+  }
+}
+
+// Outputs cross the host between ranks whatever memory the backend
+// computes in.
+TEST(ExpertParallelDeviceTest, StandInDeviceIsBitwiseOneProcess) {
+  const std::string dir = "tests/testdata/moe-tiny/mixtral";
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+  ASSERT_EQ(inputs.size(), kCases);
+  runtime::EngineOptions options;
+  options.model_dir = dir;
+  options.device = "standin";
+  auto alone = Load(options);
+  options.expert_parallel = job;
+  auto spread = Load(options);
+  ASSERT_NE(alone, nullptr);
+  ASSERT_NE(spread, nullptr);
+  ExpectSame(RunCases(*spread, inputs), RunCases(*alone, inputs),
+             "standin on " + std::to_string(job->size()) + " ranks");
+}
+
+// On ranks other than 0 only failures are printed, each with its rank.
+class RankFailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                 result.file_name() ? result.file_name() : "?",
+                 result.line_number(), result.summary());
+  }
+
+ private:
+  const int rank_;
+};
+
+}  // namespace
+}  // namespace ringmoe
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  auto job = ringmoe::parallel::CreateJobCommunicator(absl::Seconds(30));
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s\n", job.status().ToString().c_str());
+    return 1;
+  }
+  ringmoe::job = job->get();
+  const int rank = (*job)->rank();
+  if (rank != 0) {
+    testing::TestEventListeners& listeners =
+        testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new ringmoe::RankFailurePrinter(rank));
+  }
+  return RUN_ALL_TESTS();
+}
