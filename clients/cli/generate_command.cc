@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/offline_job.h"
 #include "clients/cli/remote_generate.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
@@ -85,24 +86,31 @@ int RunGenerate() {
                 absl::InvalidArgumentError(
                     "give exactly one of --prompt TEXT and --input_ids 1,2,3"));
   }
+  auto job = OfflineJob::Join(&*options);
+  if (!job.ok()) return Fail("generate", job.status());
   auto engine = runtime::Engine::Load(*options);
-  if (!engine.ok()) return Fail("generate", engine.status());
+  if (!engine.ok()) return job->Fail("generate", engine.status());
   runtime::GenerationRequest request;
   request.params = *params;
+  auto seed = job->SharedSeed(params->seed);
+  if (!seed.ok()) return job->Fail("generate", seed.status());
+  request.params.seed = *seed;
   if (!prompt.empty()) {
     const tokenizer::Tokenizer* tok = (*engine)->tokenizer();
     if (tok == nullptr) {
-      return Fail("generate", absl::FailedPreconditionError(
-                                  "--prompt needs tokenizer.json in the model "
-                                  "directory; use --input_ids"));
+      return job->Fail("generate",
+                       absl::FailedPreconditionError(
+                           "--prompt needs tokenizer.json in the model "
+                           "directory; use --input_ids"));
     }
     request.prompt_ids = tok->Encode(prompt, /*add_special_tokens=*/true);
   } else {
     auto ids = ParseIdList(id_text);
-    if (!ids.ok()) return Fail("generate", ids.status());
+    if (!ids.ok()) return job->Fail("generate", ids.status());
     request.prompt_ids = *ids;
   }
-  const bool stream = absl::GetFlag(FLAGS_stream) && !absl::GetFlag(FLAGS_json);
+  const bool stream = absl::GetFlag(FLAGS_stream) &&
+                      !absl::GetFlag(FLAGS_json) && job->writes_output();
   auto on_token = [stream](size_t, int32_t, const std::string& text) {
     if (stream && !text.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -110,8 +118,9 @@ int RunGenerate() {
     }
   };
   auto results = runtime::Generate(**engine, {request}, on_token);
+  if (!results.ok()) return job->Fail("generate", results.status());
+  if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());
-  if (!results.ok()) return Fail("generate", results.status());
   const runtime::GenerationResult& r = (*results)[0];
   const std::string reason(runtime::FinishReasonName(r.finish_reason));
   if (absl::GetFlag(FLAGS_json)) {

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/offline_job.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
@@ -28,13 +29,16 @@ int RunLogits() {
   if (options->kv_cache_tokens == 0) {
     options->kv_cache_tokens = static_cast<int64_t>(ids->size());
   }
+  auto job = OfflineJob::Join(&*options);
+  if (!job.ok()) return Fail("logits", job.status());
   auto engine = runtime::Engine::Load(*options);
-  if (!engine.ok()) return Fail("logits", engine.status());
+  if (!engine.ok()) return job->Fail("logits", engine.status());
   std::vector<float> logits;
   absl::Status status =
       (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
+  if (!status.ok()) return job->Fail("logits", status);
+  if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());
-  if (!status.ok()) return Fail("logits", status);
   const int64_t vocab = (*engine)->spec().vocab_size;
   status = checkpoint::WriteSafetensors(
       out, {{"logits",

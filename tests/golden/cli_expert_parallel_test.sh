@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `mpirun -np NP ringmoe logits|generate ... --expert_parallel` writes and
+# prints exactly what one process does: the logits file byte for byte and
+# the greedy tokens of every golden tiny model, and the demo model's
+# streamed text (rank 0 alone prints). Started alone, --expert_parallel
+# changes nothing.
+#
+# Usage: cli_expert_parallel_test.sh MPIRUN_TEST_SH RINGMOE NP
+set -uo pipefail
+
+mpirun_test=$1
+ringmoe=$2
+np=$3
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+
+fail() {
+  echo "FAIL $*"
+  failures=$((failures + 1))
+}
+
+# same NAME ONE SPREAD: the one-process and expert-parallel outputs agree.
+same() {
+  if ! cmp -s "$2" "$3"; then
+    fail "$1: $np ranks differ from one process"
+    head -c 300 "$2"
+    echo
+    head -c 300 "$3"
+    echo
+  fi
+}
+
+ids=3,17,200,5,88,411,9
+for model in mixtral mixtral_sharded qwen2_moe qwen3_moe olmoe deepseek_v3 \
+  deepseek_v3_fp8 deepseek_v2_lite gpt_oss gpt_oss_bf16; do
+  engine=(--model "tests/testdata/moe-tiny/$model" --threads 1)
+  "$ringmoe" logits "${engine[@]}" --input_ids "$ids" \
+    --out "$tmp/$model.one.safetensors" || fail "$model logits alone"
+  "$mpirun_test" "$np" "$ringmoe" logits "${engine[@]}" --input_ids "$ids" \
+    --out "$tmp/$model.spread.safetensors" --expert_parallel ||
+    fail "$model logits on $np ranks"
+  same "$model logits" "$tmp/$model.one.safetensors" \
+    "$tmp/$model.spread.safetensors"
+
+  generate=(generate "${engine[@]}" --input_ids "$ids" --max_tokens 4
+    --ignore_eos --json)
+  "$ringmoe" "${generate[@]}" >"$tmp/$model.one.json" ||
+    fail "$model generate alone"
+  "$mpirun_test" "$np" "$ringmoe" "${generate[@]}" --expert_parallel \
+    >"$tmp/$model.spread.json" || fail "$model generate on $np ranks"
+  same "$model generate" "$tmp/$model.one.json" "$tmp/$model.spread.json"
+done
+
+adder=(generate --model tests/testdata/moe-adder --threads 1
+  --prompt "37+485=" --max_tokens 6 --stream)
+"$ringmoe" "${adder[@]}" >"$tmp/adder.one.txt" || fail "moe-adder alone"
+"$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
+  >"$tmp/adder.spread.txt" || fail "moe-adder on $np ranks"
+same "moe-adder streamed text" "$tmp/adder.one.txt" "$tmp/adder.spread.txt"
+"$ringmoe" "${adder[@]}" --expert_parallel >"$tmp/adder.flag.txt" ||
+  fail "moe-adder alone with --expert_parallel"
+same "moe-adder alone with --expert_parallel" "$tmp/adder.one.txt" \
+  "$tmp/adder.flag.txt"
+grep -q "^522" "$tmp/adder.one.txt" || fail "moe-adder: $(cat "$tmp/adder.one.txt")"
+
+echo "$failures failures"
+[[ $failures -eq 0 ]]
