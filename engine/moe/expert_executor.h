@@ -1,8 +1,8 @@
 // ExpertExecutor: runs a MoE layer's routed experts. It owns where each
 // expert's weights come from — resident in memory, streamed through the
-// memory ring (StreamedExperts), later a GPU's cache or a peer rank — and
-// where the expert runs; the MoE block hands it each expert's rows of
-// activations and never learns which.
+// memory ring (StreamedExperts), a GPU's cache (HybridExperts), a peer rank
+// (ExpertParallelExecutor) — and where the expert runs; the MoE block hands
+// it each expert's rows of activations and never learns which.
 //
 // A step calls BeginStep, then per MoE layer in order any number of
 // Predict() for later layers and one Run(), then EndStep.
