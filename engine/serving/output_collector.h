@@ -34,6 +34,12 @@ struct OutputCollector {
     };
   }
 
+  // Whether an output came yet; safe while the request runs.
+  bool Started() {
+    std::lock_guard<std::mutex> lock(mu);
+    return messages > 0;
+  }
+
   // Waits for the final output (a minute at most).
   bool Wait() {
     std::unique_lock<std::mutex> lock(mu);

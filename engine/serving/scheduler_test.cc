@@ -251,7 +251,7 @@ TEST(SchedulerTest, CancelFreesBlocksAndQueueOverflowIsResourceExhausted) {
   auto handle = scheduler.Submit(Greedy({1, 2, 3}, 500, &running));
   ASSERT_TRUE(handle.ok());
   // Wait until it runs so that the next one is the only one queued.
-  while (scheduler.num_active() != 1 || running.messages == 0)
+  while (scheduler.num_active() != 1 || !running.Started())
     absl::SleepFor(absl::Milliseconds(1));
   auto second = scheduler.Submit(Greedy({1, 2, 3}, 4, &queued));
   ASSERT_TRUE(second.ok());
