@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -30,6 +31,7 @@
 #include "engine/serving/request_api.h"
 #include "engine/serving/scheduler.h"
 #include "engine/tokenizer/chat_template.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -128,7 +130,21 @@ int WaitForSignal(const sigset_t& signals, absl::Duration timeout) {
   return sig > 0 ? sig : 0;
 }
 
+// Protobuf logs an error for every message it fails to parse because a
+// string is not UTF-8: requests a client controls, already refused and
+// counted (unparsable_request_interceptor.h), so logging each would let one
+// client fill the log. Its other messages pass on.
+void ProtobufLog(google::protobuf::LogLevel level, const char* filename,
+                 int line, const std::string& message) {
+  if (absl::StrContains(message, "invalid UTF-8 data when parsing")) return;
+  static const char* const kLevels[] = {"INFO", "WARNING", "ERROR", "FATAL"};
+  std::fprintf(stderr, "ringmoe_server: protobuf %s %s:%d: %s\n",
+               kLevels[std::clamp(static_cast<int>(level), 0, 3)], filename,
+               line, message.c_str());
+}
+
 int Serve() {
+  google::protobuf::SetLogHandler(&ProtobufLog);
   // Block the shutdown signals before any thread starts so that every
   // thread inherits the mask and only sigtimedwait below sees them.
   sigset_t signals;
