@@ -68,6 +68,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Parallel runs on one machine share podman's storage: one at a time makes
+# the base, builds and prunes (a prune may remove layers that another build
+# is about to use); running the containers needs no lock.
+exec 9>"$state/build.lock"
+flock --timeout 3600 9
+
 # ------------------------------------------------------------ 1. base ---
 # The host's apt sources: mmdebstrap takes them for the base, and the build
 # borrows them (with apt's settings: proxies, mirrors) read-only through
@@ -88,17 +94,14 @@ if podman image exists "${bases[0]}" && podman image exists "${bases[1]}"; then
   step "base images ${bases[*]} exist: reused"
 else
   step "making the Debian 12 base with mmdebstrap from ${apt_sources[*]}"
-  # Debian's own slim image is minbase without documentation, manuals and
-  # translations; one such tarball serves both tags (the build stage needs
-  # no documentation either).
+  # One plain minbase tarball serves both tags. Docker Hub's slim image is
+  # minbase less documentation and manual pages, but leaving those out here
+  # would break the build stage: OpenJDK's postinst (Bazel's JDK) fails
+  # without /usr/share/man/man1.
   timeout 900 mmdebstrap --variant=minbase --quiet \
-    --dpkgopt='path-exclude=/usr/share/doc/*' \
-    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-    --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/info/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
     bookworm "$work/base.tar" "${apt_sources[@]}"
-  timeout 300 podman import --quiet --change 'CMD ["bash"]' "$work/base.tar" "${bases[0]}"
+  timeout 300 podman import --quiet --change 'CMD ["bash"]' "$work/base.tar" \
+    "${bases[0]}" >/dev/null
   podman tag "${bases[0]}" "${bases[1]}"
   rm "$work/base.tar"
 fi
@@ -108,24 +111,23 @@ step "building $image from deploy/Dockerfile (CPU variant)"
 build_start=$(date +%s)
 # --format docker: the OCI format drops SHELL and HEALTHCHECK, both of
 # which the Dockerfile relies on. --pull=never: the bases are local.
-build() {
-  timeout 3600 podman build --format docker --network=host --pull=never \
-    --file deploy/Dockerfile \
-    --build-arg RINGMOE_CUDA=0 --build-arg RUNTIME_BASE=debian:12-slim \
-    "${apt_volumes[@]}" "$@" . >>"$work/build.log" 2>&1 || {
-    tail -n 60 "$work/build.log" >&2
-    echo "test_container: podman build failed" >&2
-    exit 1
-  }
+timeout 3600 podman build --format docker --network=host --pull=never \
+  --file deploy/Dockerfile \
+  --build-arg RINGMOE_CUDA=0 --build-arg RUNTIME_BASE=debian:12-slim \
+  "${apt_volumes[@]}" --tag "$image" . >"$work/build.log" 2>&1 || {
+  tail -n 60 "$work/build.log" >&2
+  echo "test_container: podman build failed" >&2
+  exit 1
 }
-# The build stage first, under a tag of its own: pruning untagged images
-# below then removes earlier runs' layers but keeps the package installs
-# that the next build reuses. The whole image then finds every build-stage
-# step in the layer cache.
-build --target build --tag "$image-build"
-build --tag "$image"
 build_s=$(($(date +%s) - build_start))
+# The layer cache stays bounded: the build stage's image (the last "--> ID"
+# before the runtime stage's first step) gets a tag, so that pruning
+# untagged images removes earlier runs' layers but keeps the package
+# installs that the next build reuses.
+build_stage=$(awk '/^\[2\/2\] STEP 1\//{print id; exit} /^--> /{id=$NF}' "$work/build.log")
+podman tag "$build_stage" "$image-build"
 podman image prune --force >/dev/null
+flock --unlock 9
 
 # ----------------------------------------------------------- 3. image ---
 inspect() { podman image inspect --format "$1" "$image"; }
@@ -141,7 +143,8 @@ if [[ $user != 10001:10001 || $health != *healthcheck.sh* || $stop_signal != SIG
 fi
 # The Dockerfile runs the same check at build time; this repeats it on the
 # finished image, including the bundled libraries' own dependencies.
-timeout 120 podman run --rm --network=none --no-healthcheck --entrypoint /bin/bash "$image" -c \
+timeout 120 podman run --rm --network=none --no-healthcheck \
+  --entrypoint /bin/bash "$image" -c \
   'LD_LIBRARY_PATH=/opt/ringmoe/lib ldd /opt/ringmoe/bin/ringmoe_server \
      /opt/ringmoe/bin/ringmoe /opt/ringmoe/lib/*' >"$work/ldd.txt"
 if grep "not found" "$work/ldd.txt" >&2; then
@@ -151,9 +154,9 @@ fi
 step "user $user, health check $health, stop signal $stop_signal, no library missing"
 
 # ------------------------------------------------------------- 4. run ---
-# Host networking (podman's bridge needs more than CI machines allow): free
-# ports, so that parallel runs do not collide.
-read -r grpc_port metrics_port http_port < <(python3 -c '
+# Host networking, which needs no bridge set up on the machine: free ports,
+# so that parallel runs do not collide.
+read -r grpc_port metrics_port http_port < <(/usr/bin/python3 -c '
 import socket
 socks = [socket.socket() for _ in range(3)]
 for s in socks:
