@@ -6,6 +6,15 @@
 // new requests are refused (UNAVAILABLE), accepted ones finish (up to
 // --shutdown_grace_period_s, or until a second signal), the listeners close
 // and the process exits 0.
+//
+// With --expert_parallel under mpirun -np N, every rank loads the model
+// holding its share of the routed experts (attention replicated). Rank 0
+// serves as above, its scheduler's steps broadcast to the other ranks
+// (engine/serving/step_broadcast.h); the other ranks open no port, write no
+// ready file and log only errors: they replay rank 0's steps until rank 0,
+// having drained on SIGTERM, tells them to stop, and then exit 0. A failed
+// collective or engine step on any rank ends the whole job (every rank
+// exits non-zero; requests in flight on rank 0 fail with the process).
 #include <signal.h>
 
 #include <algorithm>
@@ -25,11 +34,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/parallel/communicator.h"
+#include "engine/parallel/mpi_communicator.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
 #include "engine/serving/chat_output.h"
 #include "engine/serving/request_api.h"
 #include "engine/serving/scheduler.h"
+#include "engine/serving/step_broadcast.h"
+#include "engine/serving/step_runner.h"
 #include "engine/tokenizer/chat_template.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -96,6 +109,18 @@ ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{64} << 20,
 ABSL_FLAG(int, unhealthy_after_failed_steps, 3,
           "Health turns NOT_SERVING after this many engine steps in a row "
           "failed, and SERVING again at the next one that succeeds.");
+ABSL_FLAG(bool, expert_parallel, false,
+          "Under mpirun -np N: spread the routed experts over the N ranks "
+          "(contiguous ranges; attention replicated on every rank). Rank 0 "
+          "serves (ports, ready file, logs); the others replay its engine "
+          "steps. Alone, it changes nothing.");
+// Ranks meet in a collective at every MoE layer of every step; the first
+// comes after each rank loaded its share of the model, which can take
+// minutes on a large checkpoint. A rank that dies is reported by mpirun
+// within about a second whatever this says.
+ABSL_FLAG(absl::Duration, expert_parallel_timeout, absl::Minutes(10),
+          "With --expert_parallel: how long a rank waits for the others in "
+          "one collective before the job fails.");
 ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
           "before they are cancelled.");
@@ -117,7 +142,20 @@ std::string BaseName(std::string path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The expert-parallel job this process is a rank of; null without
+// --expert_parallel.
+parallel::Communicator* job = nullptr;
+
+bool HasPeers() { return job != nullptr && job->size() > 1; }
+
+// Reports `status` and returns the exit status; with other ranks it ends
+// the whole job instead (they may be waiting for this one in a collective).
 int Fail(const absl::Status& status) {
+  if (HasPeers()) {
+    job->Abort(absl::Status(
+        status.code(), absl::StrCat("ringmoe_server rank ", job->rank(), ": ",
+                                    status.message())));
+  }
   std::fprintf(stderr, "ringmoe_server: %s\n", status.ToString().c_str());
   return 1;
 }
@@ -223,10 +261,40 @@ int Serve() {
         "): every running sequence needs its decode token in each step")));
   }
 
+  std::unique_ptr<parallel::Communicator> communicator;
+  if (absl::GetFlag(FLAGS_expert_parallel)) {
+    const absl::Duration timeout =
+        absl::GetFlag(FLAGS_expert_parallel_timeout);
+    if (timeout <= absl::ZeroDuration()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--expert_parallel_timeout must be positive, got ",
+                       absl::FormatDuration(timeout))));
+    }
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> joined =
+        parallel::CreateJobCommunicator(timeout);
+    if (!joined.ok()) return Fail(joined.status());
+    communicator = *std::move(joined);
+    job = communicator.get();
+    options->expert_parallel = communicator.get();
+  }
+
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Load(*options);
   if (!engine.ok()) return Fail(engine.status());
+  if (HasPeers() && job->rank() != 0) {
+    // A follower: no front end; rank 0's steps until it says stop.
+    serving::EngineStepRunner runner(engine->get());
+    const absl::Status followed = serving::RunStepFollower(*job, runner);
+    if (!followed.ok()) return Fail(followed);
+    return 0;
+  }
+  if (HasPeers()) {
+    std::fprintf(stderr,
+                 "ringmoe_server: expert parallel over %d ranks, this is "
+                 "rank 0\n",
+                 job->size());
+  }
   std::string name = absl::GetFlag(FLAGS_model_name);
   if (name.empty()) name = BaseName(options->model_dir);
   std::fprintf(stderr, "ringmoe_server: %s\n",
@@ -292,7 +360,17 @@ int Serve() {
                          .c_str()
                    : "none");
 
-  Scheduler scheduler(engine->get(), sched, &metrics);
+  serving::EngineStepRunner engine_runner(engine->get());
+  // With other ranks, every step goes to them before it runs here.
+  std::unique_ptr<serving::BroadcastingStepRunner> broadcaster;
+  if (HasPeers()) {
+    broadcaster =
+        std::make_unique<serving::BroadcastingStepRunner>(&engine_runner, job);
+  }
+  Scheduler scheduler(broadcaster != nullptr
+                          ? static_cast<serving::StepRunner*>(broadcaster.get())
+                          : &engine_runner,
+                      sched, &metrics);
   ServedModel model{name,     engine->get(),       &scheduler,
                     &metrics, chat_template.get(), chat_format};
   GenerationService generation(model);
@@ -413,6 +491,9 @@ int Serve() {
   server->Shutdown(absl::ToChronoTime(drain_until));
   server->Wait();
   http.reset();
+  // Drained: the other ranks may go (a step the scheduler still tried
+  // would fail here, not reach them).
+  if (broadcaster != nullptr) broadcaster->Stop();
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   std::fprintf(stderr, "ringmoe_server: stopped\n");
   return 0;

@@ -283,7 +283,7 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason, absl::Status status,
     seq->suspect = false;
     --num_suspects_;
   }
-  runner_->kv_cache().Release(seq->id);
+  runner_->Release(seq->id);
   seq->done = true;
   out.finished = true;
   out.finish_reason = reason;
@@ -341,7 +341,7 @@ void Scheduler::DropFinishedOrCancelled(absl::Time now) {
 }
 
 void Scheduler::Preempt(Sequence* seq) {
-  runner_->kv_cache().Release(seq->id);
+  runner_->Release(seq->id);
   seq->computed = 0;
   seq->preempted = true;
   if (metrics_) metrics_->CountPreemption();
@@ -625,7 +625,7 @@ void Scheduler::ApplyFailure(const StepPlan& plan, const absl::Status& step) {
     for (auto& owned : running_) {
       if (owned->planned == 0) continue;
       owned->planned = 0;
-      runner_->kv_cache().Release(owned->id);
+      runner_->Release(owned->id);
       owned->computed = 0;
       owned->suspect = true;
       ++num_suspects_;

@@ -27,6 +27,11 @@ class StepRunner {
   // The cache the steps write; the scheduler admits and preempts by its
   // free blocks and releases finished sequences from it.
   virtual runtime::KvCache& kv_cache() = 0;
+  // Frees sequence `id`'s cache blocks (finished, cancelled, preempted, or
+  // to be recomputed): the scheduler releases only through here, so a
+  // decorator sees every release (BroadcastingStepRunner sends them to the
+  // other ranks of an expert-parallel job).
+  virtual void Release(runtime::SequenceId id) { kv_cache().Release(id); }
   // Null when the model has none (no text, no stop strings).
   virtual const tokenizer::Tokenizer* tokenizer() const = 0;
   virtual absl::Span<const int32_t> eos_token_ids() const = 0;

@@ -1,0 +1,147 @@
+// The server under expert parallelism (ringmoe_server --expert_parallel
+// under mpirun): rank 0 runs the front ends and the scheduler; every other
+// rank (a follower) runs no front end and replays rank 0's steps on its
+// own engine, so that every rank runs the same forward pass on the same
+// tokens and the per-layer collectives of ExpertParallelExecutor match.
+//
+// Rank 0's scheduler runs on a BroadcastingStepRunner around its
+// EngineStepRunner: before each step it broadcasts a StepMessage holding
+// the KV-cache releases since the last step (finished, cancelled,
+// preempted, recomputed sequences) and the step's chunks; the followers
+// (RunStepFollower) apply the releases and run the same Step, discarding
+// the logits (sampling happens on rank 0 only). Their KV caches therefore
+// hold exactly rank 0's sequences, block for block.
+//
+// Wire format (host byte order: the ranks of a job run one build on one
+// architecture), two Broadcasts from rank 0 per message:
+//   1. a fixed 32-byte StepHeader: magic "RMSP", kind (step, idle, stop),
+//      number of releases, number of chunks, payload bytes;
+//   2. when payload bytes > 0, the payload: the releases (int64 sequence
+//      ids), then for each chunk its sequence id (int64), token count
+//      (uint32), all_logits (uint32: 0 or 1) and tokens (int32 each).
+// While the scheduler is idle rank 0 sends an `idle` header every
+// heartbeat (at most a quarter of the communicator's timeout), so that a
+// follower waiting for the next step never times out and a dead follower
+// is noticed while idle too. `stop` ends the followers' loop.
+//
+// Faults: any failed collective, and any failed step (a step that fails on
+// one rank leaves the others inside a collective), ends the whole job with
+// Communicator::Abort: every rank exits non-zero and no rank hangs.
+#ifndef RINGMOE_ENGINE_SERVING_STEP_BROADCAST_H_
+#define RINGMOE_ENGINE_SERVING_STEP_BROADCAST_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/parallel/communicator.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/model_runner.h"
+#include "engine/serving/step_runner.h"
+
+namespace ringmoe::serving {
+
+enum class StepKind : uint32_t { kStep = 1, kIdle = 2, kStop = 3 };
+
+struct StepHeader {
+  uint32_t magic = 0;
+  uint32_t kind = 0;
+  uint64_t num_releases = 0;
+  uint64_t num_chunks = 0;
+  uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(StepHeader) == 32, "StepHeader is 32 bytes on the wire");
+
+inline constexpr uint32_t kStepMagic = 0x50534d52;  // "RMSP"
+
+struct StepChunk {
+  runtime::SequenceId sequence = 0;
+  std::vector<int32_t> tokens;
+  bool all_logits = false;
+};
+
+struct StepMessage {
+  StepKind kind = StepKind::kStep;
+  std::vector<runtime::SequenceId> releases;
+  std::vector<StepChunk> chunks;
+
+  // The chunks as the engine takes them (spans into `chunks`).
+  std::vector<runtime::SequenceChunk> EngineChunks() const;
+};
+
+// The header and payload of `message`.
+StepHeader EncodeStepHeader(const StepMessage& message);
+std::vector<uint8_t> EncodeStepPayload(const StepMessage& message);
+// The message of `header` and `payload`; INVALID_ARGUMENT naming what does
+// not add up (a wrong magic or kind, counts that disagree with the payload's
+// size, a token count past the payload).
+absl::StatusOr<StepMessage> DecodeStepMessage(
+    const StepHeader& header, absl::Span<const uint8_t> payload);
+
+// Sends one message from rank 0 (every rank calls it: on the others it
+// receives). On rank 0 `message` is read; on the others it is written.
+absl::Status BroadcastStepMessage(parallel::Communicator& communicator,
+                                  StepMessage* message);
+
+class BroadcastingStepRunner final : public StepRunner {
+ public:
+  // Rank 0 of `communicator`; `inner` (runs rank 0's own steps) and
+  // `communicator` must outlive the runner. Starts the heartbeat thread.
+  BroadcastingStepRunner(StepRunner* inner,
+                         parallel::Communicator* communicator);
+  // Stops the heartbeat; sends `stop` unless Stop() ran.
+  ~BroadcastingStepRunner() override;
+
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t context_tokens() const override { return inner_.context_tokens(); }
+  runtime::KvCache& kv_cache() override { return inner_.kv_cache(); }
+  const tokenizer::Tokenizer* tokenizer() const override {
+    return inner_.tokenizer();
+  }
+  absl::Span<const int32_t> eos_token_ids() const override {
+    return inner_.eos_token_ids();
+  }
+  // Releases on rank 0 now; the followers release with the next step.
+  void Release(runtime::SequenceId id) override;
+  // Broadcasts the step, then runs it; a failure of either aborts the job.
+  // FAILED_PRECONDITION after Stop().
+  absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
+                    std::vector<float>* logits) override;
+
+  // Tells the followers to exit (their loop returns OK); later steps fail.
+  void Stop();
+
+ private:
+  void Heartbeat();
+  // Broadcasts `message` (mu_ held); aborts the job on failure.
+  void SendLocked(StepMessage* message);
+
+  StepRunner& inner_;
+  parallel::Communicator& communicator_;
+  const absl::Duration heartbeat_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopped_ = false;
+  std::vector<runtime::SequenceId> pending_releases_;  // guarded by mu_
+  absl::Time last_sent_;                               // guarded by mu_
+  std::thread heartbeat_thread_;
+};
+
+// A follower's loop: receives rank 0's messages and runs each step on
+// `runner` until `stop` (returns OK). Returns the first failure (a
+// collective, a malformed message, a failed step): the caller must then
+// end the job with Communicator::Abort.
+absl::Status RunStepFollower(parallel::Communicator& communicator,
+                             StepRunner& runner);
+
+}  // namespace ringmoe::serving
+
+#endif  // RINGMOE_ENGINE_SERVING_STEP_BROADCAST_H_

@@ -1,0 +1,131 @@
+#include "engine/serving/step_broadcast.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/parallel/single_rank_communicator.h"
+#include "gtest/gtest.h"
+
+namespace ringmoe::serving {
+namespace {
+
+StepMessage Sample() {
+  StepMessage m;
+  m.kind = StepKind::kStep;
+  m.releases = {7, 3};
+  m.chunks.push_back({11, {1, 2, 3}, false});
+  m.chunks.push_back({12, {42}, true});
+  return m;
+}
+
+TEST(StepMessageTest, RoundTrips) {
+  const StepMessage m = Sample();
+  const StepHeader h = EncodeStepHeader(m);
+  const std::vector<uint8_t> payload = EncodeStepPayload(m);
+  EXPECT_EQ(h.magic, kStepMagic);
+  EXPECT_EQ(h.num_releases, 2u);
+  EXPECT_EQ(h.num_chunks, 2u);
+  EXPECT_EQ(h.payload_bytes, payload.size());
+  EXPECT_EQ(payload.size(), 2 * 8 + 2 * 16 + 4 * 4u);
+  absl::StatusOr<StepMessage> got = DecodeStepMessage(h, payload);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kind, StepKind::kStep);
+  EXPECT_EQ(got->releases, m.releases);
+  ASSERT_EQ(got->chunks.size(), 2u);
+  EXPECT_EQ(got->chunks[0].sequence, 11);
+  EXPECT_EQ(got->chunks[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(got->chunks[0].all_logits);
+  EXPECT_EQ(got->chunks[1].sequence, 12);
+  EXPECT_EQ(got->chunks[1].tokens, (std::vector<int32_t>{42}));
+  EXPECT_TRUE(got->chunks[1].all_logits);
+  const std::vector<runtime::SequenceChunk> chunks = got->EngineChunks();
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].tokens.size(), 3u);
+  EXPECT_TRUE(chunks[1].all_logits);
+}
+
+TEST(StepMessageTest, StopAndIdleHaveNoChunks) {
+  StepMessage stop;
+  stop.kind = StepKind::kStop;
+  StepHeader h = EncodeStepHeader(stop);
+  EXPECT_EQ(h.payload_bytes, 0u);
+  absl::StatusOr<StepMessage> got = DecodeStepMessage(h, {});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->kind, StepKind::kStop);
+
+  StepMessage idle;
+  idle.kind = StepKind::kIdle;
+  idle.releases = {5};
+  h = EncodeStepHeader(idle);
+  got = DecodeStepMessage(h, EncodeStepPayload(idle));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->releases, (std::vector<runtime::SequenceId>{5}));
+}
+
+TEST(StepMessageTest, RefusesMalformed) {
+  const StepMessage m = Sample();
+  const std::vector<uint8_t> payload = EncodeStepPayload(m);
+  StepHeader h = EncodeStepHeader(m);
+  h.magic = 0;
+  EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
+  h = EncodeStepHeader(m);
+  h.kind = 9;
+  EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
+  h = EncodeStepHeader(m);
+  EXPECT_FALSE(
+      DecodeStepMessage(h, absl::MakeConstSpan(payload).first(payload.size() - 4))
+          .ok());
+  h.num_chunks = 1u << 30;
+  EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
+  h = EncodeStepHeader(m);
+  h.num_chunks = 3;  // one more than there is
+  EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
+  // A token count past the payload.
+  std::vector<uint8_t> bad = payload;
+  const uint32_t huge = 1000;
+  std::memcpy(bad.data() + 2 * 8 + 8, &huge, sizeof(huge));
+  h = EncodeStepHeader(m);
+  EXPECT_FALSE(DecodeStepMessage(h, bad).ok());
+}
+
+// A StepRunner that records what it is asked to do.
+class RecordingRunner : public StepRunner {
+ public:
+  int64_t vocab_size() const override { return 4; }
+  int64_t context_tokens() const override { return 16; }
+  runtime::KvCache& kv_cache() override { std::abort(); }
+  const tokenizer::Tokenizer* tokenizer() const override { return nullptr; }
+  absl::Span<const int32_t> eos_token_ids() const override { return {}; }
+  void Release(runtime::SequenceId id) override { released.push_back(id); }
+  absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
+                    std::vector<float>* logits) override {
+    steps.push_back(chunks.size());
+    logits->assign(chunks.size() * 4, 1.0f);
+    return absl::OkStatus();
+  }
+  std::vector<runtime::SequenceId> released;
+  std::vector<size_t> steps;
+};
+
+TEST(BroadcastingStepRunnerTest, RunsAndReleasesThroughTheInnerRunner) {
+  parallel::SingleRankCommunicator communicator(absl::Seconds(1));
+  RecordingRunner inner;
+  {
+    BroadcastingStepRunner runner(&inner, &communicator);
+    runner.Release(4);
+    const std::vector<int32_t> tokens = {1, 2};
+    std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
+    std::vector<float> logits;
+    ASSERT_TRUE(runner.Step(chunks, &logits).ok());
+    EXPECT_EQ(logits.size(), 4u);
+    runner.Stop();
+    EXPECT_EQ(runner.Step(chunks, &logits).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(inner.released, (std::vector<runtime::SequenceId>{4}));
+  EXPECT_EQ(inner.steps, (std::vector<size_t>{1}));
+}
+
+}  // namespace
+}  // namespace ringmoe::serving
