@@ -3,7 +3,9 @@ serves, rank 1 replays its steps. Greedy tokens and KServe logits equal a
 single-process server's; concurrent streams with a cancelled one keep the
 ranks' KV caches in step; SIGTERM to rank 0 ends both ranks with 0; a
 follower killed with SIGKILL ends the job non-zero without a client
-hanging."""
+hanging. Preemption under a small KV cache and idle time longer than
+--expert_parallel_timeout (the heartbeat) leave the ranks in step; alone,
+--expert_parallel changes nothing."""
 import os
 import shutil
 import signal
@@ -130,12 +132,52 @@ def run_concurrent(target):
     return together, run_all(target)
 
 
+def preempting_request(i):
+    # As concurrency_test: 12 sequences of up to 150 tokens in a 256-token
+    # cache preempt one another; greedy and seeded sampling alike.
+    return dict(input_ids=[1 + i, 2, 3, 4 + i], max_tokens=100 + 4 * i, ignore_eos=True,
+                temperature=0 if i % 2 else 0.9, seed=11 * i, top_k=0 if i % 3 else 20)
+
+
 class ExpertParallelServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         with harness.Server(TINY) as single:
             cls.want = run_all(single.target)
             cls.want_concurrent = run_concurrent(single.target)
+        with harness.Server(TINY, "--max_running_sequences=1") as single, \
+                Client(single.target, timeout=120) as c:
+            cls.alone = [c.generate_text(**preempting_request(i)).token_ids
+                         for i in range(12)]
+
+    def test_alone_the_flag_changes_nothing(self):
+        with harness.Server(TINY, "--expert_parallel") as server:
+            self.assertEqual(run_all(server.target), self.want)
+            self.assertEqual(server.stop(), 0)
+
+    def test_preemption_releases_reach_the_follower(self):
+        server = MpiServer(TINY, "--kv_cache_tokens=256", "--kv_block_size=16",
+                           "--max_running_sequences=12",
+                           "--expert_parallel_timeout=2s").start()
+        try:
+            # Idle for longer than a collective may wait: the heartbeat
+            # keeps the follower from timing out.
+            time.sleep(5)
+            with Client(server.target, timeout=120) as c:
+                with ThreadPoolExecutor(12) as pool:
+                    together = list(pool.map(
+                        lambda i: c.generate_text(**preempting_request(i)).token_ids,
+                        range(12)))
+            self.assertGreater(server.metric("ringmoe_preemptions_total"), 0)
+            self.assertEqual(together, self.alone)
+            # The caches still agree afterwards.
+            self.assertEqual(run_all(server.target), self.want)
+        except Exception:
+            print(server.read_log())
+            raise
+        finally:
+            rc = server.stop()
+        self.assertEqual(rc, 0, server.read_log())
 
     def test_same_tokens_and_logits_as_one_process_then_sigterm(self):
         server = MpiServer(TINY).start()
