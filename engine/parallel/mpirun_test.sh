@@ -32,7 +32,10 @@ export OMPI_MCA_orte_base_help_aggregate=0
 # its libraries through its components, which have no frame pointers).
 if [[ -n ${ASAN_OPTIONS:-} ]]; then
   export ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0
-  export LSAN_OPTIONS=suppressions=$(dirname "$0")/open_mpi.lsan.supp:print_suppressions=0
+  # Beside this script's source: tests of other packages run it under
+  # their own names.
+  here=$(dirname "$(readlink -f "$0")")
+  export LSAN_OPTIONS=suppressions=$here/open_mpi.lsan.supp:print_suppressions=0
 fi
 
 # Bazel's result files belong to this script, not to each rank.
