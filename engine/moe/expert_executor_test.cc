@@ -9,33 +9,11 @@
 #include <vector>
 
 #include "engine/backend/cpu_backend.h"
+#include "engine/moe/random_mlp.h"
 #include "gtest/gtest.h"
 
 namespace ringmoe::moe {
 namespace {
-
-backend::Weight F32Weight(const float* data, int64_t rows, int64_t cols) {
-  backend::Weight w;
-  w.data = data;
-  w.rows = rows;
-  w.cols = cols;
-  return w;
-}
-
-struct RandomMlp {
-  std::vector<float> gate, up, down;
-  model::MlpWeights weights;
-  RandomMlp(int64_t hidden, int64_t inter, std::mt19937* rng) {
-    std::normal_distribution<float> normal(0.f, 0.2f);
-    for (auto* m : {&gate, &up, &down}) {
-      m->resize(hidden * inter);
-      for (float& w : *m) w = normal(*rng);
-    }
-    weights.gate = F32Weight(gate.data(), inter, hidden);
-    weights.up = F32Weight(up.data(), inter, hidden);
-    weights.down = F32Weight(down.data(), hidden, inter);
-  }
-};
 
 TEST(ResidentExpertsTest, SameBitsAsEachExpertAlone) {
   std::mt19937 rng(11);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/moe/random_mlp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,29 +21,6 @@ namespace ringmoe::moe {
 namespace {
 
 using ::testing::ElementsAre;
-
-backend::Weight F32Weight(const float* data, int64_t rows, int64_t cols) {
-  backend::Weight w;
-  w.data = data;
-  w.rows = rows;
-  w.cols = cols;
-  return w;
-}
-
-struct RandomMlp {
-  std::vector<float> gate, up, down;
-  model::MlpWeights weights;
-  RandomMlp(int64_t hidden, int64_t inter, std::mt19937* rng) {
-    std::normal_distribution<float> normal(0.f, 0.2f);
-    for (auto* m : {&gate, &up, &down}) {
-      m->resize(hidden * inter);
-      for (float& w : *m) w = normal(*rng);
-    }
-    weights.gate = F32Weight(gate.data(), inter, hidden);
-    weights.up = F32Weight(up.data(), inter, hidden);
-    weights.down = F32Weight(down.data(), hidden, inter);
-  }
-};
 
 // Rank `rank` of `size`: AllGather records what this rank sends (by call)
 // and fills the other ranks' blocks from `peer_blocks` (by call, then rank)

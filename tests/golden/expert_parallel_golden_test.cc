@@ -17,72 +17,26 @@
 #include "engine/parallel/mpi_communicator.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
+#include "tests/golden/engine_trace.h"
 
 namespace ringmoe {
 namespace {
+
+using golden::Bitwise;
+using golden::GoldenInputs;
+using golden::RunTrace;
+using golden::Trace;
 
 parallel::Communicator* job = nullptr;
 
 constexpr int kCases = 3;
 constexpr int kGreedy = 6;
 
-struct Trace {
-  std::vector<std::vector<float>> logits;  // per case: prompt + decode rows
-  std::vector<std::vector<int32_t>> greedy;
-  std::vector<float> batched;  // every case in one step
-};
-
 std::unique_ptr<runtime::Engine> Load(runtime::EngineOptions options) {
   options.threads = 1;
   auto engine = runtime::Engine::Load(options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
-}
-
-Trace RunCases(runtime::Engine& engine,
-               const std::vector<std::vector<int32_t>>& inputs) {
-  Trace trace;
-  const int64_t vocab = engine.spec().vocab_size;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<float> logits;
-    const runtime::SequenceId seq = 100 + i;
-    // After a failed step the communicator refuses every collective.
-    if (absl::Status s = engine.Step({{seq, inputs[i], true}}, &logits);
-        !s.ok()) {
-      ADD_FAILURE() << s;
-      return trace;
-    }
-    std::vector<float> all = logits;
-    std::vector<int32_t> greedy;
-    for (int step = 0; step < kGreedy; ++step) {
-      const float* last = &logits[logits.size() - vocab];
-      greedy.push_back(
-          static_cast<int32_t>(std::max_element(last, last + vocab) - last));
-      const std::vector<int32_t> next = {greedy.back()};
-      if (absl::Status s = engine.Step({{seq, next, false}}, &logits);
-          !s.ok()) {
-        ADD_FAILURE() << s;
-        return trace;
-      }
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    engine.kv_cache().Release(seq);
-    trace.logits.push_back(std::move(all));
-    trace.greedy.push_back(std::move(greedy));
-  }
-  std::vector<runtime::SequenceChunk> chunks;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    chunks.push_back(
-        {static_cast<runtime::SequenceId>(200 + i), inputs[i], true});
-  }
-  EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
-  for (size_t i = 0; i < inputs.size(); ++i) engine.kv_cache().Release(200 + i);
-  return trace;
-}
-
-bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void ExpectSame(const Trace& got, const Trace& want,
@@ -96,27 +50,13 @@ void ExpectSame(const Trace& got, const Trace& want,
   EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
 }
 
-std::vector<std::vector<int32_t>> GoldenInputs(const std::string& dir) {
-  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
-  EXPECT_TRUE(golden.ok()) << golden.status();
-  std::vector<std::vector<int32_t>> inputs;
-  for (int i = 0; golden.ok() && i < kCases; ++i) {
-    auto ids = checkpoint::CopyAsInt64(
-        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
-    EXPECT_TRUE(ids.ok());
-    if (!ids.ok()) return {};
-    inputs.emplace_back(ids->begin(), ids->end());
-  }
-  return inputs;
-}
-
 class ExpertParallelGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   std::string dir() const { return "tests/testdata/moe-tiny/" + GetParam(); }
 };
 
 TEST_P(ExpertParallelGoldenTest, ResidentExpertsAreBitwiseOneProcess) {
-  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir());
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir(), kCases);
   ASSERT_EQ(inputs.size(), kCases);
   runtime::EngineOptions options;
   options.model_dir = dir();
@@ -125,7 +65,8 @@ TEST_P(ExpertParallelGoldenTest, ResidentExpertsAreBitwiseOneProcess) {
   auto spread = Load(options);
   ASSERT_NE(alone, nullptr);
   ASSERT_NE(spread, nullptr);
-  ExpectSame(RunCases(*spread, inputs), RunCases(*alone, inputs),
+  ExpectSame(RunTrace(*spread, inputs, kGreedy),
+             RunTrace(*alone, inputs, kGreedy),
              GetParam() + " on " + std::to_string(job->size()) + " ranks");
 }
 
@@ -141,13 +82,13 @@ INSTANTIATE_TEST_SUITE_P(EveryGoldenModel, ExpertParallelGoldenTest,
 TEST(ExpertParallelStreamingTest, StreamedExpertsAreBitwiseOneProcess) {
   for (const std::string model : {"qwen2_moe", "deepseek_v3_fp8"}) {
     const std::string dir = "tests/testdata/moe-tiny/" + model;
-    const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+    const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir, kCases);
     ASSERT_EQ(inputs.size(), kCases);
     runtime::EngineOptions options;
     options.model_dir = dir;
     auto alone = Load(options);
     ASSERT_NE(alone, nullptr);
-    const Trace want = RunCases(*alone, inputs);
+    const Trace want = RunTrace(*alone, inputs, kGreedy);
     const memory_ring::PlacementPlan& sizes = alone->placement();
     for (auto mode : {runtime::RingMode::kLayer, runtime::RingMode::kExpert}) {
       runtime::StreamingOptions& ring = options.streaming;
@@ -174,7 +115,7 @@ TEST(ExpertParallelStreamingTest, StreamedExpertsAreBitwiseOneProcess) {
       EXPECT_LE(plan.streamed_experts,
                 moe_layers * ((experts + job->size() - 1) / job->size()))
           << config;
-      ExpectSame(RunCases(*spread, inputs), want, config);
+      ExpectSame(RunTrace(*spread, inputs, kGreedy), want, config);
       EXPECT_GT(spread->ring_stats().bytes_moved, 0u) << config;
       EXPECT_EQ(spread->ring_stats().load_errors, 0u) << config;
     }
@@ -185,7 +126,7 @@ TEST(ExpertParallelStreamingTest, StreamedExpertsAreBitwiseOneProcess) {
 // computes in.
 TEST(ExpertParallelDeviceTest, StandInDeviceIsBitwiseOneProcess) {
   const std::string dir = "tests/testdata/moe-tiny/mixtral";
-  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir, kCases);
   ASSERT_EQ(inputs.size(), kCases);
   runtime::EngineOptions options;
   options.model_dir = dir;
@@ -195,7 +136,8 @@ TEST(ExpertParallelDeviceTest, StandInDeviceIsBitwiseOneProcess) {
   auto spread = Load(options);
   ASSERT_NE(alone, nullptr);
   ASSERT_NE(spread, nullptr);
-  ExpectSame(RunCases(*spread, inputs), RunCases(*alone, inputs),
+  ExpectSame(RunTrace(*spread, inputs, kGreedy),
+             RunTrace(*alone, inputs, kGreedy),
              "standin on " + std::to_string(job->size()) + " ranks");
 }
 

@@ -16,19 +16,18 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
+#include "tests/golden/engine_trace.h"
 
 namespace ringmoe {
 namespace {
 
+using golden::Bitwise;
+using golden::GoldenInputs;
+using golden::RunTrace;
+using golden::Trace;
+
 constexpr int kCases = 5;
 constexpr int kGreedy = 16;
-
-struct Trace {
-  std::vector<std::vector<float>>
-      logits;  // per case: prefill (all) + decode rows
-  std::vector<std::vector<int32_t>> greedy;
-  std::vector<float> batched;  // all cases in one step
-};
 
 std::unique_ptr<runtime::Engine> Load(
     const std::string& dir, const runtime::StreamingOptions& streaming) {
@@ -41,64 +40,15 @@ std::unique_ptr<runtime::Engine> Load(
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-Trace RunCases(runtime::Engine& engine,
-               const std::vector<std::vector<int32_t>>& inputs) {
-  Trace trace;
-  const int64_t vocab = engine.spec().vocab_size;
-  for (int i = 0; i < kCases; ++i) {
-    std::vector<float> logits, all;
-    runtime::SequenceId seq = 100 + i;
-    EXPECT_TRUE(engine.Step({{seq, inputs[i], true}}, &logits).ok());
-    all = logits;
-    std::vector<int32_t> greedy;
-    for (int step = 0; step < kGreedy; ++step) {
-      const float* last = &logits[logits.size() - vocab];
-      greedy.push_back(
-          static_cast<int32_t>(std::max_element(last, last + vocab) - last));
-      std::vector<int32_t> next = {greedy.back()};
-      EXPECT_TRUE(engine.Step({{seq, next, false}}, &logits).ok());
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    engine.kv_cache().Release(seq);
-    trace.logits.push_back(std::move(all));
-    trace.greedy.push_back(std::move(greedy));
-  }
-  std::vector<runtime::SequenceChunk> chunks;
-  for (int i = 0; i < kCases; ++i) chunks.push_back({200 + i, inputs[i], true});
-  EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
-  for (int i = 0; i < kCases; ++i) engine.kv_cache().Release(200 + i);
-  return trace;
-}
-
-bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// The golden cases' input ids of the model in `dir`; empty on error.
-std::vector<std::vector<int32_t>> GoldenInputs(const std::string& dir) {
-  auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
-  EXPECT_TRUE(golden.ok()) << golden.status();
-  std::vector<std::vector<int32_t>> inputs;
-  for (int i = 0; golden.ok() && i < kCases; ++i) {
-    auto ids = checkpoint::CopyAsInt64(
-        *(*golden)->Find("case" + std::to_string(i) + ".input_ids"));
-    EXPECT_TRUE(ids.ok());
-    if (!ids.ok()) return {};
-    inputs.emplace_back(ids->begin(), ids->end());
-  }
-  return inputs;
-}
-
 class StreamingExactnessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   const std::string dir = "tests/testdata/moe-tiny/" + GetParam();
-  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir);
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir, kCases);
   ASSERT_EQ(inputs.size(), kCases);
   auto resident = Load(dir, {});
   ASSERT_NE(resident, nullptr);
-  const Trace want = RunCases(*resident, inputs);
+  const Trace want = RunTrace(*resident, inputs, kGreedy);
   const memory_ring::PlacementPlan& sizes = resident->placement();
   ASSERT_GT(sizes.layer_experts, 3);
 
@@ -145,7 +95,7 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
         ASSERT_EQ(plan.num_slots, ring.slots) << config;
         ASSERT_EQ(plan.section_experts, ring.section_experts) << config;
         ASSERT_EQ(plan.resident_experts, 0) << config;
-        const Trace got = RunCases(*streamed, inputs);
+        const Trace got = RunTrace(*streamed, inputs, kGreedy);
         for (int i = 0; i < kCases; ++i) {
           EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
               << config << " case " << i;
@@ -224,11 +174,11 @@ TEST(StreamingMisalignedTest, CopiedFp8ScalesStreamFromTheFile) {
   ASSERT_NE(scale, nullptr);
   ASSERT_NE(reinterpret_cast<uintptr_t>(scale->data) % alignof(float), 0u);
 
-  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(src);
+  const std::vector<std::vector<int32_t>> inputs = GoldenInputs(src, kCases);
   ASSERT_EQ(inputs.size(), kCases);
   auto resident = Load(dir, {});
   ASSERT_NE(resident, nullptr);
-  const Trace want = RunCases(*resident, inputs);
+  const Trace want = RunTrace(*resident, inputs, kGreedy);
   const memory_ring::PlacementPlan& sizes = resident->placement();
   runtime::StreamingOptions s;
   s.num_slots = 2;
@@ -240,7 +190,7 @@ TEST(StreamingMisalignedTest, CopiedFp8ScalesStreamFromTheFile) {
   auto streamed = Load(dir, s);
   ASSERT_NE(streamed, nullptr);
   ASSERT_TRUE(streamed->placement().streams());
-  const Trace got = RunCases(*streamed, inputs);
+  const Trace got = RunTrace(*streamed, inputs, kGreedy);
   for (int i = 0; i < kCases; ++i) {
     EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i])) << "case " << i;
   }
