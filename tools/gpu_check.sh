@@ -9,7 +9,8 @@
 #   tools/gpu_check.sh run [tests|bench|hybrid]  (there, from the
 #       repository root; tests and bench without an argument, one part per
 #       call keeps each within the device tool's time limit; hybrid: the
-#       hybrid goldens and benchmark alone) runs every
+#       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
+#       alone) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -28,6 +29,7 @@ tests=(
   //kernels/cuda:device_info_test
   //memory_ring:cuda_tier_test
   //engine/backend:backend_conformance_test
+  //engine/parallel:nccl_communicator_test
   //tests/golden:golden_logits_test
   //tests/golden:hybrid_golden_test
 )
@@ -67,19 +69,30 @@ build() {
   du -h .device/bundle.tar.xz
 }
 
+sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
+
+# NCCL probes kernels its build lacks for the device with
+# cudaFuncGetAttributes (error 209, expected): API errors are not reported,
+# memory accesses (NCCL's and ours) still are.
+memcheck_nccl() {
+  check memcheck_nccl_communicator_test "${sanitize[@]}" --tool memcheck \
+    --report-api-errors no "$bin/nccl_communicator_test"
+}
+
 # Every CUDA test plain, under memcheck and racecheck; the goldens on cuda:0.
 # Uses run()'s check, bin and out.
 run_tests() {
   local test
   for test in rms_norm_test device_info_test cuda_tier_test \
-    backend_conformance_test golden_logits_test hybrid_golden_test; do
+    backend_conformance_test nccl_communicator_test golden_logits_test \
+    hybrid_golden_test; do
     check "$test" "$bin/$test"
   done
-  local sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
   for test in rms_norm_test cuda_tier_test backend_conformance_test \
     golden_logits_test; do
     check "memcheck_$test" "${sanitize[@]}" --tool memcheck "$bin/$test"
   done
+  memcheck_nccl
   # Hybrid under memcheck: one model per weight format (bf16, fp8, mxfp4).
   check memcheck_hybrid_golden_test "${sanitize[@]}" --tool memcheck \
     "$bin/hybrid_golden_test" \
@@ -131,12 +144,30 @@ run() {
   rm -rf /tmp/bundle
   tar -xJf .device/bundle.tar.xz -C /tmp || return 1
   local bin=/tmp/bundle/bin
-  export LD_LIBRARY_PATH="/tmp/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  # NCCL (200 MB) does not travel: the device image has it in its CUDA
+  # toolkit or in the Python environment's nvidia-nccl package.
+  local nccl_dir
+  nccl_dir=$(dirname "$(find /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ \
+    /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH="/tmp/bundle/lib:/usr/local/cuda/lib64:$nccl_dir:${LD_LIBRARY_PATH:-}"
   export RINGMOE_TEST_DEVICE=cuda:0
   export PATH="/usr/local/cuda/bin:$PATH"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem \
     --format=csv >"$out/nvidia-smi.csv" 2>&1
   local summary=() status=0
+  # What ran so far, and the logs as one archive (the device tool brings
+  # back few files): also when a time limit stops the run part-way.
+  report() {
+    local f
+    for f in "$out"/*_test.log; do
+      [[ -e $f ]] || continue
+      grep -hE "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY" "$f" |
+        sed "s|^|$(basename "$f"): |"
+    done
+    (cd "$out" && tar -czf logs.tar.gz -- *.log && rm -f -- *.log)
+    printf '%s\n' "${summary[@]}"
+  }
+  trap 'summary+=("STOPPED by a time limit"); report; exit 124' TERM
   check() {  # name, command...
     local name=$1
     shift
@@ -157,19 +188,17 @@ run() {
       check hybrid_golden_test "$bin/hybrid_golden_test"
       run_hybrid_benchmark
       ;;
+    hybrid_bench) run_hybrid_benchmark ;;
+    nccl)
+      check nccl_communicator_test "$bin/nccl_communicator_test"
+      memcheck_nccl
+      ;;
     *)
       run_tests
       run_benchmarks
       ;;
   esac
-  for f in "$out"/*_test.log; do
-    [[ -e $f ]] || continue
-    grep -hE "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY" "$f" |
-      sed "s|^|$(basename "$f"): |"
-  done
-  # The device tool brings back few files: the logs travel as one.
-  (cd "$out" && tar -czf logs.tar.gz -- *.log && rm -f -- *.log)
-  printf '%s\n' "${summary[@]}"
+  report
   return $status
 }
 
@@ -177,7 +206,7 @@ case ${1:-} in
   build) build ;;
   run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run [tests|bench|hybrid]" >&2
+    echo "usage: $0 build|run [tests|bench|hybrid|hybrid_bench|nccl]" >&2
     exit 2
     ;;
 esac
