@@ -1,38 +1,136 @@
-// ExpertPlacement: which rank of an expert-parallel job owns each routed
+// ExpertPlacement: which ranks of an expert-parallel job hold each routed
 // expert. Every MoE layer is placed alike (expert e of every layer on the
-// same rank), so a rank's share of the weights is the same fraction of
+// same ranks), so a rank's share of the weights is the same fraction of
 // every layer.
+//
+// An expert has one or more replicas, each on a different rank: a hot
+// expert's copies share its tokens (AssignRanks). owner(e) is its first
+// (lowest) replica rank; with one replica per expert (Contiguous) that is
+// the only rank that runs it.
+//
+// Every rank of a job must build the same placement (Contiguous, Balanced
+// from the same counts, or ReadFile of the same file): all of it is
+// deterministic, so the ranks agree without communicating.
 #ifndef RINGMOE_ENGINE_MOE_EXPERT_PLACEMENT_H_
 #define RINGMOE_ENGINE_MOE_EXPERT_PLACEMENT_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace ringmoe::moe {
 
 class ExpertPlacement {
  public:
-  // Contiguous ranges: rank r owns experts [r * E / N, (r + 1) * E / N)
-  // (integer division) of E experts over N ranks, so the ranks' shares
-  // differ by at most one expert; with N > E some ranks own none.
-  // Requires num_experts >= 1 and num_ranks >= 1.
+  // Contiguous ranges, one replica each: rank r holds experts
+  // [r * E / N, (r + 1) * E / N) (integer division) of E experts over N
+  // ranks, so the ranks' shares differ by at most one expert; with N > E
+  // some ranks hold none. Requires num_experts >= 1 and num_ranks >= 1.
   static ExpertPlacement Contiguous(int num_experts, int num_ranks);
 
-  int num_experts() const { return static_cast<int>(owner_.size()); }
-  int num_ranks() const { return num_ranks_; }
+  // EPLB-style greedy balancing of E = tokens_per_expert.size() experts
+  // (expert e's load: the tokens routed to it) over `num_ranks` ranks with
+  // E + extra_replicas replicas in all:
+  //  1. Replication: each extra replica, one at a time, goes to the expert
+  //     with the highest load per replica (tokens / replicas so far; ties:
+  //     lower expert id) among those with fewer than num_ranks replicas.
+  //  2. Packing: rank r gets ceil(T / N) replica slots when r < T % N and
+  //     floor(T / N) otherwise (T replicas, N ranks). Replicas go heaviest
+  //     first (load tokens / replicas; ties: lower expert id) to the rank
+  //     with the least load so far (ties: lower rank) among those with a
+  //     free slot that do not hold that expert yet. When every rank with a
+  //     free slot holds it already, a replica of another expert moves from
+  //     a full rank to a free slot to make room (the move that leaves the
+  //     larger of the two ranks' loads smallest; ties: lower ranks, lower
+  //     expert), so every input within the limits below is placed.
+  // With all-zero counts every expert ties and ranks fill in order: rank 0
+  // gets experts 0, 1, ..., as Contiguous. Errors (INVALID_ARGUMENT): no
+  // experts, num_ranks < 1, extra_replicas < 0, or extra_replicas >
+  // E * (num_ranks - 1) (some expert would need more replicas than ranks).
+  static absl::StatusOr<ExpertPlacement> Balanced(
+      absl::Span<const uint64_t> tokens_per_expert, int num_ranks,
+      int extra_replicas);
 
-  // The rank that runs `expert` (in [0, num_experts())).
-  int owner(int expert) const { return owner_[expert]; }
-  // The experts `rank` runs, ascending.
+  // Reads a placement written by WriteFile (format there) for a model with
+  // `num_experts` routed experts and a job of `num_ranks` ranks. Errors:
+  // the file's, naming `path` (NOT_FOUND when missing); INVALID_ARGUMENT
+  // "<path>:<line>: <problem>" for a wrong header or version, counts that
+  // are not this job's ("placement file <path> was written for 8 experts
+  // over 4 ranks; this job has 16 experts over 2 ranks"), an expert out of
+  // range, listed twice or missing, an expert without ranks, a rank out of
+  // range or listed twice for one expert, and anything else on a line
+  // (trailing garbage). A rank holding no replica is allowed.
+  static absl::StatusOr<ExpertPlacement> ReadFile(const std::string& path,
+                                                  int num_experts,
+                                                  int num_ranks);
+
+  // Writes the placement to `path` as text, through a temporary file in the
+  // same directory renamed over `path`, so a crash leaves either the old
+  // file or the whole new one. Format (version 1; '#' starts a comment that
+  // runs to the end of its line, blank lines are skipped):
+  //   ringmoe-expert-placement 1
+  //   experts <E>
+  //   ranks <N>
+  //   <expert>: <rank> <rank> ...     (one line per expert, any order)
+  // Errors: the system's, naming the file.
+  absl::Status WriteFile(const std::string& path) const;
+
+  int num_experts() const { return static_cast<int>(replicas_.size()); }
+  int num_ranks() const { return num_ranks_; }
+  // Replicas of all experts together (num_experts() plus the extra ones).
+  int num_replicas() const { return num_replicas_; }
+
+  // The ranks holding `expert` (in [0, num_experts())): ascending, at least
+  // one, no rank twice.
+  const std::vector<int>& replicas(int expert) const {
+    return replicas_[expert];
+  }
+  // The first (lowest) rank holding `expert`.
+  int owner(int expert) const { return replicas_[expert].front(); }
+  // The experts with a replica on `rank`, ascending.
   std::vector<int32_t> experts_of(int rank) const;
 
- private:
-  ExpertPlacement(std::vector<int> owner, int num_ranks)
-      : owner_(std::move(owner)), num_ranks_(num_ranks) {}
+  // The rank that runs each task of a step: task i is one token routed to
+  // expert task_experts[i] (each in [0, num_experts())). Tasks are taken in
+  // order, each to the replica of its expert with the fewest of this call's
+  // tasks so far (ties: lower rank), so an expert's replicas get counts
+  // that differ by at most one, and a single-replica expert's tasks all go
+  // to its owner. Depends on nothing else: every rank computes the same.
+  std::vector<int> AssignRanks(absl::Span<const int32_t> task_experts) const;
 
-  std::vector<int> owner_;  // [expert]
+  // Each rank's load under `tokens_per_expert` (size num_experts()): the sum
+  // over its replicas of the expert's tokens / replicas.
+  std::vector<double> RankLoads(
+      absl::Span<const uint64_t> tokens_per_expert) const;
+
+  // One line for the start-up log: replicas, the experts with more than
+  // one, replica slots per rank and, for a Balanced placement, each rank's
+  // share of the tokens it was balanced for.
+  std::string Summary() const;
+
+  // Same ranks holding the same experts (how a placement was made, e.g.
+  // the counts Balanced used, is not compared).
+  bool operator==(const ExpertPlacement& other) const {
+    return num_ranks_ == other.num_ranks_ && replicas_ == other.replicas_;
+  }
+  bool operator!=(const ExpertPlacement& other) const {
+    return !(*this == other);
+  }
+
+ private:
+  ExpertPlacement(std::vector<std::vector<int>> replicas, int num_ranks,
+                  std::vector<uint64_t> balanced_for);
+
+  std::vector<std::vector<int>> replicas_;  // [expert], ranks ascending
   int num_ranks_;
+  int num_replicas_;
+  // The token counts Balanced placed by; empty otherwise.
+  std::vector<uint64_t> balanced_for_;
 };
 
 }  // namespace ringmoe::moe
