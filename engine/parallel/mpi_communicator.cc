@@ -325,6 +325,38 @@ void MpiCommunicator::Abort(const absl::Status& status) {
   std::_Exit(1);
 }
 
+absl::StatusOr<NodeGrouping> MpiCommunicator::SharedMemoryNodes() {
+  if (absl::Status s = CheckUsable("SharedMemoryNodes"); !s.ok()) return s;
+  const std::string where = Where("SharedMemoryNodes", rank_, size_);
+  // Ordered by rank (the key), so rank 0 of the node's communicator is the
+  // node's lowest rank: its label, the same on every rank of the node.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  int code = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_,
+                                 MPI_INFO_NULL, &node_comm);
+  if (code != MPI_SUCCESS) return Fail(MpiError(where, -1, code));
+  MPI_Group node_group = MPI_GROUP_NULL;
+  MPI_Group group = MPI_GROUP_NULL;
+  MPI_Comm_group(node_comm, &node_group);
+  MPI_Comm_group(comm_, &group);
+  const int first = 0;
+  int lowest = MPI_UNDEFINED;
+  code = MPI_Group_translate_ranks(node_group, 1, &first, group, &lowest);
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&group);
+  MPI_Comm_free(&node_comm);
+  if (code != MPI_SUCCESS) return Fail(MpiError(where, -1, code));
+
+  const int64_t label = lowest;
+  std::vector<int64_t> labels(size_);
+  const absl::Status gathered =
+      AllGather(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&label),
+                                    sizeof(label)),
+                absl::MakeSpan(reinterpret_cast<uint8_t*>(labels.data()),
+                               labels.size() * sizeof(int64_t)));
+  if (!gathered.ok()) return gathered;
+  return NodeGrouping::FromLabels(labels);
+}
+
 bool LaunchedAsMpiRank() {
   for (const char* variable :
        {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {

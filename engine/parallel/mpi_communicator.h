@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/node_grouping.h"
 
 namespace ringmoe::parallel {
 
@@ -68,6 +69,16 @@ class MpiCommunicator : public Communicator {
 
   // MPI_Abort on every rank of the job, after printing `status`.
   [[noreturn]] void Abort(const absl::Status& status) override;
+
+  // The job's nodes as MPI sees them: ranks that can share memory
+  // (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) are on one node. A
+  // collective, made like the others by every rank; a failure makes the
+  // communicator unusable. MPI_Comm_split_type has no non-blocking form,
+  // so unlike the collectives above its first step waits for every rank
+  // without timeout(): call it at startup, right after Create, where mpirun
+  // bounds a rank that does not start. The labels are then exchanged by
+  // AllGather, within timeout().
+  absl::StatusOr<NodeGrouping> SharedMemoryNodes();
 
  private:
   MpiCommunicator(MPI_Comm comm, int rank, int size, absl::Duration timeout,
