@@ -48,8 +48,9 @@ class ExpertPlacement {
   //     a full rank to a free slot to make room (the move that leaves the
   //     larger of the two ranks' loads smallest; ties: lower ranks, lower
   //     expert), so every input within the limits below is placed.
-  // With all-zero counts every expert ties and ranks fill in order: rank 0
-  // gets experts 0, 1, ..., as Contiguous. Errors (INVALID_ARGUMENT): no
+  // With all-zero counts every expert ties and ranks fill in order (rank 0
+  // gets experts 0, 1, ...: Contiguous when N divides E and there are no
+  // extra replicas), still evenly. Errors (INVALID_ARGUMENT): no
   // experts, num_ranks < 1, extra_replicas < 0, or extra_replicas >
   // E * (num_ranks - 1) (some expert would need more replicas than ranks).
   static absl::StatusOr<ExpertPlacement> Balanced(
@@ -64,7 +65,8 @@ class ExpertPlacement {
   // over 4 ranks; this job has 16 experts over 2 ranks"), an expert out of
   // range, listed twice or missing, an expert without ranks, a rank out of
   // range or listed twice for one expert, and anything else on a line
-  // (trailing garbage). A rank holding no replica is allowed.
+  // (trailing garbage); "<path>: <problem>" for a file that ends before its
+  // counts or leaves an expert out. A rank holding no replica is allowed.
   static absl::StatusOr<ExpertPlacement> ReadFile(const std::string& path,
                                                   int num_experts,
                                                   int num_ranks);
