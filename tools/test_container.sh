@@ -16,7 +16,13 @@
 #      the image's health check, tests/deploy/container_check.py (a streamed
 #      generation and KServe through the Python client, /metrics through a
 #      real Prometheus, memory against the Deployment's request, SIGTERM
-#      draining running streams), exit status 0.
+#      draining running streams), exit status 0;
+#   5. the same image as a two-rank expert-parallel job in one container
+#      (RINGMOE_RANKS=2: mpirun, shared memory, loopback), same security
+#      context: healthy, the same greedy answer over HTTP as the single
+#      rank gave, /metrics answering, and `podman stop` (SIGTERM to the
+#      entrypoint, which passes it to rank 0) ending every rank with exit
+#      status 0 well within the grace period.
 #
 # tools/test.sh runs this after the Bazel tests (RINGMOE_SKIP_CONTAINER_TEST=1
 # skips it there). Needs root and the packages tools/setup.sh installs.
@@ -62,8 +68,10 @@ export CONTAINERS_CONF=$state/containers.conf
 
 work=$(mktemp -d /tmp/ringmoe-container.XXXXXX)
 container=ringmoe-test-$$
+ep_container=ringmoe-test-ep-$$
 cleanup() {
   podman rm --force --time 0 "$container" >/dev/null 2>&1 || true
+  podman rm --force --time 0 "$ep_container" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -192,6 +200,20 @@ verdict=$(timeout 30 podman exec "$container" /opt/ringmoe/bin/healthcheck.sh)
 step "podman healthcheck run: healthy; healthcheck.sh says $verdict"
 [[ $verdict == SERVING ]]
 
+# One greedy completion through the OpenAI-compatible HTTP API: the
+# reference answer for the expert-parallel run (step 5) must be the same.
+complete() {
+  timeout 60 /usr/bin/python3 -c '
+import json, sys, urllib.request
+body = json.dumps({"model": "moe-adder", "prompt": "37+485=", "max_tokens": 8,
+                   "temperature": 0}).encode()
+req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], body,
+                             {"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=50))["choices"][0]["text"])' "$1"
+}
+single_answer=$(complete "$http_port")
+step "HTTP completion of 37+485= by one rank: '$single_answer'"
+
 # The Python client's stubs, generated as //clients/python:stubs does, so
 # that this needs no Bazel build on the host.
 /usr/bin/python3 -m grpc_tools.protoc -Iringmoe_client/_pb=proto \
@@ -210,6 +232,65 @@ if [[ $exit_code != 0 ]] || ! grep -q "draining" "$work/server.log"; then
   exit 1
 fi
 step "SIGTERM: $(grep -o 'draining [0-9]* requests' "$work/server.log"), exit status 0"
+
+# ---------------------------------------------- 5. expert parallelism ---
+# Two ranks in one container, as the Compose file's ringmoe-ep service
+# runs them; rank 0 takes the same ports as the single-rank run had.
+step "running $ep_container: RINGMOE_RANKS=2 on the CPU, same ports"
+timeout 120 podman run --detach --name "$ep_container" --network=host \
+  --read-only --tmpfs /tmp --cap-drop=ALL --security-opt=no-new-privileges \
+  --volume "$PWD/tests/testdata/moe-adder:/models:ro" \
+  --env RINGMOE_RANKS=2 --env RINGMOE_MODEL_NAME=moe-adder --env RINGMOE_DEVICE=cpu \
+  --env RINGMOE_THREADS=1 \
+  --env RINGMOE_GRPC_PORT="$grpc_port" --env RINGMOE_METRICS_PORT="$metrics_port" \
+  --env RINGMOE_HTTP_PORT="$http_port" --env RINGMOE_SHUTDOWN_GRACE_PERIOD_S="$drain_s" \
+  "$image" >/dev/null 2>"$work/run-ep.log" || {
+  cat "$work/run-ep.log" >&2
+  exit 1
+}
+deadline=$(($(date +%s) + 120))
+until timeout 30 podman healthcheck run "$ep_container" >/dev/null 2>&1; do
+  if [[ $(podman inspect --format '{{.State.Running}}' "$ep_container") != true ||
+    $(date +%s) -ge $deadline ]]; then
+    podman logs "$ep_container" >&2 || true
+    echo "test_container: the two-rank container never became healthy" >&2
+    exit 1
+  fi
+  sleep 1
+done
+verdict=$(timeout 30 podman exec "$ep_container" /opt/ringmoe/bin/healthcheck.sh)
+[[ $verdict == SERVING ]]
+ranks_running=$(podman top "$ep_container" args | grep -c 'ringmoe_server .*--expert_parallel' || true)
+ep_answer=$(complete "$http_port")
+step "two ranks ($ranks_running ringmoe_server processes): health $verdict," \
+  "answer '$ep_answer'"
+if [[ $ranks_running != 2 || $ep_answer != "$single_answer" ]]; then
+  podman logs "$ep_container" >&2 || true
+  echo "test_container: two ranks: $ranks_running processes, answer '$ep_answer'" \
+    "(one rank: '$single_answer')" >&2
+  exit 1
+fi
+if ! timeout 30 curl -fsS "http://127.0.0.1:$metrics_port/metrics" |
+  grep -q 'ringmoe_generated_tokens_total'; then
+  echo "test_container: two ranks: /metrics without ringmoe_generated_tokens_total" >&2
+  exit 1
+fi
+# podman stop: SIGTERM to PID 1 (the entrypoint), SIGKILL after grace_s.
+# A clean stop is rank 0 draining, telling rank 1 to stop, mpirun exiting
+# 0, all well before the SIGKILL.
+stop_start=$(date +%s)
+timeout $((grace_s + 30)) podman stop --time "$grace_s" "$ep_container" >/dev/null
+stop_s=$(($(date +%s) - stop_start))
+exit_code=$(podman inspect --format '{{.State.ExitCode}}' "$ep_container")
+podman logs "$ep_container" >"$work/server-ep.log" 2>&1
+if [[ $exit_code != 0 || $stop_s -ge $grace_s ]] ||
+  ! grep -q "SIGTERM to rank 0" "$work/server-ep.log" ||
+  ! grep -q "mpirun exited with status 0" "$work/server-ep.log"; then
+  tail -n 30 "$work/server-ep.log" >&2
+  echo "test_container: two ranks: exit status $exit_code, $stop_s s after SIGTERM" >&2
+  exit 1
+fi
+step "two ranks: /metrics answers; SIGTERM: rank 0 drained, exit status 0 in $stop_s s"
 
 echo "test_container: PASSED in $(($(date +%s) - start)) s" \
   "(image build $build_s s, $((size / 1000000)) MB)"

@@ -7,6 +7,7 @@ status 0. Also: deploy/bundle_libs.sh, which fills the image's lib/."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,6 +111,65 @@ class EntrypointTest(unittest.TestCase):
             self.assertIn(flag, log)
         self.assertIn("serving 'adder'", log)
 
+    def test_two_ranks_serve_on_rank_0_and_sigterm_drains_through_rank_0(self):
+        """RINGMOE_RANKS=2: the entrypoint runs mpirun with itself as both
+        ranks (no hostfile: one machine, loopback); rank 0 serves; SIGTERM to
+        the entrypoint reaches rank 0, which drains and stops rank 1, and
+        everything exits 0."""
+        log_path = os.path.join(self.work, "ep.log")
+        # Open MPI's session directory holds Unix sockets (108-byte paths):
+        # Bazel's TEST_TMPDIR is too deep for them.
+        session = tempfile.mkdtemp(prefix="ringmoe_ep.", dir="/tmp")
+        env = dict(self.env, RINGMOE_MODEL=MODEL, RINGMOE_MODEL_NAME="adder",
+                   RINGMOE_DEVICE="cpu", RINGMOE_THREADS="1", RINGMOE_RANKS="2",
+                   RINGMOE_HOST="127.0.0.1", RINGMOE_SHUTDOWN_GRACE_PERIOD_S="10",
+                   TMPDIR=session)
+        # Bazel's result files belong to this test, not to the ranks.
+        for name in ("XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
+            env.pop(name, None)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(["deploy/entrypoint.sh"], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        try:
+            deadline, health = time.monotonic() + 120, None
+            while time.monotonic() < deadline:
+                self.assertIsNone(proc.poll(), open(log_path).read())
+                health = self.healthcheck(RINGMOE_HEALTH_TIMEOUT_S="2")
+                if health.returncode == 0:
+                    break
+                time.sleep(0.5)
+            self.assertEqual(health.returncode, 0, open(log_path).read())
+            out = subprocess.run(
+                [self.cli, "generate", "--server", "127.0.0.1:%d" % self.grpc_port,
+                 "--prompt", "37+485=", "--max_tokens", "8", "--json"],
+                capture_output=True, text=True, timeout=60, check=True).stdout
+            self.assertEqual(json.loads(out)["text"].strip(), "522")
+            url = "http://127.0.0.1:%d/metrics" % self.metrics_port
+            with urllib.request.urlopen(url, timeout=10) as r:
+                self.assertIn("ringmoe_generated_tokens_total", r.read().decode())
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=60), 0, open(log_path).read())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log = open(log_path).read()
+        self.assertIn("mpirun -np 2 --bind-to none", log)
+        self.assertIn("--expert_parallel", log)
+        self.assertIn("SIGTERM to rank 0", log)
+        self.assertIn("draining", log)
+        self.assertIn("mpirun exited with status 0", log)
+        # The entrypoint removes rank 0's pid file once mpirun has exited.
+        self.assertFalse([n for n in os.listdir(session) if n.startswith("ringmoe-rank0")])
+        shutil.rmtree(session, ignore_errors=True)
+
+    def test_bad_rank_count_is_a_clear_error(self):
+        r = subprocess.run(["deploy/entrypoint.sh"],
+                           env=dict(self.env, RINGMOE_MODEL=MODEL, RINGMOE_RANKS="two"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("RINGMOE_RANKS=two", r.stderr)
+
     def check_dashboard_metrics(self, metrics_text):
         """Every metric the dashboard queries is one the server exports (or
         a memory-ring metric still to come)."""
@@ -148,7 +208,10 @@ class EntrypointTest(unittest.TestCase):
                      "libprometheus-cpp-pull.so."]:
             self.assertTrue(any(n.startswith(want) for n in names), want)
         for unwanted in ["libc.so.", "libm.so.", "libstdc++.so.", "libgcc_s.so.",
-                         "ld-linux", "libcudart.so.", "libcublas"]:
+                         "ld-linux", "libcudart.so.", "libcublas",
+                         # The runtime stage's own Open MPI package: mpirun,
+                         # libmpi and its plugins from one build.
+                         "libmpi.so.", "libopen-pal.so.", "libopen-rte.so.", "libhwloc.so."]:
             self.assertFalse(any(n.startswith(unwanted) for n in names), unwanted)
         # Every bundled file is a real library file, not a link into the
         # build machine's /usr/lib.

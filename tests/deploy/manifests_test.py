@@ -139,13 +139,131 @@ class KubernetesTest(unittest.TestCase):
                 self.assertEqual(pod_labels.get(k), v)
 
 
+class ExpertParallelKubernetesTest(unittest.TestCase):
+    """deploy/k8s/expert-parallel: an MPIJob (the Kubeflow MPI Operator's
+    custom resource, so k8s_schema_check.py only parses it) and a Service
+    (schema-checked there). This checks the MPIJob's structure and that it
+    agrees with the single-pod Deployment and with the entrypoint."""
+
+    def setUp(self):
+        self.objects = {d["kind"]: d for name in ["mpijob", "service"]
+                        for d in load_all("deploy/k8s/expert-parallel/%s.yaml" % name)}
+        self.job = self.objects["MPIJob"]
+        self.specs = self.job["spec"]["mpiReplicaSpecs"]
+        deployment = k8s_objects()["Deployment"]
+        self.deployment_pod = deployment["spec"]["template"]["spec"]
+        (self.deployment_container,) = self.deployment_pod["containers"]
+
+    def pod(self, replica_type):
+        spec = self.specs[replica_type]["template"]["spec"]
+        (container,) = spec["containers"]
+        return spec, container
+
+    def test_kinds_and_kustomization(self):
+        self.assertEqual(self.job["apiVersion"], "kubeflow.org/v2beta1")
+        self.assertEqual(self.objects["Service"]["apiVersion"], "v1")
+        (k,) = load_all("deploy/k8s/expert-parallel/kustomization.yaml")
+        self.assertEqual(sorted(k["resources"]), ["mpijob.yaml", "service.yaml"])
+        # The default kustomization stays the single-pod Deployment.
+        (default,) = load_all("deploy/k8s/kustomization.yaml")
+        self.assertFalse(any("expert-parallel" in r or "mpijob" in r
+                             for r in default["resources"]))
+
+    def test_replicas_slots_and_ranks(self):
+        spec = self.job["spec"]
+        self.assertEqual(spec["mpiImplementation"], "OpenMPI")
+        self.assertEqual(spec["slotsPerWorker"], 1)
+        self.assertTrue(spec["runLauncherAsWorker"])
+        self.assertEqual(set(self.specs), {"Launcher", "Worker"})
+        self.assertEqual(self.specs["Launcher"]["replicas"], 1)
+        # Ranks: the launcher (runLauncherAsWorker) plus slots on each worker.
+        ranks = 1 + self.specs["Worker"]["replicas"] * spec["slotsPerWorker"]
+        self.assertEqual(ranks, 2)
+        _, launcher = self.pod("Launcher")
+        env = {e["name"]: e.get("value") for e in launcher["env"]}
+        self.assertEqual(env["RINGMOE_RANKS"], str(ranks))
+        # The operator mounts its keys where the image's user has its home.
+        self.assertEqual(spec["sshAuthMountPath"], "/home/ringmoe/.ssh")
+
+    def test_launcher_runs_mpirun_with_expert_parallel(self):
+        """The launcher runs the entrypoint, which turns RINGMOE_RANKS into
+        mpirun -np N with itself as every rank, each adding --expert_parallel."""
+        _, launcher = self.pod("Launcher")
+        self.assertEqual(launcher["command"], ["/opt/ringmoe/bin/entrypoint.sh"])
+        with open("deploy/entrypoint.sh") as f:
+            entrypoint = f.read()
+        self.assertRegex(entrypoint, r'mpirun "\$\{mpi\[@\]\}" "\$self"')
+        self.assertIn('mpi=(-np "$ranks" --bind-to none)', entrypoint)
+        self.assertIn("args+=(--expert_parallel)", entrypoint)
+        # Remote ranks get their settings through mpirun -x, not the pod's env.
+        self.assertIn('mpi+=(-x "$name")', entrypoint)
+
+    def test_launcher_serves_like_the_deployment(self):
+        """Rank 0 (the launcher) has the Deployment's ports, probes, GPU,
+        security context, model volume and grace period."""
+        spec, c = self.pod("Launcher")
+        d = self.deployment_container
+        for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe",
+                    "resources", "securityContext", "volumeMounts", "image"):
+            self.assertEqual(c[key], d[key], key)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        d_env = {e["name"]: e.get("value") for e in d["env"]}
+        for name in ("RINGMOE_MODEL", "RINGMOE_GRPC_PORT", "RINGMOE_METRICS_PORT",
+                     "RINGMOE_HTTP_PORT"):
+            self.assertEqual(env[name], d_env[name], name)
+        for key in ("securityContext", "volumes", "tolerations",
+                    "terminationGracePeriodSeconds"):
+            self.assertEqual(spec[key], self.deployment_pod[key], key)
+
+    def test_worker_runs_sshd_with_a_gpu_and_the_model(self):
+        spec, c = self.pod("Worker")
+        self.assertEqual(c["command"][0], "/usr/sbin/sshd")
+        self.assertIn("/opt/ringmoe/etc/sshd_config", c["command"])
+        self.assertEqual(c["ports"], [{"name": "ssh", "containerPort": 2222,
+                                       "protocol": "TCP"}])
+        self.assertEqual(c["readinessProbe"]["tcpSocket"]["port"], 2222)
+        # No ringmoe port here: a gRPC probe would fail on every rank but 0.
+        for probe in ("startupProbe", "livenessProbe"):
+            self.assertNotIn(probe, c)
+        d = self.deployment_container
+        for key in ("resources", "securityContext", "volumeMounts", "image"):
+            self.assertEqual(c[key], d[key], key)
+        for key in ("securityContext", "volumes", "tolerations"):
+            self.assertEqual(spec[key], self.deployment_pod[key], key)
+
+    def test_image_configures_ssh_on_the_workers_port(self):
+        with open("deploy/Dockerfile") as f:
+            dockerfile = f.read()
+        for want in ("openmpi-bin", "openssh-server", "'Port 2222'",
+                     "'    Port 2222'", "/opt/ringmoe/etc/sshd_config",
+                     "--home-dir /home/ringmoe"):
+            self.assertIn(want, dockerfile)
+
+    def test_service_selects_the_launcher_only(self):
+        svc = self.objects["Service"]
+        selector = svc["spec"]["selector"]
+        launcher = self.specs["Launcher"]["template"]["metadata"]["labels"]
+        worker = self.specs["Worker"]["template"]["metadata"]["labels"]
+        self.assertTrue(all(launcher.get(k) == v for k, v in selector.items()))
+        self.assertFalse(all(worker.get(k) == v for k, v in selector.items()))
+        # Nor the single-pod Deployment's pods, nor they this Service.
+        pod = k8s_objects()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+        self.assertFalse(all(pod.get(k) == v for k, v in selector.items()))
+        ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT, "http": HTTP_PORT})
+        _, c = self.pod("Launcher")
+        names = {p["name"] for p in c["ports"]}
+        for p in svc["spec"]["ports"]:
+            self.assertIn(p["targetPort"], names)
+
+
 class ComposeTest(unittest.TestCase):
     def setUp(self):
         (self.compose,) = load_all("deploy/docker-compose.yml")
         self.services = self.compose["services"]
 
     def test_services(self):
-        self.assertEqual(set(self.services), {"ringmoe", "prometheus", "grafana"})
+        self.assertEqual(set(self.services), {"ringmoe", "ringmoe-ep", "prometheus", "grafana"})
 
     def test_ringmoe_ports_gpu_and_model_volume(self):
         r = self.services["ringmoe"]
@@ -158,6 +276,38 @@ class ComposeTest(unittest.TestCase):
         self.assertIn("gpu", device["capabilities"])
         # SOURCE:/models[:ro], where SOURCE may be "${VAR:-default}".
         self.assertTrue(any(re.search(r":/models(:ro)?$", v) for v in r["volumes"]))
+
+    def test_expert_parallel_service(self):
+        """ringmoe-ep: the same image with two ranks, only under its profile,
+        rank 0's ports (the image's, as the entrypoint passes them) on host
+        ports that do not collide with the single-rank service."""
+        r, ep = self.services["ringmoe"], self.services["ringmoe-ep"]
+        self.assertEqual(ep["image"], r["image"])
+        self.assertEqual(ep["profiles"], ["expert-parallel"])
+        env = ep["environment"]
+        self.assertEqual(env["RINGMOE_RANKS"], "2")
+        self.assertIn("cuda:local", env["RINGMOE_DEVICE"])
+        # Ports: the container side is the server's default flags (the
+        # entrypoint's defaults, no RINGMOE_*_PORT override here).
+        for var in ("RINGMOE_GRPC_PORT", "RINGMOE_METRICS_PORT", "RINGMOE_HTTP_PORT"):
+            self.assertNotIn(var, env)
+        ports = dict(p.split(":") for p in ep["ports"])
+        self.assertEqual(sorted(int(c) for c in ports.values()),
+                         sorted([GRPC_PORT, METRICS_PORT, HTTP_PORT]))
+        single_host_ports = {p.split(":")[0] for p in r["ports"]}
+        self.assertFalse(set(ports) & single_host_ports)
+        # Nothing else in the file takes these host ports either.
+        for name, service in self.services.items():
+            if name != "ringmoe-ep":
+                taken = {p.split(":")[0] for p in service.get("ports", [])}
+                self.assertFalse(set(ports) & taken, name)
+        (device,) = ep["deploy"]["resources"]["reservations"]["devices"]
+        self.assertEqual(device["count"], 2)  # one GPU per rank
+        self.assertTrue(any(re.search(r":/models:ro$", v) for v in ep["volumes"]))
+        self.assertIn("shm_size", ep)
+        # The same drain margin as the single rank: rank 0 drains (30 s)
+        # before the others stop.
+        self.assertEqual(ep["stop_grace_period"], r["stop_grace_period"])
 
     def test_mounted_config_files_exist(self):
         for service in ("prometheus", "grafana"):
