@@ -160,7 +160,7 @@ int RunBench() {
     return ids;
   };
   auto release = [&](const std::vector<runtime::SequenceId>& ids) {
-    for (runtime::SequenceId id : ids) engine.kv_cache().Release(id);
+    for (runtime::SequenceId id : ids) engine.Release(id);
   };
 
   // Warm-up: touches the memory-mapped weights so page faults are not timed.

@@ -24,6 +24,12 @@ ABSL_FLAG(absl::Duration, expert_parallel_timeout, absl::Minutes(10),
           "logits, generate: with --expert_parallel, how long a rank waits "
           "for the others in one collective before the job fails.");
 
+ABSL_FLAG(std::string, expert_parallel_attention, "replicated",
+          "logits, generate: with --expert_parallel, `replicated` (every rank "
+          "runs every sequence's attention) or `data_parallel` (each "
+          "sequence's attention and KV cache on one rank, its tokens sent to "
+          "their experts' ranks at every MoE layer).");
+
 namespace ringmoe::cli {
 
 absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
@@ -34,6 +40,14 @@ absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
         absl::StrCat("--expert_parallel_timeout must be positive, got ",
                      absl::FormatDuration(timeout)));
   }
+  const std::string attention = absl::GetFlag(FLAGS_expert_parallel_attention);
+  if (attention != "replicated" && attention != "data_parallel") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--expert_parallel_attention must be replicated or "
+                     "data_parallel, got \"",
+                     attention, "\""));
+  }
+  options->data_parallel_attention = attention == "data_parallel";
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> communicator,
                    parallel::CreateJobCommunicator(timeout));
   options->expert_parallel = communicator.get();

@@ -130,7 +130,7 @@ absl::Status RunVariant(const runtime::EngineOptions& base, const Variant& v,
     // compute-only times would include reading the file.
     absl::Status warm = e.Step({{0, prompt, false}}, &logits);
     if (!warm.ok()) return warm;
-    e.kv_cache().Release(0);
+    e.Release(0);
   }
 
   Snapshot before(e.ring_stats());

@@ -15,7 +15,9 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
+#include "engine/moe/expert_parallel.h"
 #include "engine/moe/expert_placement.h"
+#include "engine/moe/token_dispatch.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -156,8 +158,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
           on_device ? engine->device_weights_ : engine->weights_);
       experts = engine->resident_experts_.get();
     }
-    engine->parallel_experts_ = std::make_unique<moe::ExpertParallelExecutor>(
-        options.expert_parallel, *std::move(expert_placement), experts);
+    if (options.data_parallel_attention) {
+      engine->parallel_experts_ = std::make_unique<moe::TokenDispatchExecutor>(
+          options.expert_parallel, *std::move(expert_placement), experts,
+          engine->spec_.hidden_size);
+      engine->data_parallel_ = options.expert_parallel;
+      engine->rank_positions_.assign(options.expert_parallel->size(), 0);
+    } else {
+      engine->parallel_experts_ = std::make_unique<moe::ExpertParallelExecutor>(
+          options.expert_parallel, *std::move(expert_placement), experts);
+    }
     experts = engine->parallel_experts_.get();
   }
   engine->ring_stats_.bytes_device_weights =
@@ -173,7 +183,84 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
 
 absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
                           std::vector<float>* logits, backend::Work* work) {
+  if (data_parallel_ != nullptr) return DataParallelStep(chunks, logits, work);
   return runner_->Forward(chunks, kv_cache_.get(), logits, work);
+}
+
+void Engine::Release(SequenceId sequence) {
+  kv_cache_->Release(sequence);
+  const auto home = homes_.find(sequence);
+  if (home == homes_.end()) return;
+  rank_positions_[home->second.rank] -= home->second.length;
+  homes_.erase(home);
+}
+
+absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
+                                      std::vector<float>* logits,
+                                      backend::Work* work) {
+  const int rank = data_parallel_->rank(), ranks = data_parallel_->size();
+  const int64_t vocab = spec_.vocab_size;
+  // Every rank is handed the same chunks, so every rank homes them alike.
+  std::vector<int> home_of(chunks.size());
+  std::vector<SequenceChunk> local;
+  std::vector<uint64_t> rows_of_rank(ranks, 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& c = chunks[i];
+    auto [home, added] = homes_.try_emplace(c.sequence);
+    if (added) {
+      home->second.rank = static_cast<int>(
+          std::min_element(rank_positions_.begin(), rank_positions_.end()) -
+          rank_positions_.begin());
+    }
+    const int64_t length = static_cast<int64_t>(c.tokens.size());
+    home->second.length += length;
+    rank_positions_[home->second.rank] += length;
+    home_of[i] = home->second.rank;
+    rows_of_rank[home_of[i]] += c.all_logits ? length : 1;
+    if (home_of[i] == rank) local.push_back(c);
+  }
+  std::vector<float> local_logits;
+  if (local.empty()) {
+    RETURN_IF_ERROR(runner_->ForwardWithoutTokens());
+  } else {
+    RETURN_IF_ERROR(
+        runner_->Forward(local, kv_cache_.get(), &local_logits, work));
+  }
+
+  // Each rank's logits rows, one block per rank, sent to every rank by
+  // one broadcast per rank that has any.
+  std::vector<uint64_t> first_row(ranks + 1, 0);
+  for (int p = 0; p < ranks; ++p) {
+    first_row[p + 1] = first_row[p] + rows_of_rank[p];
+  }
+  std::vector<float> blocks(first_row[ranks] * vocab);
+  std::copy(local_logits.begin(), local_logits.end(),
+            blocks.begin() + first_row[rank] * vocab);
+  for (int p = 0; p < ranks; ++p) {
+    if (rows_of_rank[p] == 0) continue;
+    const absl::Span<uint8_t> block(
+        reinterpret_cast<uint8_t*>(blocks.data() + first_row[p] * vocab),
+        rows_of_rank[p] * vocab * sizeof(float));
+    if (absl::Status s = data_parallel_->Broadcast(p, block); !s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("sending rank ", p, "'s logits (", rows_of_rank[p],
+                       " rows) on rank ", rank, ": ", s.message()));
+    }
+  }
+  // Back in chunk order.
+  logits->resize(blocks.size());
+  std::vector<uint64_t> next(first_row.begin(), first_row.end() - 1);
+  float* out = logits->data();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t rows = chunks[i].all_logits
+                             ? static_cast<int64_t>(chunks[i].tokens.size())
+                             : 1;
+    const float* from = blocks.data() + next[home_of[i]] * vocab;
+    out = std::copy(from, from + rows * vocab, out);
+    next[home_of[i]] += rows;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ringmoe::runtime

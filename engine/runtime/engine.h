@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/thread_pool.h"
@@ -17,7 +18,6 @@
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
-#include "engine/moe/expert_parallel.h"
 #include "engine/moe/expert_usage.h"
 #include "engine/parallel/communicator.h"
 #include "engine/runtime/hybrid_experts.h"
@@ -67,6 +67,16 @@ struct EngineOptions {
   // budget holds. Must outlive the engine; a failed step must end the job
   // (Communicator::Abort).
   parallel::Communicator* expert_parallel = nullptr;
+  // With expert_parallel over several ranks: attention data-parallel
+  // instead of replicated. Every rank is still handed every step's chunks
+  // (the same on every rank), but runs only those of the sequences homed
+  // on it — each sequence is homed, at its first chunk, on the rank whose
+  // sequences hold the fewest positions (ties: the lowest rank), and its
+  // KV cache lives there alone — and sends its tokens to their experts'
+  // ranks at every MoE layer (TokenDispatchExecutor). Every rank's Step
+  // still returns every chunk's logits, so callers are unchanged, except
+  // that sequences must be released through Engine::Release on every rank.
+  bool data_parallel_attention = false;
 };
 
 class Engine {
@@ -100,9 +110,16 @@ class Engine {
   // Tokens routed per (layer, expert); null unless count_expert_tokens.
   const moe::ExpertUsage* expert_usage() const { return expert_usage_.get(); }
 
-  // Runs one step (see ModelRunner::Forward).
+  // Runs one step (see ModelRunner::Forward). Under data-parallel
+  // attention every rank must run the same steps: a failure on one rank
+  // (an invalid chunk is found by its home rank only) leaves the others in
+  // a collective, so it must end the job.
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
                     std::vector<float>* logits, backend::Work* work = nullptr);
+
+  // Frees the KV positions of `sequence` (nothing if it holds none) and,
+  // under data-parallel attention, its home; callers release on every rank.
+  void Release(SequenceId sequence);
 
  private:
   Engine() = default;
@@ -124,7 +141,21 @@ class Engine {
   // Expert parallelism: this rank's experts when neither the ring nor the
   // hybrid executor runs them, and the executor spreading the experts.
   std::unique_ptr<moe::ResidentExperts> resident_experts_;
-  std::unique_ptr<moe::ExpertParallelExecutor> parallel_experts_;
+  std::unique_ptr<moe::ExpertExecutor> parallel_experts_;
+  // Data-parallel attention: the job, each live sequence's home rank and
+  // length, and the positions each rank's sequences hold.
+  struct Home {
+    int rank = 0;
+    int64_t length = 0;
+  };
+  parallel::Communicator* data_parallel_ = nullptr;
+  absl::flat_hash_map<SequenceId, Home> homes_;
+  std::vector<int64_t> rank_positions_;
+  // Home sequences for new ones among `chunks`, and their chunks of this
+  // rank; then the step, and every rank's logits exchanged.
+  absl::Status DataParallelStep(absl::Span<const SequenceChunk> chunks,
+                                std::vector<float>* logits,
+                                backend::Work* work);
   std::unique_ptr<moe::ExpertUsage> expert_usage_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;

@@ -32,7 +32,7 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
   // Sequence ids this call owns; released on every exit path.
   std::vector<SequenceId> owned;
   absl::Cleanup release = [&] {
-    for (SequenceId id : owned) engine.kv_cache().Release(id);
+    for (SequenceId id : owned) engine.Release(id);
   };
   static SequenceId next_id = 1 << 30;
   for (size_t i = 0; i < requests.size(); ++i) {

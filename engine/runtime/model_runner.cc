@@ -137,6 +137,21 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   return backend.TakeError();
 }
 
+absl::Status ModelRunner::ForwardWithoutTokens() const {
+  experts_->BeginStep(0);
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    if (!spec_.layer_is_moe[l]) continue;
+    if (absl::Status status =
+            experts_->Run(static_cast<int>(l), {}, {}, *backend_);
+        !status.ok()) {
+      experts_->EndStep();
+      return status;
+    }
+  }
+  experts_->EndStep();
+  return backend_->TakeError();
+}
+
 absl::Status ModelRunner::RunLayers(const AttentionStep& step,
                                     const Tensor& x) const {
   Backend& backend = *backend_;

@@ -52,6 +52,13 @@ class ModelRunner {
                        std::vector<float>* logits,
                        backend::Work* work = nullptr) const;
 
+  // A step that holds none of this process's tokens, under data-parallel
+  // attention (TokenDispatchExecutor): runs no layer, but makes the expert
+  // executor's calls of a step — BeginStep(0), one Run with no tasks per
+  // MoE layer, EndStep — so that this rank joins every layer's exchange and
+  // runs the other ranks' tokens routed to its experts.
+  absl::Status ForwardWithoutTokens() const;
+
   const model::ModelSpec& spec() const { return spec_; }
 
  private:

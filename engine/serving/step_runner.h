@@ -61,6 +61,7 @@ class EngineStepRunner final : public StepRunner {
                     std::vector<float>* logits) override {
     return engine_->Step(chunks, logits);
   }
+  void Release(runtime::SequenceId id) override { engine_->Release(id); }
 
  private:
   runtime::Engine* const engine_;

@@ -2,8 +2,8 @@
 # `mpirun -np NP ringmoe logits|generate ... --expert_parallel` writes and
 # prints exactly what one process does: the logits file byte for byte and
 # the greedy tokens of every golden tiny model, and the demo model's
-# streamed text (rank 0 alone prints). Started alone, --expert_parallel
-# changes nothing.
+# streamed text (rank 0 alone prints); attention replicated and (logits,
+# the demo) data-parallel. Started alone, --expert_parallel changes nothing.
 #
 # Usage: cli_expert_parallel_test.sh MPIRUN_TEST_SH RINGMOE NP
 set -uo pipefail
@@ -41,6 +41,12 @@ for model in mixtral mixtral_sharded qwen2_moe qwen3_moe olmoe deepseek_v3 \
     fail "$model logits on $np ranks"
   same "$model logits" "$tmp/$model.one.safetensors" \
     "$tmp/$model.spread.safetensors"
+  "$mpirun_test" "$np" "$ringmoe" logits "${engine[@]}" --input_ids "$ids" \
+    --out "$tmp/$model.dp.safetensors" --expert_parallel \
+    --expert_parallel_attention data_parallel ||
+    fail "$model logits on $np ranks, attention data-parallel"
+  same "$model logits, attention data-parallel" \
+    "$tmp/$model.one.safetensors" "$tmp/$model.dp.safetensors"
 
   generate=(generate "${engine[@]}" --input_ids "$ids" --max_tokens 4
     --ignore_eos --json)
@@ -57,6 +63,16 @@ adder=(generate --model tests/testdata/moe-adder --threads 1
 "$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
   >"$tmp/adder.spread.txt" || fail "moe-adder on $np ranks"
 same "moe-adder streamed text" "$tmp/adder.one.txt" "$tmp/adder.spread.txt"
+"$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
+  --expert_parallel_attention data_parallel >"$tmp/adder.dp.txt" ||
+  fail "moe-adder on $np ranks, attention data-parallel"
+same "moe-adder streamed text, attention data-parallel" "$tmp/adder.one.txt" \
+  "$tmp/adder.dp.txt"
+"$ringmoe" "${adder[@]}" --expert_parallel \
+  --expert_parallel_attention sideways 2>"$tmp/bad_flag.txt" &&
+  fail "--expert_parallel_attention sideways accepted"
+grep -q "must be replicated or data_parallel" "$tmp/bad_flag.txt" ||
+  fail "--expert_parallel_attention sideways: $(cat "$tmp/bad_flag.txt")"
 "$ringmoe" "${adder[@]}" --expert_parallel >"$tmp/adder.flag.txt" ||
   fail "moe-adder alone with --expert_parallel"
 same "moe-adder alone with --expert_parallel" "$tmp/adder.one.txt" \

@@ -37,7 +37,7 @@ Trace RunTrace(runtime::Engine& engine,
       }
       all.insert(all.end(), logits.begin(), logits.end());
     }
-    engine.kv_cache().Release(seq);
+    engine.Release(seq);
     trace.logits.push_back(std::move(all));
     trace.greedy.push_back(std::move(greedy));
   }
@@ -47,7 +47,7 @@ Trace RunTrace(runtime::Engine& engine,
         {static_cast<runtime::SequenceId>(200 + i), inputs[i], true});
   }
   EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
-  for (size_t i = 0; i < inputs.size(); ++i) engine.kv_cache().Release(200 + i);
+  for (size_t i = 0; i < inputs.size(); ++i) engine.Release(200 + i);
   return trace;
 }
 

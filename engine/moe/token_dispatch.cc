@@ -1,0 +1,184 @@
+#include "engine/moe/token_dispatch.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringmoe::moe {
+namespace {
+
+template <typename T>
+absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+template <typename T>
+absl::Span<uint8_t> Bytes(std::vector<T>& v) {
+  return {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+// Byte counts of `rows` rows of `width` floats per rank.
+std::vector<uint64_t> ByteCounts(const std::vector<uint64_t>& rows,
+                                 int64_t width) {
+  std::vector<uint64_t> bytes(rows.size());
+  for (size_t p = 0; p < rows.size(); ++p) {
+    bytes[p] = rows[p] * width * sizeof(float);
+  }
+  return bytes;
+}
+
+// Where each rank's block starts, in rows.
+std::vector<uint64_t> Offsets(const std::vector<uint64_t>& rows) {
+  std::vector<uint64_t> offsets(rows.size() + 1, 0);
+  std::partial_sum(rows.begin(), rows.end(), offsets.begin() + 1);
+  return offsets;
+}
+
+}  // namespace
+
+void TokenDispatchExecutor::Predict(int layer, const Routing& predicted) {
+  Routing mine;
+  mine.top_k = 1;
+  for (size_t i = 0; i < predicted.experts.size(); ++i) {
+    if (placement_.owner(predicted.experts[i]) != communicator_.rank()) {
+      continue;
+    }
+    mine.experts.push_back(predicted.experts[i]);
+    mine.weights.push_back(predicted.weights[i]);
+  }
+  mine.num_tokens = static_cast<int64_t>(mine.experts.size());
+  inner_.Predict(layer, mine);
+}
+
+absl::Status TokenDispatchExecutor::ExchangeError(
+    int layer, const char* what, const absl::Status& status) const {
+  return absl::Status(
+      status.code(),
+      absl::StrCat("layer ", layer, ": dispatching tokens to experts (", what,
+                   ") on rank ", communicator_.rank(), " of ",
+                   communicator_.size(), ": ", status.message()));
+}
+
+absl::Status TokenDispatchExecutor::Run(
+    int layer, absl::Span<const ExpertTask> tasks,
+    absl::Span<const backend::MlpTask> alongside, backend::Backend& backend) {
+  const int rank = communicator_.rank(), ranks = communicator_.size();
+  // A sent row is a record: the expert's id (an int32 in a float's place,
+  // so that rows stay aligned), then the row.
+  const int64_t record = hidden_ + 1;
+
+  // Each task's rows go to its expert's rank, in task order.
+  std::vector<uint64_t> rows_to(ranks, 0);
+  for (const ExpertTask& t : tasks)
+    rows_to[placement_.owner(t.expert)] += t.x.rows;
+  std::vector<uint64_t> rows_from(ranks, 0);
+  if (absl::Status s = communicator_.AllToAll(Bytes(rows_to), Bytes(rows_from));
+      !s.ok()) {
+    return ExchangeError(layer, "AllToAll of row counts", s);
+  }
+  const std::vector<uint64_t> to_offsets = Offsets(rows_to);
+  const std::vector<uint64_t> from_offsets = Offsets(rows_from);
+  const uint64_t sent_rows = to_offsets.back();
+  const uint64_t received_rows = from_offsets.back();
+
+  std::vector<float> send(sent_rows * record);
+  {
+    std::vector<uint64_t> next(to_offsets.begin(), to_offsets.end() - 1);
+    std::vector<float> rows;
+    for (const ExpertTask& t : tasks) {
+      rows.resize(t.x.size());
+      backend.CopyToHost(t.x, rows.data());
+      uint64_t& at = next[placement_.owner(t.expert)];
+      for (int64_t r = 0; r < t.x.rows; ++r, ++at) {
+        float* out = send.data() + at * record;
+        std::memcpy(out, &t.expert, sizeof(int32_t));
+        std::memcpy(out + 1, rows.data() + r * hidden_,
+                    hidden_ * sizeof(float));
+      }
+    }
+  }
+  std::vector<float> received(received_rows * record);
+  if (absl::Status s = communicator_.AllToAllV(
+          Bytes(send), ByteCounts(rows_to, record), Bytes(received),
+          ByteCounts(rows_from, record));
+      !s.ok()) {
+    return ExchangeError(layer, "AllToAllV of input rows", s);
+  }
+
+  // The received rows by expert; within an expert by source rank, then in
+  // the order sent.
+  std::vector<int32_t> expert_of(received_rows);
+  for (uint64_t j = 0; j < received_rows; ++j) {
+    std::memcpy(&expert_of[j], received.data() + j * record, sizeof(int32_t));
+    if (expert_of[j] < 0 || expert_of[j] >= placement_.num_experts() ||
+        placement_.owner(expert_of[j]) != rank) {
+      return absl::InternalError(absl::StrCat(
+          "layer ", layer, ": rank ", rank, " received a row for expert ",
+          expert_of[j], ", which it does not run"));
+    }
+  }
+  std::vector<uint64_t> order(received_rows);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
+    return expert_of[a] < expert_of[b];
+  });
+
+  backend::Backend::Buffer in, out;
+  std::vector<ExpertTask> mine;
+  std::vector<float> rows(received_rows * hidden_);
+  if (received_rows > 0) {
+    for (uint64_t k = 0; k < received_rows; ++k) {
+      std::memcpy(rows.data() + k * hidden_,
+                  received.data() + order[k] * record + 1,
+                  hidden_ * sizeof(float));
+    }
+    in = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
+    out = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
+    backend.CopyFromHost(rows.data(), in);
+    for (uint64_t k = 0; k < received_rows;) {
+      uint64_t end = k;
+      while (end < received_rows &&
+             expert_of[order[end]] == expert_of[order[k]]) {
+        ++end;
+      }
+      const int64_t first = static_cast<int64_t>(k);
+      const int64_t count = static_cast<int64_t>(end - k);
+      mine.push_back({expert_of[order[k]], in.tensor().Rows(first, count),
+                      out.tensor().Rows(first, count)});
+      k = end;
+    }
+  }
+  if (absl::Status s = inner_.Run(layer, mine, alongside, backend); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("rank ", rank, ": ", s.message()));
+  }
+
+  // Outputs go back in the order their inputs arrived.
+  std::vector<float> back(received_rows * hidden_);
+  if (received_rows > 0) {
+    backend.CopyToHost(out.tensor(), rows.data());
+    for (uint64_t k = 0; k < received_rows; ++k) {
+      std::memcpy(back.data() + order[k] * hidden_, rows.data() + k * hidden_,
+                  hidden_ * sizeof(float));
+    }
+  }
+  std::vector<float> results(sent_rows * hidden_);
+  if (absl::Status s =
+          communicator_.AllToAllV(Bytes(back), ByteCounts(rows_from, hidden_),
+                                  Bytes(results), ByteCounts(rows_to, hidden_));
+      !s.ok()) {
+    return ExchangeError(layer, "AllToAllV of output rows", s);
+  }
+  // A task's rows went to one rank, consecutively.
+  std::vector<uint64_t> next(to_offsets.begin(), to_offsets.end() - 1);
+  for (const ExpertTask& t : tasks) {
+    uint64_t& at = next[placement_.owner(t.expert)];
+    backend.CopyFromHost(results.data() + at * hidden_, t.out);
+    at += t.out.rows;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringmoe::moe

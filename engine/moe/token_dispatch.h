@@ -1,0 +1,86 @@
+// TokenDispatchExecutor: the routed experts spread over the ranks of a job
+// with attention data-parallel: each rank runs the forward pass of its own
+// sequences only, so the ranks' MoE blocks hand their executors different
+// tokens. At every MoE layer each rank sends each of its (token, expert)
+// rows to the rank that runs that expert (ExpertPlacement), runs the rows
+// it received for its own experts through an inner executor — resident,
+// streamed through its own memory ring, hybrid on its device — and sends
+// every output row back to the rank it came from, which combines them in
+// its MoE block. Three collectives per MoE layer: an AllToAll of row
+// counts, an AllToAllV of input rows (each led by its expert's id) and an
+// AllToAllV of output rows; a rank with no tokens of its own still joins
+// them (ModelRunner::ForwardWithoutTokens), because other ranks' tokens
+// may need its experts.
+//
+// Results are bitwise those of one process: each output row is computed
+// once, by an expert's owner, from the same input row and stored weights
+// (an MLP's output rows do not depend on which rows share its loop), and
+// the home rank's MoE block combines them in its own fixed order.
+//
+// `alongside` MLPs (shared experts) run on the calling rank, on its own
+// tokens, in the same inner Run as the received rows.
+//
+// Every rank constructs it with the same placement and calls Run once per
+// MoE layer of every step (the engine's step does): a rank that fails or
+// stops leaves the others waiting until the communicator's timeout. Any
+// error must end the job (Communicator::Abort).
+#ifndef RINGMOE_ENGINE_MOE_TOKEN_DISPATCH_H_
+#define RINGMOE_ENGINE_MOE_TOKEN_DISPATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/backend/backend.h"
+#include "engine/moe/expert_executor.h"
+#include "engine/moe/expert_placement.h"
+#include "engine/parallel/communicator.h"
+
+namespace ringmoe::moe {
+
+class TokenDispatchExecutor : public ExpertExecutor {
+ public:
+  // `communicator` (host memory: rows travel through the host) and `inner`
+  // (runs this rank's experts: given only tasks of experts the placement
+  // puts on communicator->rank()) must outlive the executor;
+  // placement.num_ranks() == communicator->size(); `hidden` is the width of
+  // every row.
+  TokenDispatchExecutor(parallel::Communicator* communicator,
+                        ExpertPlacement placement, ExpertExecutor* inner,
+                        int64_t hidden)
+      : communicator_(*communicator),
+        placement_(std::move(placement)),
+        inner_(*inner),
+        hidden_(hidden) {}
+
+  void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
+  bool WantsPredictions() const override { return inner_.WantsPredictions(); }
+  // Passes on this rank's tokens' predicted picks of its own experts (the
+  // other ranks' tokens are not known ahead), one pick per row of a top-1
+  // routing.
+  void Predict(int layer, const Routing& predicted) override;
+  // Dispatches `tasks`' rows to their experts' ranks, runs what arrived
+  // and `alongside` through the inner executor, and combines the outputs
+  // into `tasks`' out. Errors: the inner executor's, with the rank; a
+  // failed exchange, naming the layer and the collective (the
+  // communicator is then unusable).
+  absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
+                   absl::Span<const backend::MlpTask> alongside,
+                   backend::Backend& backend) override;
+  void EndStep() override { inner_.EndStep(); }
+
+ private:
+  // Wraps a failed collective's status with the layer and what moved.
+  absl::Status ExchangeError(int layer, const char* what,
+                             const absl::Status& status) const;
+
+  parallel::Communicator& communicator_;
+  const ExpertPlacement placement_;
+  ExpertExecutor& inner_;
+  const int64_t hidden_;
+};
+
+}  // namespace ringmoe::moe
+
+#endif  // RINGMOE_ENGINE_MOE_TOKEN_DISPATCH_H_
