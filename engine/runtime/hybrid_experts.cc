@@ -324,6 +324,12 @@ absl::StatusOr<std::vector<std::pair<int, int>>> HybridExperts::PlaceOutside(
 }
 
 HybridExperts::~HybridExperts() {
+  // Beside the start-up line, what the measured layers taught the model:
+  // together they explain the choices of a run.
+  if (policy_ && options_.mode == PlacementMode::kAuto) {
+    std::fprintf(stderr, "ringmoe: hybrid experts at exit: %s\n",
+                 policy_->Describe().c_str());
+  }
   // The ring waits for loads in flight before the tier goes away.
   if (ring_) ring_->Reset();
   ring_.reset();
@@ -334,22 +340,31 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
     absl::Span<const std::pair<int, int>> samples) {
   const int64_t hidden = spec_.hidden_size;
   constexpr int64_t kMany = 16;
-  // Each measurement is the median over distinct experts, each run once, so
-  // the weights come from memory as in a step, not from the caches.
-  auto median_over_samples = [&](auto&& run_one) {
+  // Each probe runs once per distinct expert, so the weights come from
+  // memory as in a step, not from the caches; a first pass over them is
+  // not timed (it wakes threads and faults pages a step finds ready), then
+  // kRounds passes give the median and the spread. A single pass, its
+  // first run cold, left two start-ups on an H200 a minute apart further
+  // apart than the paths are at one token.
+  constexpr int kRounds = 3;
+  auto probe = [&](auto&& run_one) {
     std::vector<double> times;
-    for (const auto& [layer, expert] : samples) {
-      const auto start = std::chrono::steady_clock::now();
-      run_one(layer, expert);
-      times.push_back(SecondsSince(start));
+    for (int round = -1; round < kRounds; ++round) {
+      for (const auto& [layer, expert] : samples) {
+        const auto start = std::chrono::steady_clock::now();
+        run_one(layer, expert);
+        if (round >= 0) times.push_back(SecondsSince(start));
+      }
     }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return SummariseProbe(std::move(times));
+  };
+  auto median_over_samples = [&](auto&& run_one) {
+    return probe(run_one).median;
   };
   PathCosts costs;
   std::vector<float> x(kMany * hidden, 0.01f), out(kMany * hidden);
   auto cpu = [&](int64_t n) {
-    return median_over_samples([&](int layer, int expert) {
+    return probe([&](int layer, int expert) {
       const model::MlpWeights on_host = model::PackedMlpView(
           host_weights_.layers[layer].experts[expert],
           PackedOnHost(layer, expert), backend::MemorySpace::kHost);
@@ -358,35 +373,52 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
       host_->RunMlps({&task, 1});
     });
   };
-  const double cpu_one = cpu(1), cpu_many = cpu(kMany);
+  const Probe cpu_one = cpu(1);
+  const double cpu_many = cpu(kMany).median;
   costs.cpu_seconds_per_token =
-      std::max(0.0, (cpu_many - cpu_one) / (kMany - 1));
+      std::max(0.0, (cpu_many - cpu_one.median) / (kMany - 1));
   costs.cpu_seconds_fixed =
-      std::max(0.0, cpu_one - costs.cpu_seconds_per_token);
+      std::max(0.0, cpu_one.median - costs.cpu_seconds_per_token);
 
   // Copies over the streaming path into a buffer of the device's, then
   // the device's compute on what landed.
   ASSIGN_OR_RETURN(std::unique_ptr<memory_ring::TierBuffer> slot,
                    tier_->Allocate(expert_stride_));
-  auto copy_in = [&](int layer, int expert) {
+  auto copy_in = [&](std::vector<memory_ring::CopyPiece> pieces) {
     std::promise<absl::Status> done;
-    tier_->CopyAsync(pieces_[layer][expert], slot->data(),
-                     tier_->RecordComputeFence(),
+    tier_->CopyAsync(pieces, slot->data(), tier_->RecordComputeFence(),
                      [&](absl::Status s) { done.set_value(std::move(s)); });
     return done.get_future().get();
   };
   absl::Status copied = absl::OkStatus();
-  const double copy = median_over_samples(
-      [&](int layer, int expert) { copied.Update(copy_in(layer, expert)); });
+  const Probe copy = probe([&](int layer, int expert) {
+    copied.Update(copy_in(pieces_[layer][expert]));
+  });
+  // A copy of a few bytes: what a layer that streams waits for besides the
+  // bytes (the fence, the copy's start, its completion reaching the host),
+  // paid once per layer rather than per expert.
+  const double latency = median_over_samples([&](int layer, int expert) {
+    memory_ring::CopyPiece piece = pieces_[layer][expert].front();
+    piece.size = std::min<uint64_t>(piece.size, 4096);
+    piece.dst_offset = 0;
+    copied.Update(copy_in({piece}));
+  });
   RETURN_IF_ERROR(copied);
-  costs.copy_bytes_per_second = expert_stride_ / std::max(copy, 1e-9);
+  costs.stream_seconds_setup = std::min(latency, copy.median);
+  costs.copy_bytes_per_second =
+      expert_stride_ / std::max(copy.median - costs.stream_seconds_setup, 1e-9);
   const backend::Backend::Buffer dx = device_->NewTensor(kMany, hidden);
   const backend::Backend::Buffer dout = device_->NewTensor(kMany, hidden);
   device_->CopyFromHost(x.data(), dx);
-  const auto [layer, expert] = samples.back();  // the copy in the slot
+  const auto [layer, expert] = samples.back();
+  RETURN_IF_ERROR(copy_in(pieces_[layer][expert]));  // whole again
   const model::MlpWeights on_device =
       model::PackedMlpView(host_weights_.layers[layer].experts[expert],
                            slot->data(), device_->weight_memory());
+  // The probes synchronise after each expert; a step does not (streamed
+  // experts queue on the device), so the synchronisation is left out.
+  const double sync =
+      median_over_samples([&](int, int) { device_->Synchronize(); });
   auto on_gpu = [&](int64_t n) {
     const backend::MlpTask task{&on_device, dx.tensor().Rows(0, n),
                                 dout.tensor().Rows(0, n)};
@@ -399,7 +431,7 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
   costs.device_seconds_per_token =
       std::max(0.0, (gpu_many - gpu_one) / (kMany - 1));
   costs.device_seconds_fixed =
-      std::max(0.0, gpu_one - costs.device_seconds_per_token);
+      std::max(0.0, gpu_one - sync - costs.device_seconds_per_token);
   // The CPU path's setup in a layer: a row down (after the device drains),
   // the CPU thread woken, a row back.
   std::vector<float> row(hidden);
@@ -411,6 +443,12 @@ absl::StatusOr<PathCosts> HybridExperts::Calibrate(
     device_->Synchronize();
   });
   RETURN_IF_ERROR(device_->TakeError());
+  // The error of the probes that decide a one-token expert (the CPU's
+  // run, the copy; the others are small beside them). At least timers'
+  // and scheduling's few percent; past a half, ties would freeze the
+  // first choice.
+  costs.relative_error =
+      std::clamp(std::max(cpu_one.spread, copy.spread), 0.05, 0.5);
   return costs;
 }
 
@@ -478,17 +516,14 @@ absl::Status HybridExperts::Run(int layer,
   }
   std::vector<const moe::ExpertTask*> on_cpu, streamed = prefetched;
   streamed.insert(streamed.end(), from_disk.begin(), from_disk.end());
-  double cpu_predicted = 0, stream_predicted = 0;
-  for (const moe::ExpertTask* t : streamed) {
-    stream_predicted += policy_->StreamSeconds(t->x.rows);
-  }
+  std::vector<int64_t> cpu_tokens, stream_tokens;
   for (size_t i = 0; i < outside.size(); ++i) {
     if (places[i] == ExpertPlace::kCpu) {
       on_cpu.push_back(outside[i]);
-      cpu_predicted += policy_->CpuSeconds(tokens[i]);
+      cpu_tokens.push_back(tokens[i]);
     } else {
       streamed.push_back(outside[i]);
-      stream_predicted += policy_->StreamSeconds(tokens[i]);
+      stream_tokens.push_back(tokens[i]);
     }
   }
   stats_->expert_runs_cpu += on_cpu.size();
@@ -540,13 +575,13 @@ absl::Status HybridExperts::Run(int layer,
                                      ": ", status.message()));
   }
   if (options_.mode == PlacementMode::kAuto) {
-    policy_->Observe(ExpertPlace::kCpu, cpu_predicted, cpu_seconds);
+    policy_->Observe(ExpertPlace::kCpu, cpu_tokens, cpu_seconds);
     // Copies that began during the layer before (predicted experts) hide
     // part of their cost, and reads from disk add one the policy does not
     // choose: such a layer says nothing of what streaming an expert from
     // host memory costs.
     if (prefetched.empty() && from_disk.empty()) {
-      policy_->Observe(ExpertPlace::kStream, stream_predicted, stream_seconds);
+      policy_->Observe(ExpertPlace::kStream, stream_tokens, stream_seconds);
     }
   }
   return absl::OkStatus();
