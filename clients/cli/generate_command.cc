@@ -119,6 +119,9 @@ int RunGenerate() {
   };
   auto results = runtime::Generate(**engine, {request}, on_token);
   if (!results.ok()) return job->Fail("generate", results.status());
+  if (absl::Status finished = job->Finish(**engine); !finished.ok()) {
+    return job->Fail("generate", finished);
+  }
   if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());
   const runtime::GenerationResult& r = (*results)[0];

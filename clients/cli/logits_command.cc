@@ -37,6 +37,9 @@ int RunLogits() {
   absl::Status status =
       (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
   if (!status.ok()) return job->Fail("logits", status);
+  if (absl::Status finished = job->Finish(**engine); !finished.ok()) {
+    return job->Fail("logits", finished);
+  }
   if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());
   const int64_t vocab = (*engine)->spec().vocab_size;

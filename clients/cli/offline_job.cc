@@ -1,5 +1,7 @@
 #include "clients/cli/offline_job.h"
 
+#include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -9,7 +11,9 @@
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "clients/cli/cli_util.h"
+#include "engine/parallel/hierarchical_communicator.h"
 #include "engine/parallel/mpi_communicator.h"
+#include "engine/parallel/node_grouping.h"
 
 ABSL_FLAG(bool, expert_parallel, false,
           "logits, generate: under mpirun -np N, spread the routed experts "
@@ -30,10 +34,60 @@ ABSL_FLAG(std::string, expert_parallel_attention, "replicated",
           "sequence's attention and KV cache on one rank, its tokens sent to "
           "their experts' ranks at every MoE layer).");
 
+ABSL_FLAG(std::string, expert_placement_file, "",
+          "logits, generate: with --expert_parallel, the experts' placement "
+          "over the ranks: read from this file when it exists (else "
+          "contiguous ranges), and after the command rank 0 writes there a "
+          "placement balanced by this run's routed tokens, for the next run.");
+ABSL_FLAG(int32_t, expert_replicas, 0,
+          "logits, generate: with --expert_placement_file, extra copies of "
+          "the hottest experts in the placement written (each on another "
+          "rank; under data-parallel attention tokens go to the least "
+          "loaded copy).");
+
+ABSL_FLAG(int32_t, ranks_per_node, 0,
+          "logits, generate: with --expert_parallel, group the ranks into "
+          "nodes of this many consecutive ranks (pretend nodes, e.g. for "
+          "tests); 0: the nodes MPI finds (ranks sharing memory). When the "
+          "ranks span nodes and a node holds several, tokens cross between "
+          "nodes through one rank per node (hierarchical all-to-all).");
+
 namespace ringmoe::cli {
+namespace {
+
+// The job's nodes, and the hierarchical communicator over `base` where it
+// sends fewer messages between nodes; null where it does not.
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> HierarchicalOver(
+    parallel::Communicator* base) {
+  const int ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  if (ranks_per_node < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks_per_node must be >= 0, got ", ranks_per_node));
+  }
+  std::optional<parallel::NodeGrouping> nodes;
+  if (ranks_per_node > 0) {
+    ASSIGN_OR_RETURN(nodes, parallel::NodeGrouping::Consecutive(
+                                base->size(), ranks_per_node));
+  } else if (auto* mpi = dynamic_cast<parallel::MpiCommunicator*>(base)) {
+    ASSIGN_OR_RETURN(nodes, mpi->SharedMemoryNodes());
+  }
+  if (!nodes || !parallel::HierarchicalAllToAllPays(*nodes)) return nullptr;
+  if (base->rank() == 0) {
+    std::fprintf(stderr, "ringmoe: hierarchical all-to-all over nodes %s\n",
+                 nodes->ToString().c_str());
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<parallel::HierarchicalCommunicator> hierarchical,
+      parallel::HierarchicalCommunicator::Create(base, *std::move(nodes)));
+  return hierarchical;
+}
+
+}  // namespace
 
 absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
-  if (!absl::GetFlag(FLAGS_expert_parallel)) return OfflineJob(nullptr);
+  if (!absl::GetFlag(FLAGS_expert_parallel)) {
+    return OfflineJob(nullptr, nullptr);
+  }
   const absl::Duration timeout = absl::GetFlag(FLAGS_expert_parallel_timeout);
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -48,10 +102,19 @@ absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
                      attention, "\""));
   }
   options->data_parallel_attention = attention == "data_parallel";
+  if (absl::GetFlag(FLAGS_expert_replicas) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--expert_replicas must be >= 0, got ",
+                     absl::GetFlag(FLAGS_expert_replicas)));
+  }
+  options->expert_placement_file = absl::GetFlag(FLAGS_expert_placement_file);
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> communicator,
                    parallel::CreateJobCommunicator(timeout));
-  options->expert_parallel = communicator.get();
-  return OfflineJob(std::move(communicator));
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> hierarchical,
+                   HierarchicalOver(communicator.get()));
+  OfflineJob job(std::move(communicator), std::move(hierarchical));
+  options->expert_parallel = job.communicator_;
+  return job;
 }
 
 absl::StatusOr<std::optional<uint64_t>> OfflineJob::SharedSeed(
@@ -65,6 +128,19 @@ absl::StatusOr<std::optional<uint64_t>> OfflineJob::SharedSeed(
   RETURN_IF_ERROR(communicator_->Broadcast(
       0, {reinterpret_cast<uint8_t*>(&drawn), sizeof(drawn)}));
   return drawn;
+}
+
+absl::Status OfflineJob::Finish(runtime::Engine& engine) {
+  const std::string file = absl::GetFlag(FLAGS_expert_placement_file);
+  if (file.empty() || !has_peers()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      const moe::ExpertPlacement placement,
+      engine.BalancedPlacement(absl::GetFlag(FLAGS_expert_replicas)));
+  if (communicator_->rank() != 0) return absl::OkStatus();
+  RETURN_IF_ERROR(placement.WriteFile(file));
+  std::fprintf(stderr, "ringmoe: wrote a balanced expert placement to %s: %s\n",
+               file.c_str(), placement.Summary().c_str());
+  return absl::OkStatus();
 }
 
 int OfflineJob::Fail(absl::string_view command, const absl::Status& status) {

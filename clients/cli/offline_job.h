@@ -37,20 +37,33 @@ class OfflineJob {
   absl::StatusOr<std::optional<uint64_t>> SharedSeed(
       std::optional<uint64_t> seed);
 
+  // After the command, on every rank: with --expert_placement_file in a
+  // job of several ranks, rank 0 writes there a placement balanced by the
+  // tokens the command routed (a collective under data-parallel
+  // attention).
+  absl::Status Finish(runtime::Engine& engine);
+
   // Reports that `command` failed and returns the exit status. With other
   // ranks it ends the whole job instead (they may be waiting for this one
   // in a collective).
   int Fail(absl::string_view command, const absl::Status& status);
 
  private:
-  explicit OfflineJob(std::unique_ptr<parallel::Communicator> communicator)
-      : communicator_(std::move(communicator)) {}
+  OfflineJob(std::unique_ptr<parallel::Communicator> base,
+             std::unique_ptr<parallel::Communicator> hierarchical)
+      : base_(std::move(base)),
+        hierarchical_(std::move(hierarchical)),
+        communicator_(hierarchical_ ? hierarchical_.get() : base_.get()) {}
 
   bool has_peers() const {
     return communicator_ != nullptr && communicator_->size() > 1;
   }
 
-  std::unique_ptr<parallel::Communicator> communicator_;  // null: no flag
+  // MPI's communicator, and the hierarchical one over it when the ranks
+  // span nodes (used in its place from then on).
+  std::unique_ptr<parallel::Communicator> base_;
+  std::unique_ptr<parallel::Communicator> hierarchical_;
+  parallel::Communicator* communicator_;  // null: no flag
 };
 
 }  // namespace ringmoe::cli

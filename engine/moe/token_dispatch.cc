@@ -38,13 +38,17 @@ std::vector<uint64_t> Offsets(const std::vector<uint64_t>& rows) {
 
 }  // namespace
 
+bool TokenDispatchExecutor::HoldsReplica(int32_t expert) const {
+  const std::vector<int>& ranks = placement_.replicas(expert);
+  return std::find(ranks.begin(), ranks.end(), communicator_.rank()) !=
+         ranks.end();
+}
+
 void TokenDispatchExecutor::Predict(int layer, const Routing& predicted) {
   Routing mine;
   mine.top_k = 1;
   for (size_t i = 0; i < predicted.experts.size(); ++i) {
-    if (placement_.owner(predicted.experts[i]) != communicator_.rank()) {
-      continue;
-    }
+    if (!HoldsReplica(predicted.experts[i])) continue;
     mine.experts.push_back(predicted.experts[i]);
     mine.weights.push_back(predicted.weights[i]);
   }
@@ -69,10 +73,15 @@ absl::Status TokenDispatchExecutor::Run(
   // so that rows stay aligned), then the row.
   const int64_t record = hidden_ + 1;
 
-  // Each task's rows go to its expert's rank, in task order.
+  // Each row goes to a rank holding its expert: the least loaded of the
+  // expert's replicas (ExpertPlacement::AssignRanks), in task order.
+  std::vector<int32_t> row_experts;
+  for (const ExpertTask& t : tasks) {
+    row_experts.insert(row_experts.end(), t.x.rows, t.expert);
+  }
+  const std::vector<int> destination = placement_.AssignRanks(row_experts);
   std::vector<uint64_t> rows_to(ranks, 0);
-  for (const ExpertTask& t : tasks)
-    rows_to[placement_.owner(t.expert)] += t.x.rows;
+  for (int d : destination) ++rows_to[d];
   std::vector<uint64_t> rows_from(ranks, 0);
   if (absl::Status s = communicator_.AllToAll(Bytes(rows_to), Bytes(rows_from));
       !s.ok()) {
@@ -83,16 +92,23 @@ absl::Status TokenDispatchExecutor::Run(
   const uint64_t sent_rows = to_offsets.back();
   const uint64_t received_rows = from_offsets.back();
 
-  std::vector<float> send(sent_rows * record);
+  // Where each row went: its place among the rows sent.
+  std::vector<uint64_t> sent_at(destination.size());
   {
     std::vector<uint64_t> next(to_offsets.begin(), to_offsets.end() - 1);
+    for (size_t i = 0; i < destination.size(); ++i) {
+      sent_at[i] = next[destination[i]]++;
+    }
+  }
+  std::vector<float> send(sent_rows * record);
+  {
     std::vector<float> rows;
+    size_t i = 0;
     for (const ExpertTask& t : tasks) {
       rows.resize(t.x.size());
       backend.CopyToHost(t.x, rows.data());
-      uint64_t& at = next[placement_.owner(t.expert)];
-      for (int64_t r = 0; r < t.x.rows; ++r, ++at) {
-        float* out = send.data() + at * record;
+      for (int64_t r = 0; r < t.x.rows; ++r, ++i) {
+        float* out = send.data() + sent_at[i] * record;
         std::memcpy(out, &t.expert, sizeof(int32_t));
         std::memcpy(out + 1, rows.data() + r * hidden_,
                     hidden_ * sizeof(float));
@@ -113,7 +129,7 @@ absl::Status TokenDispatchExecutor::Run(
   for (uint64_t j = 0; j < received_rows; ++j) {
     std::memcpy(&expert_of[j], received.data() + j * record, sizeof(int32_t));
     if (expert_of[j] < 0 || expert_of[j] >= placement_.num_experts() ||
-        placement_.owner(expert_of[j]) != rank) {
+        !HoldsReplica(expert_of[j])) {
       return absl::InternalError(absl::StrCat(
           "layer ", layer, ": rank ", rank, " received a row for expert ",
           expert_of[j], ", which it does not run"));
@@ -171,12 +187,17 @@ absl::Status TokenDispatchExecutor::Run(
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of output rows", s);
   }
-  // A task's rows went to one rank, consecutively.
-  std::vector<uint64_t> next(to_offsets.begin(), to_offsets.end() - 1);
+  // Each task's rows from wherever they ran.
+  std::vector<float> rows_out;
+  size_t i = 0;
   for (const ExpertTask& t : tasks) {
-    uint64_t& at = next[placement_.owner(t.expert)];
-    backend.CopyFromHost(results.data() + at * hidden_, t.out);
-    at += t.out.rows;
+    rows_out.resize(t.out.size());
+    for (int64_t r = 0; r < t.out.rows; ++r, ++i) {
+      std::memcpy(rows_out.data() + r * hidden_,
+                  results.data() + sent_at[i] * hidden_,
+                  hidden_ * sizeof(float));
+    }
+    backend.CopyFromHost(rows_out.data(), t.out);
   }
   return absl::OkStatus();
 }

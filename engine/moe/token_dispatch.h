@@ -2,7 +2,9 @@
 // with attention data-parallel: each rank runs the forward pass of its own
 // sequences only, so the ranks' MoE blocks hand their executors different
 // tokens. At every MoE layer each rank sends each of its (token, expert)
-// rows to the rank that runs that expert (ExpertPlacement), runs the rows
+// rows to a rank that holds that expert (ExpertPlacement; of an expert
+// with replicas, the one with the fewest of this rank's rows so far in the
+// layer, ExpertPlacement::AssignRanks), runs the rows
 // it received for its own experts through an inner executor — resident,
 // streamed through its own memory ring, hybrid on its device — and sends
 // every output row back to the rank it came from, which combines them in
@@ -42,8 +44,8 @@ namespace ringmoe::moe {
 class TokenDispatchExecutor : public ExpertExecutor {
  public:
   // `communicator` (host memory: rows travel through the host) and `inner`
-  // (runs this rank's experts: given only tasks of experts the placement
-  // puts on communicator->rank()) must outlive the executor;
+  // (runs this rank's experts: given only tasks of experts with a replica
+  // on communicator->rank()) must outlive the executor;
   // placement.num_ranks() == communicator->size(); `hidden` is the width of
   // every row.
   TokenDispatchExecutor(parallel::Communicator* communicator,
@@ -71,6 +73,7 @@ class TokenDispatchExecutor : public ExpertExecutor {
   void EndStep() override { inner_.EndStep(); }
 
  private:
+  bool HoldsReplica(int32_t expert) const;
   // Wraps a failed collective's status with the layer and what moved.
   absl::Status ExchangeError(int layer, const char* what,
                              const absl::Status& status) const;

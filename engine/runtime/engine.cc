@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
         " needs --device_memory_budget: without one every expert is resident "
         "on the device"));
   }
-  if (options.count_expert_tokens) {
+  if (options.count_expert_tokens || !options.expert_placement_file.empty()) {
     engine->expert_usage_ = std::make_unique<moe::ExpertUsage>(
         static_cast<int>(engine->spec_.num_layers),
         static_cast<int>(engine->spec_.num_experts));
@@ -112,9 +112,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   std::vector<int32_t> own_experts;
   if (options.expert_parallel != nullptr &&
       options.expert_parallel->size() > 1) {
-    expert_placement = moe::ExpertPlacement::Contiguous(
-        static_cast<int>(engine->spec_.num_experts),
-        options.expert_parallel->size());
+    const int num_experts = static_cast<int>(engine->spec_.num_experts);
+    const int ranks = options.expert_parallel->size();
+    const std::string& file = options.expert_placement_file;
+    if (!file.empty() && std::filesystem::exists(file)) {
+      ASSIGN_OR_RETURN(expert_placement, moe::ExpertPlacement::ReadFile(
+                                             file, num_experts, ranks));
+    } else {
+      expert_placement = moe::ExpertPlacement::Contiguous(num_experts, ranks);
+    }
+    if (options.expert_parallel->rank() == 0) {
+      std::fprintf(stderr, "ringmoe: expert placement (%s): %s\n",
+                   file.empty() || !std::filesystem::exists(file)
+                       ? "contiguous"
+                       : file.c_str(),
+                   expert_placement->Summary().c_str());
+    }
+    engine->expert_parallel_ = options.expert_parallel;
     own_experts = expert_placement->experts_of(options.expert_parallel->rank());
   }
   moe::ExpertExecutor* experts = nullptr;
@@ -185,6 +199,44 @@ absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
                           std::vector<float>* logits, backend::Work* work) {
   if (data_parallel_ != nullptr) return DataParallelStep(chunks, logits, work);
   return runner_->Forward(chunks, kv_cache_.get(), logits, work);
+}
+
+absl::StatusOr<moe::ExpertPlacement> Engine::BalancedPlacement(
+    int extra_replicas) {
+  if (expert_parallel_ == nullptr || expert_usage_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a balanced expert placement needs expert parallelism over several "
+        "ranks and an expert placement file");
+  }
+  std::vector<uint64_t> tokens(expert_usage_->num_experts(), 0);
+  for (int l = 0; l < expert_usage_->num_layers(); ++l) {
+    for (int e = 0; e < expert_usage_->num_experts(); ++e) {
+      tokens[e] += expert_usage_->Tokens(l, e);
+    }
+  }
+  if (data_parallel_ != nullptr) {
+    const int ranks = data_parallel_->size();
+    std::vector<uint64_t> every(tokens.size() * ranks);
+    if (absl::Status s = data_parallel_->AllGather(
+            {reinterpret_cast<const uint8_t*>(tokens.data()),
+             tokens.size() * sizeof(uint64_t)},
+            {reinterpret_cast<uint8_t*>(every.data()),
+             every.size() * sizeof(uint64_t)});
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("gathering the ranks' routed-token "
+                                       "counts: ",
+                                       s.message()));
+    }
+    std::fill(tokens.begin(), tokens.end(), 0);
+    for (int p = 0; p < ranks; ++p) {
+      for (size_t e = 0; e < tokens.size(); ++e) {
+        tokens[e] += every[p * tokens.size() + e];
+      }
+    }
+  }
+  return moe::ExpertPlacement::Balanced(tokens, expert_parallel_->size(),
+                                        extra_replicas);
 }
 
 void Engine::Release(SequenceId sequence) {

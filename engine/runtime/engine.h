@@ -18,6 +18,7 @@
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
+#include "engine/moe/expert_placement.h"
 #include "engine/moe/expert_usage.h"
 #include "engine/parallel/communicator.h"
 #include "engine/runtime/hybrid_experts.h"
@@ -77,6 +78,14 @@ struct EngineOptions {
   // still returns every chunk's logits, so callers are unchanged, except
   // that sequences must be released through Engine::Release on every rank.
   bool data_parallel_attention = false;
+  // With expert_parallel over several ranks: where the experts go, read
+  // from this placement file (ExpertPlacement::ReadFile; it must be for
+  // the model's experts over the job's ranks) when it exists, else
+  // contiguous ranges. Also counts the tokens routed to each expert, for
+  // BalancedPlacement. Replicas of an expert share its tokens under
+  // data-parallel attention; with replicated attention only the first
+  // replica runs.
+  std::string expert_placement_file;
 };
 
 class Engine {
@@ -117,6 +126,14 @@ class Engine {
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
                     std::vector<float>* logits, backend::Work* work = nullptr);
 
+  // A balanced placement of the experts over the job's ranks from the
+  // tokens routed to each expert so far (summed over layers, and over ranks
+  // under data-parallel attention, where each rank routes its own tokens:
+  // then every rank must call it, as a collective), with `extra_replicas`
+  // copies of the hottest experts (ExpertPlacement::Balanced).
+  // FAILED_PRECONDITION without expert parallelism over several ranks.
+  absl::StatusOr<moe::ExpertPlacement> BalancedPlacement(int extra_replicas);
+
   // Frees the KV positions of `sequence` (nothing if it holds none) and,
   // under data-parallel attention, its home; callers release on every rank.
   void Release(SequenceId sequence);
@@ -148,6 +165,7 @@ class Engine {
     int rank = 0;
     int64_t length = 0;
   };
+  parallel::Communicator* expert_parallel_ = nullptr;  // several ranks
   parallel::Communicator* data_parallel_ = nullptr;
   absl::flat_hash_map<SequenceId, Home> homes_;
   std::vector<int64_t> rank_positions_;

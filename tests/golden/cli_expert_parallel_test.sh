@@ -3,7 +3,9 @@
 # prints exactly what one process does: the logits file byte for byte and
 # the greedy tokens of every golden tiny model, and the demo model's
 # streamed text (rank 0 alone prints); attention replicated and (logits,
-# the demo) data-parallel. Started alone, --expert_parallel changes nothing.
+# the demo) data-parallel, and with a balanced placement file with replicas
+# written and read back, and through pretend nodes (--ranks_per_node).
+# Started alone, --expert_parallel changes nothing.
 #
 # Usage: cli_expert_parallel_test.sh MPIRUN_TEST_SH RINGMOE NP
 set -uo pipefail
@@ -68,6 +70,51 @@ same "moe-adder streamed text" "$tmp/adder.one.txt" "$tmp/adder.spread.txt"
   fail "moe-adder on $np ranks, attention data-parallel"
 same "moe-adder streamed text, attention data-parallel" "$tmp/adder.one.txt" \
   "$tmp/adder.dp.txt"
+# Hierarchical all-to-all: pretend nodes of 2 ranks (with 4 ranks, 2 nodes
+# exchange through their leaders; with 2, one node: flat).
+for model in mixtral deepseek_v3_fp8; do
+  "$mpirun_test" "$np" "$ringmoe" logits --model "tests/testdata/moe-tiny/$model" \
+    --threads 1 --input_ids "$ids" --out "$tmp/$model.hier.safetensors" \
+    --expert_parallel --expert_parallel_attention data_parallel \
+    --ranks_per_node 2 2>"$tmp/$model.hier.err" ||
+    fail "$model logits on $np ranks, 2 per node"
+  same "$model logits, 2 ranks per node" "$tmp/$model.one.safetensors" \
+    "$tmp/$model.hier.safetensors"
+  if ((np >= 4)); then
+    grep -q "hierarchical all-to-all over nodes {0,1} {2,3}" \
+      "$tmp/$model.hier.err" || fail "$model: not hierarchical"
+  fi
+done
+"$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
+  --expert_parallel_attention data_parallel --ranks_per_node 2 \
+  >"$tmp/adder.hier.txt" || fail "moe-adder on $np ranks, 2 per node"
+same "moe-adder streamed text, 2 ranks per node" "$tmp/adder.one.txt" \
+  "$tmp/adder.hier.txt"
+
+# A placement balanced by the first run's routed tokens, with replicas of
+# the two hottest experts, written by rank 0 and read back by the next run.
+placement=(--expert_parallel --expert_parallel_attention data_parallel
+  --expert_placement_file "$tmp/placement.txt" --expert_replicas 2)
+for run in first second; do
+  "$mpirun_test" "$np" "$ringmoe" "${adder[@]}" "${placement[@]}" \
+    >"$tmp/adder.$run.txt" 2>"$tmp/adder.$run.err" ||
+    fail "moe-adder on $np ranks with a placement file ($run run)"
+  same "moe-adder streamed text, placement file ($run run)" \
+    "$tmp/adder.one.txt" "$tmp/adder.$run.txt"
+  grep -q "^ringmoe-expert-placement 1" "$tmp/placement.txt" ||
+    fail "no placement file after the $run run"
+done
+grep -q "expert placement ($tmp/placement.txt)" "$tmp/adder.second.err" ||
+  fail "the second run did not read the placement file: $(cat "$tmp/adder.second.err")"
+[[ $(grep -cE "^[0-9]+: [0-9]+ [0-9]+" "$tmp/placement.txt") -eq 2 ]] ||
+  fail "not 2 replicated experts: $(cat "$tmp/placement.txt")"
+echo "experts 3" >"$tmp/bad_placement.txt"
+"$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
+  --expert_placement_file "$tmp/bad_placement.txt" 2>"$tmp/bad_placement.err" &&
+  fail "a malformed placement file was accepted"
+grep -q "bad_placement.txt" "$tmp/bad_placement.err" ||
+  fail "malformed placement file: $(cat "$tmp/bad_placement.err")"
+
 "$ringmoe" "${adder[@]}" --expert_parallel \
   --expert_parallel_attention sideways 2>"$tmp/bad_flag.txt" &&
   fail "--expert_parallel_attention sideways accepted"
