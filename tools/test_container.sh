@@ -270,8 +270,10 @@ if [[ $ranks_running != 2 || $ep_answer != "$single_answer" ]]; then
     "(one rank: '$single_answer')" >&2
   exit 1
 fi
-if ! timeout 30 curl -fsS "http://127.0.0.1:$metrics_port/metrics" |
-  grep -q 'ringmoe_generated_tokens_total'; then
+# Into a variable first: grep -q ending the pipe early could fail curl
+# (SIGPIPE) under pipefail.
+ep_metrics=$(timeout 30 curl -fsS "http://127.0.0.1:$metrics_port/metrics")
+if [[ $ep_metrics != *ringmoe_generated_tokens_total* ]]; then
   echo "test_container: two ranks: /metrics without ringmoe_generated_tokens_total" >&2
   exit 1
 fi
