@@ -7,11 +7,6 @@
 namespace ringmoe::moe {
 namespace {
 
-absl::Span<const uint8_t> Bytes(const std::vector<float>& floats) {
-  return {reinterpret_cast<const uint8_t*>(floats.data()),
-          floats.size() * sizeof(float)};
-}
-
 absl::Span<uint8_t> Bytes(std::vector<float>& floats) {
   return {reinterpret_cast<uint8_t*>(floats.data()),
           floats.size() * sizeof(float)};
