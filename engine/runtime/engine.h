@@ -116,6 +116,11 @@ class Engine {
   // counters.
   const memory_ring::PlacementPlan& placement() const { return placement_; }
   const memory_ring::RingStats& ring_stats() const { return ring_stats_; }
+  // On a device with experts outside its memory: where each expert runs,
+  // as calibrated at start-up and refined by the steps so far; else null.
+  const PlacementPolicy* placement_policy() const {
+    return hybrid_experts_ ? &hybrid_experts_->policy() : nullptr;
+  }
   // Tokens routed per (layer, expert); null unless count_expert_tokens.
   const moe::ExpertUsage* expert_usage() const { return expert_usage_.get(); }
 

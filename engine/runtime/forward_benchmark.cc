@@ -8,16 +8,14 @@
 // that a step touched, moved at the host's read bandwidth and the
 // host-to-device bandwidth together (the CPU and the copy engine in
 // parallel); --host_memory_budget adds the third tier (experts beyond it
-// stream from disk); each hybrid run carries the placement model its engine
-// logged (calibrated at start-up; for auto, also as refined by the run).
+// stream from disk); each hybrid run carries its placement model, as
+// calibrated at start-up and as the run left it.
 // Prints one JSON object. Needs no tokenizer, so GPU machines run it from
 // tools/gpu_check.sh's bundle.
 //
 //   forward_benchmark --model DIR --device cuda:0 --batches 1,32
 //   forward_benchmark --model DIR --device cuda:0 --device_memory_budget 1GiB
 //       --placements auto,cpu,stream
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +25,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -65,40 +62,6 @@ double Median(std::vector<double> v) {
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Runs `f` with stderr going to a temporary file, then passes on what it
-// wrote and returns the lines that begin with `prefix`: the engine logs its
-// placement model there (calibrated at start-up, refined at exit), and the
-// JSON keeps it so that a run explains its own choices.
-template <typename F>
-std::vector<std::string> StderrLines(absl::string_view prefix, F&& f) {
-  std::fflush(stderr);
-  const int saved = dup(STDERR_FILENO);
-  std::FILE* capture = std::tmpfile();
-  if (saved < 0 || capture == nullptr) {
-    if (saved >= 0) close(saved);
-    f();
-    return {};
-  }
-  dup2(fileno(capture), STDERR_FILENO);
-  f();
-  std::fflush(stderr);
-  dup2(saved, STDERR_FILENO);
-  close(saved);
-  std::rewind(capture);
-  std::vector<std::string> lines;
-  std::string text;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), capture)) > 0;) {
-    text.append(buffer, n);
-  }
-  std::fclose(capture);
-  std::fputs(text.c_str(), stderr);
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::StartsWith(line, prefix)) lines.emplace_back(line);
-  }
-  return lines;
 }
 
 int Fail(const absl::Status& status) {
@@ -284,23 +247,20 @@ int Run() {
   }
   for (const runtime::PlacementMode mode : placements) {
     options.placement = mode;
-    constexpr absl::string_view kPolicyLog = "ringmoe: hybrid experts";
-    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine;
-    const std::vector<std::string> calibrated = StderrLines(
-        kPolicyLog, [&] { engine = runtime::Engine::Load(options); });
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+        runtime::Engine::Load(options);
     if (!engine.ok()) return Fail(engine.status());
+    const runtime::PlacementPolicy* policy = (*engine)->placement_policy();
+    const std::string calibrated = policy ? policy->Describe() : "";
     absl::StatusOr<nlohmann::json> run = Measure(**engine, ceilings, batches);
     if (!run.ok()) return Fail(run.status());
     (*run)["placement"] = runtime::PlacementModeName(mode);
     (*run)["plan"] = (*engine)->placement().Summary();
-    // The path costs at start-up and, for auto, as the run left them.
-    const std::vector<std::string> refined =
-        StderrLines(kPolicyLog, [&] { engine->reset(); });
-    if (!calibrated.empty() || !refined.empty()) {
-      nlohmann::json& model = (*run)["placement_model"];
-      model = nlohmann::json::array();
-      for (const std::string& line : calibrated) model.push_back(line);
-      for (const std::string& line : refined) model.push_back(line);
+    // The path costs at start-up and as the run left them (auto refines
+    // them from measured layers).
+    if (policy != nullptr) {
+      (*run)["placement_model"] = {{"calibrated", calibrated},
+                                   {"refined", policy->Describe()}};
     }
     out["runs"].push_back(*run);
   }
