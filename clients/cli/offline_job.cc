@@ -126,7 +126,7 @@ absl::StatusOr<std::optional<uint64_t>> OfflineJob::SharedSeed(
     drawn = (uint64_t{device()} << 32) | device();
   }
   RETURN_IF_ERROR(communicator_->Broadcast(
-      0, {reinterpret_cast<uint8_t*>(&drawn), sizeof(drawn)}));
+      0, parallel::AsWritableBytes(absl::MakeSpan(&drawn, 1))));
   return drawn;
 }
 

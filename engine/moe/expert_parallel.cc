@@ -5,27 +5,25 @@
 #include "absl/strings/str_cat.h"
 
 namespace ringmoe::moe {
-namespace {
 
-absl::Span<uint8_t> Bytes(std::vector<float>& floats) {
-  return {reinterpret_cast<uint8_t*>(floats.data()),
-          floats.size() * sizeof(float)};
+Routing PicksOf(const Routing& predicted,
+                absl::FunctionRef<bool(int32_t expert)> runs_here) {
+  Routing picks;
+  picks.top_k = 1;
+  for (size_t i = 0; i < predicted.experts.size(); ++i) {
+    if (!runs_here(predicted.experts[i])) continue;
+    picks.experts.push_back(predicted.experts[i]);
+    picks.weights.push_back(predicted.weights[i]);
+  }
+  picks.num_tokens = static_cast<int64_t>(picks.experts.size());
+  return picks;
 }
 
-}  // namespace
-
 void ExpertParallelExecutor::Predict(int layer, const Routing& predicted) {
-  Routing mine;
-  mine.top_k = 1;
-  for (size_t i = 0; i < predicted.experts.size(); ++i) {
-    if (placement_.owner(predicted.experts[i]) != communicator_.rank()) {
-      continue;
-    }
-    mine.experts.push_back(predicted.experts[i]);
-    mine.weights.push_back(predicted.weights[i]);
-  }
-  mine.num_tokens = static_cast<int64_t>(mine.experts.size());
-  inner_.Predict(layer, mine);
+  // Only an expert's first replica runs under replicated attention.
+  inner_.Predict(layer, PicksOf(predicted, [&](int32_t expert) {
+                   return placement_.owner(expert) == communicator_.rank();
+                 }));
 }
 
 absl::Status ExpertParallelExecutor::Run(
@@ -57,8 +55,8 @@ absl::Status ExpertParallelExecutor::Run(
     backend.CopyToHost(t.out, at);
     at += t.out.size();
   }
-  if (absl::Status status =
-          communicator_.AllGather(Bytes(send_), Bytes(received_));
+  if (absl::Status status = communicator_.AllGather(
+          parallel::AsBytes(send_), parallel::AsWritableBytes(received_));
       !status.ok()) {
     return absl::Status(
         status.code(),

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/backend/backend.h"
@@ -37,6 +38,12 @@
 #include "engine/parallel/communicator.h"
 
 namespace ringmoe::moe {
+
+// The picks of `predicted` whose expert `runs_here`, one (token, expert)
+// pick per row of a top-1 routing: the executors of a rank's experts
+// prefetch by the tokens each expert gets, not by which token picked it.
+Routing PicksOf(const Routing& predicted,
+                absl::FunctionRef<bool(int32_t expert)> runs_here);
 
 class ExpertParallelExecutor : public ExpertExecutor {
  public:
@@ -52,9 +59,7 @@ class ExpertParallelExecutor : public ExpertExecutor {
 
   void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
   bool WantsPredictions() const override { return inner_.WantsPredictions(); }
-  // Passes on the predicted picks of this rank's experts only, one
-  // (token, expert) pick per row of a top-1 routing: executors prefetch by
-  // the tokens each expert gets, not by which token picked it.
+  // Passes on the predicted picks of the experts this rank runs (PicksOf).
   void Predict(int layer, const Routing& predicted) override;
   // This rank's tasks and `alongside` through the inner executor, then
   // every task's `out` exchanged. Errors: the inner executor's, with the

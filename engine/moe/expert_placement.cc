@@ -223,9 +223,13 @@ absl::StatusOr<ExpertPlacement> ExpertPlacement::Balanced(
 std::vector<int32_t> ExpertPlacement::experts_of(int rank) const {
   std::vector<int32_t> experts;
   for (int e = 0; e < num_experts(); ++e) {
-    if (Holds(replicas_[e], rank)) experts.push_back(e);
+    if (holds(e, rank)) experts.push_back(e);
   }
   return experts;
+}
+
+bool ExpertPlacement::holds(int expert, int rank) const {
+  return Holds(replicas_[expert], rank);
 }
 
 std::vector<int> ExpertPlacement::AssignRanks(

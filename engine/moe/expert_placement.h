@@ -96,6 +96,8 @@ class ExpertPlacement {
   int owner(int expert) const { return replicas_[expert].front(); }
   // The experts with a replica on `rank`, ascending.
   std::vector<int32_t> experts_of(int rank) const;
+  // Whether `rank` holds a replica of `expert`.
+  bool holds(int expert, int rank) const;
 
   // The rank that runs each task of a step: task i is one token routed to
   // expert task_experts[i] (each in [0, num_experts())). Tasks are taken in

@@ -5,19 +5,10 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/moe/expert_parallel.h"
 
 namespace ringmoe::moe {
 namespace {
-
-template <typename T>
-absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
-  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
-
-template <typename T>
-absl::Span<uint8_t> Bytes(std::vector<T>& v) {
-  return {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
 
 // Byte counts of `rows` rows of `width` floats per rank.
 std::vector<uint64_t> ByteCounts(const std::vector<uint64_t>& rows,
@@ -38,22 +29,10 @@ std::vector<uint64_t> Offsets(const std::vector<uint64_t>& rows) {
 
 }  // namespace
 
-bool TokenDispatchExecutor::HoldsReplica(int32_t expert) const {
-  const std::vector<int>& ranks = placement_.replicas(expert);
-  return std::find(ranks.begin(), ranks.end(), communicator_.rank()) !=
-         ranks.end();
-}
-
 void TokenDispatchExecutor::Predict(int layer, const Routing& predicted) {
-  Routing mine;
-  mine.top_k = 1;
-  for (size_t i = 0; i < predicted.experts.size(); ++i) {
-    if (!HoldsReplica(predicted.experts[i])) continue;
-    mine.experts.push_back(predicted.experts[i]);
-    mine.weights.push_back(predicted.weights[i]);
-  }
-  mine.num_tokens = static_cast<int64_t>(mine.experts.size());
-  inner_.Predict(layer, mine);
+  inner_.Predict(layer, PicksOf(predicted, [&](int32_t expert) {
+                   return placement_.holds(expert, communicator_.rank());
+                 }));
 }
 
 absl::Status TokenDispatchExecutor::ExchangeError(
@@ -83,7 +62,8 @@ absl::Status TokenDispatchExecutor::Run(
   std::vector<uint64_t> rows_to(ranks, 0);
   for (int d : destination) ++rows_to[d];
   std::vector<uint64_t> rows_from(ranks, 0);
-  if (absl::Status s = communicator_.AllToAll(Bytes(rows_to), Bytes(rows_from));
+  if (absl::Status s = communicator_.AllToAll(
+          parallel::AsBytes(rows_to), parallel::AsWritableBytes(rows_from));
       !s.ok()) {
     return ExchangeError(layer, "AllToAll of row counts", s);
   }
@@ -100,25 +80,24 @@ absl::Status TokenDispatchExecutor::Run(
       sent_at[i] = next[destination[i]]++;
     }
   }
-  std::vector<float> send(sent_rows * record);
+  send_.resize(sent_rows * record);
   {
-    std::vector<float> rows;
     size_t i = 0;
     for (const ExpertTask& t : tasks) {
-      rows.resize(t.x.size());
-      backend.CopyToHost(t.x, rows.data());
+      staged_.resize(t.x.size());
+      backend.CopyToHost(t.x, staged_.data());
       for (int64_t r = 0; r < t.x.rows; ++r, ++i) {
-        float* out = send.data() + sent_at[i] * record;
+        float* out = send_.data() + sent_at[i] * record;
         std::memcpy(out, &t.expert, sizeof(int32_t));
-        std::memcpy(out + 1, rows.data() + r * hidden_,
+        std::memcpy(out + 1, staged_.data() + r * hidden_,
                     hidden_ * sizeof(float));
       }
     }
   }
-  std::vector<float> received(received_rows * record);
+  received_.resize(received_rows * record);
   if (absl::Status s = communicator_.AllToAllV(
-          Bytes(send), ByteCounts(rows_to, record), Bytes(received),
-          ByteCounts(rows_from, record));
+          parallel::AsBytes(send_), ByteCounts(rows_to, record),
+          parallel::AsWritableBytes(received_), ByteCounts(rows_from, record));
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of input rows", s);
   }
@@ -127,9 +106,9 @@ absl::Status TokenDispatchExecutor::Run(
   // the order sent.
   std::vector<int32_t> expert_of(received_rows);
   for (uint64_t j = 0; j < received_rows; ++j) {
-    std::memcpy(&expert_of[j], received.data() + j * record, sizeof(int32_t));
+    std::memcpy(&expert_of[j], received_.data() + j * record, sizeof(int32_t));
     if (expert_of[j] < 0 || expert_of[j] >= placement_.num_experts() ||
-        !HoldsReplica(expert_of[j])) {
+        !placement_.holds(expert_of[j], rank)) {
       return absl::InternalError(absl::StrCat(
           "layer ", layer, ": rank ", rank, " received a row for expert ",
           expert_of[j], ", which it does not run"));
@@ -143,16 +122,16 @@ absl::Status TokenDispatchExecutor::Run(
 
   backend::Backend::Buffer in, out;
   std::vector<ExpertTask> mine;
-  std::vector<float> rows(received_rows * hidden_);
+  staged_.resize(received_rows * hidden_);
   if (received_rows > 0) {
     for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(rows.data() + k * hidden_,
-                  received.data() + order[k] * record + 1,
+      std::memcpy(staged_.data() + k * hidden_,
+                  received_.data() + order[k] * record + 1,
                   hidden_ * sizeof(float));
     }
     in = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
     out = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
-    backend.CopyFromHost(rows.data(), in);
+    backend.CopyFromHost(staged_.data(), in);
     for (uint64_t k = 0; k < received_rows;) {
       uint64_t end = k;
       while (end < received_rows &&
@@ -171,33 +150,33 @@ absl::Status TokenDispatchExecutor::Run(
                         absl::StrCat("rank ", rank, ": ", s.message()));
   }
 
-  // Outputs go back in the order their inputs arrived.
-  std::vector<float> back(received_rows * hidden_);
+  // Outputs go back in the order their inputs arrived (send_ now holds
+  // them, received_ what comes back).
+  send_.resize(received_rows * hidden_);
   if (received_rows > 0) {
-    backend.CopyToHost(out.tensor(), rows.data());
+    backend.CopyToHost(out.tensor(), staged_.data());
     for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(back.data() + order[k] * hidden_, rows.data() + k * hidden_,
-                  hidden_ * sizeof(float));
+      std::memcpy(send_.data() + order[k] * hidden_,
+                  staged_.data() + k * hidden_, hidden_ * sizeof(float));
     }
   }
-  std::vector<float> results(sent_rows * hidden_);
-  if (absl::Status s =
-          communicator_.AllToAllV(Bytes(back), ByteCounts(rows_from, hidden_),
-                                  Bytes(results), ByteCounts(rows_to, hidden_));
+  received_.resize(sent_rows * hidden_);
+  if (absl::Status s = communicator_.AllToAllV(
+          parallel::AsBytes(send_), ByteCounts(rows_from, hidden_),
+          parallel::AsWritableBytes(received_), ByteCounts(rows_to, hidden_));
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of output rows", s);
   }
   // Each task's rows from wherever they ran.
-  std::vector<float> rows_out;
   size_t i = 0;
   for (const ExpertTask& t : tasks) {
-    rows_out.resize(t.out.size());
+    staged_.resize(t.out.size());
     for (int64_t r = 0; r < t.out.rows; ++r, ++i) {
-      std::memcpy(rows_out.data() + r * hidden_,
-                  results.data() + sent_at[i] * hidden_,
+      std::memcpy(staged_.data() + r * hidden_,
+                  received_.data() + sent_at[i] * hidden_,
                   hidden_ * sizeof(float));
     }
-    backend.CopyFromHost(rows_out.data(), t.out);
+    backend.CopyFromHost(staged_.data(), t.out);
   }
   return absl::OkStatus();
 }

@@ -73,7 +73,6 @@ class TokenDispatchExecutor : public ExpertExecutor {
   void EndStep() override { inner_.EndStep(); }
 
  private:
-  bool HoldsReplica(int32_t expert) const;
   // Wraps a failed collective's status with the layer and what moved.
   absl::Status ExchangeError(int layer, const char* what,
                              const absl::Status& status) const;
@@ -82,6 +81,12 @@ class TokenDispatchExecutor : public ExpertExecutor {
   const ExpertPlacement placement_;
   ExpertExecutor& inner_;
   const int64_t hidden_;
+  // Host staging kept between layers: the rows this rank sends (inputs,
+  // then outputs), the rows it receives, and rows between the host and the
+  // backend.
+  std::vector<float> send_;
+  std::vector<float> received_;
+  std::vector<float> staged_;
 };
 
 }  // namespace ringmoe::moe

@@ -31,6 +31,19 @@
 
 namespace ringmoe::parallel {
 
+// The bytes of `values` (anything with data() and size(): a vector, a
+// span), as the collectives take them.
+template <typename Values>
+absl::Span<const uint8_t> AsBytes(const Values& values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()),
+          values.size() * sizeof(*values.data())};
+}
+template <typename Values>
+absl::Span<uint8_t> AsWritableBytes(Values&& values) {
+  return {reinterpret_cast<uint8_t*>(values.data()),
+          values.size() * sizeof(*values.data())};
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/parallel/mpi_communicator.h"
+#include "engine/parallel/rank_test_output.h"
 #include "gtest/gtest.h"
 
 namespace ringmoe::parallel {
@@ -214,21 +215,6 @@ TEST(CommunicatorTest, RefusesRootsOutsideTheJob) {
   EXPECT_NE(status.message().find("root"), absl::string_view::npos) << status;
 }
 
-// On ranks other than 0 only failures are printed, each with its rank.
-class RankFailurePrinter : public testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.summary());
-  }
-
- private:
-  const int rank_;
-};
-
 }  // namespace
 }  // namespace ringmoe::parallel
 
@@ -240,12 +226,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   ringmoe::parallel::job = job->get();
-  const int rank = (*job)->rank();
-  if (rank != 0) {
-    testing::TestEventListeners& listeners =
-        testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new ringmoe::parallel::RankFailurePrinter(rank));
-  }
+  ringmoe::parallel::PrintOnlyFailuresUnlessRankZero((*job)->rank());
   return RUN_ALL_TESTS();
 }

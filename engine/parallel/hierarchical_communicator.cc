@@ -237,11 +237,8 @@ absl::Status HierarchicalCommunicator::AllToAllV(
 
   // Phase 0: the whole count matrix on every rank.
   count_matrix_.resize(static_cast<size_t>(n) * n);
-  status = base_->AllGather(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(send_counts.data()),
-                          n * sizeof(uint64_t)),
-      absl::MakeSpan(reinterpret_cast<uint8_t*>(count_matrix_.data()),
-                     count_matrix_.size() * sizeof(uint64_t)));
+  status = base_->AllGather(AsBytes(send_counts.subspan(0, n)),
+                            AsWritableBytes(count_matrix_));
   if (!status.ok()) {
     return Fail(absl::Status(
         status.code(), absl::StrCat(collective, " phase 0 (gathering counts): ",

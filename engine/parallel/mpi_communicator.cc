@@ -348,11 +348,8 @@ absl::StatusOr<NodeGrouping> MpiCommunicator::SharedMemoryNodes() {
 
   const int64_t label = lowest;
   std::vector<int64_t> labels(size_);
-  const absl::Status gathered =
-      AllGather(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&label),
-                                    sizeof(label)),
-                absl::MakeSpan(reinterpret_cast<uint8_t*>(labels.data()),
-                               labels.size() * sizeof(int64_t)));
+  const absl::Status gathered = AllGather(
+      AsBytes(absl::MakeConstSpan(&label, 1)), AsWritableBytes(labels));
   if (!gathered.ok()) return gathered;
   return NodeGrouping::FromLabels(labels);
 }

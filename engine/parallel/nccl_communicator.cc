@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const ncclResult_t result = ncclGetUniqueId(&id);
     if (result != ncclSuccess) return NcclError(where, result, nullptr);
   }
-  RETURN_IF_ERROR(bootstrap.Broadcast(
-      0, absl::MakeSpan(reinterpret_cast<uint8_t*>(&id), sizeof(id))));
+  RETURN_IF_ERROR(
+      bootstrap.Broadcast(0, AsWritableBytes(absl::MakeSpan(&id, 1))));
   error = cudaStreamCreateWithFlags(&comm->stream_, cudaStreamNonBlocking);
   if (error != cudaSuccess) return CudaError(where, error);
   error = cudaMalloc(reinterpret_cast<void**>(&comm->barrier_word_),

@@ -218,10 +218,7 @@ absl::StatusOr<moe::ExpertPlacement> Engine::BalancedPlacement(
     const int ranks = data_parallel_->size();
     std::vector<uint64_t> every(tokens.size() * ranks);
     if (absl::Status s = data_parallel_->AllGather(
-            {reinterpret_cast<const uint8_t*>(tokens.data()),
-             tokens.size() * sizeof(uint64_t)},
-            {reinterpret_cast<uint8_t*>(every.data()),
-             every.size() * sizeof(uint64_t)});
+            parallel::AsBytes(tokens), parallel::AsWritableBytes(every));
         !s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("gathering the ranks' routed-token "
@@ -290,10 +287,11 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
             blocks.begin() + first_row[rank] * vocab);
   for (int p = 0; p < ranks; ++p) {
     if (rows_of_rank[p] == 0) continue;
-    const absl::Span<uint8_t> block(
-        reinterpret_cast<uint8_t*>(blocks.data() + first_row[p] * vocab),
-        rows_of_rank[p] * vocab * sizeof(float));
-    if (absl::Status s = data_parallel_->Broadcast(p, block); !s.ok()) {
+    absl::Span<float> block = absl::MakeSpan(blocks).subspan(
+        first_row[p] * vocab, rows_of_rank[p] * vocab);
+    if (absl::Status s =
+            data_parallel_->Broadcast(p, parallel::AsWritableBytes(block));
+        !s.ok()) {
       return absl::Status(
           s.code(),
           absl::StrCat("sending rank ", p, "'s logits (", rows_of_rank[p],
