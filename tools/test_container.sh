@@ -170,33 +170,47 @@ socks = [socket.socket() for _ in range(3)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
-step "running $container: gRPC $grpc_port, metrics $metrics_port, HTTP $http_port"
-timeout 120 podman run --detach --name "$container" --network=host \
-  --read-only --tmpfs /tmp --cap-drop=ALL --security-opt=no-new-privileges \
-  --volume "$PWD/tests/testdata/moe-adder:/models:ro" \
-  --env RINGMOE_MODEL_NAME=moe-adder --env RINGMOE_DEVICE=cpu --env RINGMOE_THREADS=2 \
-  --env RINGMOE_GRPC_PORT="$grpc_port" --env RINGMOE_METRICS_PORT="$metrics_port" \
-  --env RINGMOE_HTTP_PORT="$http_port" --env RINGMOE_SHUTDOWN_GRACE_PERIOD_S="$drain_s" \
-  "$image" >/dev/null 2>"$work/run.log" || {
-  cat "$work/run.log" >&2
-  exit 1
+# start NAME ENV...: the image as NAME with the demo model read-only under
+# the Deployment's security settings, the ports above and ENV (NAME=VALUE)
+# besides.
+start() {
+  local name=$1 env=() setting
+  shift
+  for setting in "$@"; do env+=(--env "$setting"); done
+  timeout 120 podman run --detach --name "$name" --network=host \
+    --read-only --tmpfs /tmp --cap-drop=ALL --security-opt=no-new-privileges \
+    --volume "$PWD/tests/testdata/moe-adder:/models:ro" \
+    --env RINGMOE_MODEL_NAME=moe-adder --env RINGMOE_DEVICE=cpu \
+    --env RINGMOE_GRPC_PORT="$grpc_port" --env RINGMOE_METRICS_PORT="$metrics_port" \
+    --env RINGMOE_HTTP_PORT="$http_port" --env RINGMOE_SHUTDOWN_GRACE_PERIOD_S="$drain_s" \
+    "${env[@]}" "$image" >/dev/null 2>"$work/run-$name.log" || {
+    cat "$work/run-$name.log" >&2
+    exit 1
+  }
 }
 
-# The image's own HEALTHCHECK (healthcheck.sh), as Docker would run it,
-# until the server has loaded the model. (podman schedules health checks
-# through systemd timers; without systemd it says so in run.log, and
-# `podman healthcheck run` still runs them on demand.)
-deadline=$(($(date +%s) + 120))
-until timeout 30 podman healthcheck run "$container" >/dev/null 2>&1; do
-  if [[ $(podman inspect --format '{{.State.Running}}' "$container") != true ||
-    $(date +%s) -ge $deadline ]]; then
-    podman logs "$container" >&2 || true
-    echo "test_container: the container never became healthy" >&2
-    exit 1
-  fi
-  sleep 1
-done
-verdict=$(timeout 30 podman exec "$container" /opt/ringmoe/bin/healthcheck.sh)
+# wait_healthy NAME: the image's own HEALTHCHECK (healthcheck.sh), as Docker
+# would run it, until the server has loaded the model; then prints what
+# healthcheck.sh says. (podman schedules health checks through systemd
+# timers; without systemd it says so in the run log, and `podman
+# healthcheck run` still runs them on demand.)
+wait_healthy() {
+  local deadline=$(($(date +%s) + 120))
+  until timeout 30 podman healthcheck run "$1" >/dev/null 2>&1; do
+    if [[ $(podman inspect --format '{{.State.Running}}' "$1") != true ||
+      $(date +%s) -ge $deadline ]]; then
+      podman logs "$1" >&2 || true
+      echo "test_container: $1 never became healthy" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  timeout 30 podman exec "$1" /opt/ringmoe/bin/healthcheck.sh
+}
+
+step "running $container: gRPC $grpc_port, metrics $metrics_port, HTTP $http_port"
+start "$container" RINGMOE_THREADS=2
+verdict=$(wait_healthy "$container")
 step "podman healthcheck run: healthy; healthcheck.sh says $verdict"
 [[ $verdict == SERVING ]]
 
@@ -237,28 +251,8 @@ step "SIGTERM: $(grep -o 'draining [0-9]* requests' "$work/server.log"), exit st
 # Two ranks in one container, as the Compose file's ringmoe-ep service
 # runs them; rank 0 takes the same ports as the single-rank run had.
 step "running $ep_container: RINGMOE_RANKS=2 on the CPU, same ports"
-timeout 120 podman run --detach --name "$ep_container" --network=host \
-  --read-only --tmpfs /tmp --cap-drop=ALL --security-opt=no-new-privileges \
-  --volume "$PWD/tests/testdata/moe-adder:/models:ro" \
-  --env RINGMOE_RANKS=2 --env RINGMOE_MODEL_NAME=moe-adder --env RINGMOE_DEVICE=cpu \
-  --env RINGMOE_THREADS=1 \
-  --env RINGMOE_GRPC_PORT="$grpc_port" --env RINGMOE_METRICS_PORT="$metrics_port" \
-  --env RINGMOE_HTTP_PORT="$http_port" --env RINGMOE_SHUTDOWN_GRACE_PERIOD_S="$drain_s" \
-  "$image" >/dev/null 2>"$work/run-ep.log" || {
-  cat "$work/run-ep.log" >&2
-  exit 1
-}
-deadline=$(($(date +%s) + 120))
-until timeout 30 podman healthcheck run "$ep_container" >/dev/null 2>&1; do
-  if [[ $(podman inspect --format '{{.State.Running}}' "$ep_container") != true ||
-    $(date +%s) -ge $deadline ]]; then
-    podman logs "$ep_container" >&2 || true
-    echo "test_container: the two-rank container never became healthy" >&2
-    exit 1
-  fi
-  sleep 1
-done
-verdict=$(timeout 30 podman exec "$ep_container" /opt/ringmoe/bin/healthcheck.sh)
+start "$ep_container" RINGMOE_RANKS=2 RINGMOE_THREADS=1
+verdict=$(wait_healthy "$ep_container")
 [[ $verdict == SERVING ]]
 ranks_running=$(podman top "$ep_container" args | grep -c 'ringmoe_server .*--expert_parallel' || true)
 ep_answer=$(complete "$http_port")
