@@ -115,7 +115,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     const int num_experts = static_cast<int>(engine->spec_.num_experts);
     const int ranks = options.expert_parallel->size();
     const std::string& file = options.expert_placement_file;
-    if (!file.empty() && std::filesystem::exists(file)) {
+    const bool from_file = !file.empty() && std::filesystem::exists(file);
+    if (from_file) {
       ASSIGN_OR_RETURN(expert_placement, moe::ExpertPlacement::ReadFile(
                                              file, num_experts, ranks));
     } else {
@@ -123,9 +124,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     }
     if (options.expert_parallel->rank() == 0) {
       std::fprintf(stderr, "ringmoe: expert placement (%s): %s\n",
-                   file.empty() || !std::filesystem::exists(file)
-                       ? "contiguous"
-                       : file.c_str(),
+                   from_file ? file.c_str() : "contiguous",
                    expert_placement->Summary().c_str());
     }
     engine->expert_parallel_ = options.expert_parallel;
