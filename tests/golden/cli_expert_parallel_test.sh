@@ -120,6 +120,13 @@ grep -q "bad_placement.txt" "$tmp/bad_placement.err" ||
   fail "--expert_parallel_attention sideways accepted"
 grep -q "must be replicated or data_parallel" "$tmp/bad_flag.txt" ||
   fail "--expert_parallel_attention sideways: $(cat "$tmp/bad_flag.txt")"
+for bad in "--expert_replicas -1" "--ranks_per_node -2"; do
+  # shellcheck disable=SC2086 # the flag and its value
+  "$ringmoe" "${adder[@]}" --expert_parallel $bad 2>"$tmp/bad_flag.txt" &&
+    fail "$bad accepted"
+  grep -qF -- "${bad%% *} must be >= 0" "$tmp/bad_flag.txt" ||
+    fail "$bad: $(cat "$tmp/bad_flag.txt")"
+done
 "$ringmoe" "${adder[@]}" --expert_parallel >"$tmp/adder.flag.txt" ||
   fail "moe-adder alone with --expert_parallel"
 same "moe-adder alone with --expert_parallel" "$tmp/adder.one.txt" \
