@@ -574,19 +574,14 @@ absl::Status HybridExperts::Run(int layer,
                         absl::StrCat("streaming the experts of layer ", layer,
                                      ": ", status.message()));
   }
-  // Copies that began during the layer before (predicted experts) hide
-  // part of their cost, and reads from disk add one the policy does not
-  // choose: such a layer says nothing of what streaming an expert from
-  // host memory costs, nor of the two paths together.
-  if (options_.mode == PlacementMode::kAuto && prefetched.empty() &&
-      from_disk.empty()) {
-    if (stream_tokens.empty()) {
-      policy_->Observe(ExpertPlace::kCpu, cpu_tokens, cpu_seconds);
-    } else if (cpu_tokens.empty()) {
+  if (options_.mode == PlacementMode::kAuto) {
+    policy_->Observe(ExpertPlace::kCpu, cpu_tokens, cpu_seconds);
+    // Copies that began during the layer before (predicted experts) hide
+    // part of their cost, and reads from disk add one the policy does not
+    // choose: such a layer says nothing of what streaming an expert from
+    // host memory costs.
+    if (prefetched.empty() && from_disk.empty()) {
       policy_->Observe(ExpertPlace::kStream, stream_tokens, stream_seconds);
-    } else {
-      policy_->ObserveBoth(cpu_tokens, stream_tokens,
-                           std::max(cpu_seconds, stream_seconds));
     }
   }
   return absl::OkStatus();

@@ -99,26 +99,19 @@ std::vector<ExpertPlace> PlacementPolicy::Plan(
     return std::max(CpuSeconds(tokens[a]), StreamSeconds(tokens[a])) >
            std::max(CpuSeconds(tokens[b]), StreamSeconds(tokens[b]));
   });
-  const double both = both_[LayerBucket(tokens)].median;
-  // The layer waits for the later path, each with its setup once it has
-  // anything, and for longer when both run (they share the host).
-  auto layer = [&](double cpu, double stream) {
-    const double later = std::max(cpu, stream);
-    return cpu > 0 && stream > 0 ? later * both : later;
-  };
   std::vector<ExpertPlace> place(tokens.size(), ExpertPlace::kCpu);
+  // When each path would be done with what it has, its setup included
+  // once it has anything: the layer waits for the later of the two.
   double cpu_busy = 0, stream_busy = 0;
   for (size_t i : order) {
     const double cpu = cpu_busy + CpuSeconds(tokens[i]) +
                        (cpu_busy == 0 ? costs_.cpu_seconds_setup : 0);
     const double stream = stream_busy + StreamSeconds(tokens[i]) +
                           (stream_busy == 0 ? costs_.stream_seconds_setup : 0);
-    const double on_cpu = layer(cpu, stream_busy);
-    const double streamed = layer(cpu_busy, stream);
     // Within the model's error the path preferred for this size wins.
     const bool streams = preferred_[Bucket(tokens[i])] == ExpertPlace::kStream
-                             ? !Beats(on_cpu, streamed)
-                             : Beats(streamed, on_cpu);
+                             ? !Beats(cpu, stream)
+                             : Beats(stream, cpu);
     if (streams) {
       place[i] = ExpertPlace::kStream;
       stream_busy = stream;
@@ -135,19 +128,29 @@ bool PlacementPolicy::StreamsAny(absl::Span<const int64_t> tokens) const {
          places.end();
 }
 
-int PlacementPolicy::LayerBucket(absl::Span<const int64_t> tokens) {
-  if (tokens.empty()) return 0;
+void PlacementPolicy::Observe(ExpertPlace path,
+                              absl::Span<const int64_t> tokens,
+                              double measured) {
+  if (tokens.empty() || !(measured > 0) || path == ExpertPlace::kDevice) {
+    return;
+  }
+  const bool cpu = path == ExpertPlace::kCpu;
+  double modelled = 0;
   int64_t total = 0;
-  for (int64_t n : tokens) total += n;
-  const int64_t count = static_cast<int64_t>(tokens.size());
-  return Bucket((total + count / 2) / count);
-}
-
-void PlacementPolicy::Add(Window& w, double ratio) {
+  for (int64_t n : tokens) {
+    modelled += cpu ? CalibratedCpu(n) : CalibratedStream(n);
+    total += n;
+  }
+  if (!(modelled > 0) || !std::isfinite(modelled)) return;
+  const double own = measured - (cpu ? 0 : costs_.stream_seconds_setup);
   // Bounded: a layer stalled by something else (a page fault, another
   // process) counts as one high ratio, however long it stalled.
   constexpr double kMaxRatio = 16;
-  ratio = std::clamp(ratio, 1 / kMaxRatio, kMaxRatio);
+  const double ratio = std::clamp(own / modelled, 1 / kMaxRatio, kMaxRatio);
+  const int64_t per_expert =
+      (total + static_cast<int64_t>(tokens.size()) / 2) / tokens.size();
+  const int bucket = Bucket(per_expert);
+  Window& w = (cpu ? cpu_ : stream_)[bucket];
   if (w.ratios.size() < kWindow) {
     w.ratios.push_back(ratio);
   } else {
@@ -160,48 +163,14 @@ void PlacementPolicy::Add(Window& w, double ratio) {
                      sorted.end());
     w.median = sorted[sorted.size() / 2];
   }
-}
-
-void PlacementPolicy::Observe(ExpertPlace path,
-                              absl::Span<const int64_t> tokens,
-                              double measured) {
-  if (tokens.empty() || !(measured > 0) || path == ExpertPlace::kDevice) {
-    return;
-  }
-  const bool cpu = path == ExpertPlace::kCpu;
-  double modelled = 0;
-  for (int64_t n : tokens) {
-    modelled += cpu ? CalibratedCpu(n) : CalibratedStream(n);
-  }
-  if (!(modelled > 0) || !std::isfinite(modelled)) return;
-  const double own = measured - (cpu ? 0 : costs_.stream_seconds_setup);
-  const int bucket = LayerBucket(tokens);
-  Add((cpu ? cpu_ : stream_)[bucket], own / modelled);
   UpdatePreferred(bucket, /*initial=*/false);
-}
-
-void PlacementPolicy::ObserveBoth(absl::Span<const int64_t> cpu_tokens,
-                                  absl::Span<const int64_t> stream_tokens,
-                                  double measured) {
-  if (cpu_tokens.empty() || stream_tokens.empty() || !(measured > 0)) return;
-  double cpu = 0, stream = costs_.stream_seconds_setup;
-  std::vector<int64_t> all(cpu_tokens.begin(), cpu_tokens.end());
-  for (int64_t n : cpu_tokens) cpu += CpuSeconds(n);
-  for (int64_t n : stream_tokens) {
-    stream += StreamSeconds(n);
-    all.push_back(n);
-  }
-  const double later = std::max(cpu, stream);
-  if (!(later > 0) || !std::isfinite(later)) return;
-  Add(both_[LayerBucket(all)], measured / later);
 }
 
 std::string PlacementPolicy::Describe() const {
   std::string learned;
   for (int b = 0; b < kBuckets; ++b) {
     for (const auto& [name, w] :
-         {std::pair{"CPU", &cpu_[b]}, std::pair{"stream", &stream_[b]},
-          std::pair{"both", &both_[b]}}) {
+         {std::pair{"CPU", &cpu_[b]}, std::pair{"stream", &stream_[b]}}) {
       if (w->ratios.size() < kMinObserved) continue;
       absl::StrAppend(
           &learned, learned.empty() ? "; measured: " : ", ",

@@ -2,10 +2,9 @@
 // weights are not in device memory: on the CPU where they lie (activations
 // go down, results come back) or streamed to the device through the ring.
 // The two paths run at once, so a layer takes as long as the slower of them
-// (each with its per-layer fixed cost), not their sum, times the slowdown
-// measured layers that ran both showed (they share the host's memory and
-// cores): a step's experts are split, longest first, each where the layer
-// would finish sooner. Path costs come from a model calibrated on
+// (each with its per-layer fixed cost), not their sum: a step's experts are
+// split to make them finish together, longest first, each onto the path
+// that would finish it sooner. Path costs come from a model calibrated on
 // the machine at start-up and refined from measured layers.
 #ifndef RINGMOE_ENGINE_RUNTIME_PLACEMENT_POLICY_H_
 #define RINGMOE_ENGINE_RUNTIME_PLACEMENT_POLICY_H_
@@ -75,21 +74,14 @@ class PlacementPolicy {
   // Whether a step of experts with `tokens` tokens each would stream any.
   bool StreamsAny(absl::Span<const int64_t> tokens) const;
 
-  // `path` alone ran experts with `tokens` tokens each in one layer and
-  // took `measured` seconds: for streaming its setup included (the wait for
-  // the ring is part of it), for the CPU not (it surrounds the CPU's run).
+  // `path` ran experts with `tokens` tokens each in one layer and took
+  // `measured` seconds: for streaming its setup included (the wait for the
+  // ring is part of it), for the CPU not (it surrounds the CPU's run).
   // Layers are compared by tokens per expert (a decode layer teaches
   // nothing of a prefill's); within that, the correction is the median
   // of the last measured-to-modelled ratios, so outliers do not move it.
   void Observe(ExpertPlace path, absl::Span<const int64_t> tokens,
                double measured);
-  // Both paths ran in one layer, the later done after `measured` seconds
-  // (as Observe counts them). The two share the host's memory and cores,
-  // so such a layer may take longer than the slower path alone would:
-  // what it teaches is that slowdown (the same median of ratios), applied
-  // when a plan mixes the paths, not either path's cost.
-  void ObserveBoth(absl::Span<const int64_t> cpu_tokens,
-                   absl::Span<const int64_t> stream_tokens, double measured);
 
   const PathCosts& costs() const { return costs_; }
   // One line for the log: the model, and the corrections measured layers
@@ -111,10 +103,6 @@ class PlacementPolicy {
     double median = 1;  // the correction; 1 below kMinObserved ratios
   };
   static int Bucket(int64_t tokens);
-  // Adds `ratio` (bounded) to `w` and updates its median.
-  static void Add(Window& w, double ratio);
-  // Bucket of a layer's experts by their mean tokens.
-  static int LayerBucket(absl::Span<const int64_t> tokens);
   double CalibratedCpu(int64_t tokens) const;
   double CalibratedStream(int64_t tokens) const;
   // Whether `a` seconds on the path not preferred beat `b` on the preferred
@@ -127,8 +115,6 @@ class PlacementPolicy {
   PathCosts costs_;
   uint64_t expert_bytes_;
   std::array<Window, kBuckets> cpu_, stream_;
-  // Per bucket, how much longer than the slower path a mixed layer takes.
-  std::array<Window, kBuckets> both_;
   // Per bucket, the path a lone expert of its size goes to on a tie.
   std::array<ExpertPlace, kBuckets> preferred_;
 };

@@ -160,28 +160,6 @@ TEST(PlacementPolicyTest, OnlyComparableLayersRefineACost) {
   EXPECT_NEAR(p.StreamSeconds(1), 2 * decode, 1e-12);
 }
 
-// Two paths that share the host (its memory, its cores) slow each other:
-// layers that ran both and took twice the slower path teach the policy to
-// keep a decode layer's two experts on one path, while the paths' own
-// costs stay as measured alone.
-TEST(PlacementPolicyTest, MixedLayersTeachTheirSlowdown) {
-  PathCosts c = Machine();
-  c.copy_bytes_per_second = 2.5e9;  // 9 ms to stream, 8 ms on the CPU
-  PlacementPolicy p(c, kExpertBytes);
-  const std::vector<ExpertPlace> split = p.Plan({1, 1});
-  ASSERT_EQ(std::count(split.begin(), split.end(), ExpertPlace::kCpu), 1);
-  const double cpu = p.CpuSeconds(1), stream = p.StreamSeconds(1);
-  for (size_t i = 0; i < PlacementPolicy::kMinObserved; ++i) {
-    p.ObserveBoth({1}, {1}, 2 * stream);
-  }
-  EXPECT_EQ(p.Plan({1, 1}), std::vector<ExpertPlace>(2, ExpertPlace::kCpu));
-  EXPECT_DOUBLE_EQ(p.CpuSeconds(1), cpu);
-  EXPECT_DOUBLE_EQ(p.StreamSeconds(1), stream);
-  EXPECT_NE(p.Describe().find("both x2 from 1 tokens"), std::string::npos);
-  // A lone expert is no mixed layer: it still takes the cheaper path.
-  EXPECT_EQ(p.Plan({1})[0], ExpertPlace::kCpu);
-}
-
 TEST(PlacementPolicyTest, ProbesAreSummarisedByTheirMedian) {
   const Probe p = SummariseProbe({1.0, 1.1, 0.9, 50.0, 1.0, 1.05, 0.95});
   EXPECT_DOUBLE_EQ(p.median, 1.0);
