@@ -136,3 +136,54 @@ std::vector<prometheus::MetricFamily> StreamBufferMetrics::Collect() const {
 }
 
 }  // namespace ringmoe::server
+
+namespace ringmoe::server {
+
+std::vector<prometheus::MetricFamily> ExpertParallelMetrics::Collect() const {
+  const std::vector<serving::RankStats> ranks = board_.Snapshot();
+  if (ranks.empty()) return {};
+  struct Series {
+    const char* name;
+    const char* help;
+    prometheus::MetricType type;
+    double (*value)(const serving::RankStats&);
+  };
+  using serving::RankStats;
+  constexpr prometheus::MetricType kCounter = prometheus::MetricType::Counter;
+  const Series series[] = {
+      {"ringmoe_expert_parallel_sent_bytes_total",
+       "Bytes the rank's expert exchanges sent to other ranks.", kCounter,
+       [](const RankStats& r) { return double(r.bytes_sent); }},
+      {"ringmoe_expert_parallel_received_bytes_total",
+       "Bytes the rank's expert exchanges received from other ranks.",
+       kCounter, [](const RankStats& r) { return double(r.bytes_received); }},
+      {"ringmoe_expert_parallel_collectives_total",
+       "Collectives the rank's engine called.", kCounter,
+       [](const RankStats& r) { return double(r.collectives); }},
+      {"ringmoe_expert_parallel_collective_seconds_total",
+       "Time the rank's engine spent in collectives, waiting for slower "
+       "ranks included.",
+       kCounter, [](const RankStats& r) { return r.collective_seconds; }},
+      {"ringmoe_expert_parallel_steps_total", "Engine steps the rank ran.",
+       kCounter, [](const RankStats& r) { return double(r.steps); }},
+      {"ringmoe_expert_parallel_replica_rows_total",
+       "Token rows the rank ran for experts whose owner is another rank.",
+       kCounter, [](const RankStats& r) { return double(r.replica_rows); }},
+      {"ringmoe_expert_parallel_experts",
+       "Expert replicas the rank holds per MoE layer.",
+       prometheus::MetricType::Gauge,
+       [](const RankStats& r) { return double(r.experts_held); }},
+  };
+  std::vector<prometheus::MetricFamily> families;
+  for (const Series& s : series) {
+    prometheus::MetricFamily family = Family(s.name, s.help, s.type);
+    for (size_t rank = 0; rank < ranks.size(); ++rank) {
+      AddValue(&family, s.value(ranks[rank]),
+               {{"rank", std::to_string(rank)}});
+    }
+    families.push_back(std::move(family));
+  }
+  return families;
+}
+
+}  // namespace ringmoe::server

@@ -1,12 +1,14 @@
-// Counters kept elsewhere as Prometheus families, read at scrape time (never
-// stale, nothing to do per step): the memory ring's, the opt-in per-expert
-// token counts, and the replies waiting for slow stream readers.
+// Counters kept elsewhere as Prometheus families, read at scrape time
+// (nothing to do per step): the memory ring's, the opt-in per-expert token
+// counts, the replies waiting for slow stream readers, and every rank's
+// expert-parallel counters.
 #ifndef RINGMOE_SERVER_RING_METRICS_H_
 #define RINGMOE_SERVER_RING_METRICS_H_
 
 #include <vector>
 
 #include "engine/moe/expert_usage.h"
+#include "engine/serving/step_broadcast.h"
 #include "memory_ring/ring_stats.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -47,6 +49,27 @@ class ExpertTokenMetrics : public prometheus::Collectable {
 class StreamBufferMetrics : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override;
+};
+
+// One series per rank of an expert-parallel job (label `rank`), from the
+// records rank 0 gathers (at most a heartbeat old, step_broadcast.h):
+// ringmoe_expert_parallel_{sent,received}_bytes_total (the payload of the
+// engine's collectives to and from other ranks),
+// ringmoe_expert_parallel_collectives_total,
+// ringmoe_expert_parallel_collective_seconds_total (time inside them,
+// waiting for slower ranks included), ringmoe_expert_parallel_steps_total,
+// ringmoe_expert_parallel_replica_rows_total (rows run for experts another
+// rank owns) and ringmoe_expert_parallel_experts (replicas held per MoE
+// layer).
+class ExpertParallelMetrics : public prometheus::Collectable {
+ public:
+  // `board` must outlive the collector.
+  explicit ExpertParallelMetrics(const serving::RankStatsBoard& board)
+      : board_(board) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const serving::RankStatsBoard& board_;
 };
 
 }  // namespace ringmoe::server

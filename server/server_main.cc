@@ -7,7 +7,8 @@
 // --shutdown_grace_period_s, or until a second signal), the listeners close
 // and the process exits 0.
 //
-// With --expert_parallel under mpirun -np N, every rank loads the model
+// With --expert_parallel under mpirun -np N (flags shared with the CLI:
+// engine/runtime/expert_parallel_job.h), every rank loads the model
 // holding its share of the routed experts (attention replicated). Rank 0
 // serves as above, its scheduler's steps broadcast to the other ranks
 // (engine/serving/step_broadcast.h); the other ranks open no port, write no
@@ -15,6 +16,8 @@
 // having drained on SIGTERM, tells them to stop, and then exit 0. A failed
 // collective or engine step on any rank ends the whole job (every rank
 // exits non-zero; requests in flight on rank 0 fail with the process).
+// Rank 0 gathers every rank's exchange counters for its /metrics (label
+// `rank`), and on stop writes --expert_placement_file when given.
 #include <signal.h>
 
 #include <algorithm>
@@ -35,9 +38,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/parallel/communicator.h"
-#include "engine/parallel/mpi_communicator.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
+#include "engine/runtime/expert_parallel_job.h"
 #include "engine/serving/chat_output.h"
 #include "engine/serving/request_api.h"
 #include "engine/serving/scheduler.h"
@@ -109,18 +112,6 @@ ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{64} << 20,
 ABSL_FLAG(int, unhealthy_after_failed_steps, 3,
           "Health turns NOT_SERVING after this many engine steps in a row "
           "failed, and SERVING again at the next one that succeeds.");
-ABSL_FLAG(bool, expert_parallel, false,
-          "Under mpirun -np N: spread the routed experts over the N ranks "
-          "(contiguous ranges; attention replicated on every rank). Rank 0 "
-          "serves (ports, ready file, logs); the others replay its engine "
-          "steps. Alone, it changes nothing.");
-// Ranks meet in a collective at every MoE layer of every step; the first
-// comes after each rank loaded its share of the model, which can take
-// minutes on a large checkpoint. A rank that dies is reported by mpirun
-// within about a second whatever this says.
-ABSL_FLAG(absl::Duration, expert_parallel_timeout, absl::Minutes(10),
-          "With --expert_parallel: how long a rank waits for the others in "
-          "one collective before the job fails.");
 ABSL_FLAG(double, shutdown_grace_period_s, 30,
           "On SIGTERM/SIGINT, how long in-flight requests may take to finish "
           "before they are cancelled.");
@@ -147,6 +138,22 @@ std::string BaseName(std::string path) {
 parallel::Communicator* job = nullptr;
 
 bool HasPeers() { return job != nullptr && job->size() > 1; }
+
+// This rank's expert-parallel counters, read from `engine`.
+serving::RankStatsSource RankStatsOf(const runtime::Engine& engine) {
+  return [&engine] {
+    serving::RankStats stats;
+    if (const auto ep = engine.expert_parallel_stats()) {
+      stats.bytes_sent = ep->traffic.bytes_sent;
+      stats.bytes_received = ep->traffic.bytes_received;
+      stats.collectives = ep->traffic.collectives;
+      stats.collective_seconds = ep->traffic.seconds;
+      stats.experts_held = static_cast<uint64_t>(ep->experts_held);
+      stats.replica_rows = ep->replica_rows;
+    }
+    return stats;
+  };
+}
 
 // Reports `status` and returns the exit status; with other ranks it ends
 // the whole job instead (they may be waiting for this one in a collective).
@@ -261,21 +268,17 @@ int Serve() {
         "): every running sequence needs its decode token in each step")));
   }
 
-  std::unique_ptr<parallel::Communicator> communicator;
-  if (absl::GetFlag(FLAGS_expert_parallel)) {
-    const absl::Duration timeout =
-        absl::GetFlag(FLAGS_expert_parallel_timeout);
-    if (timeout <= absl::ZeroDuration()) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--expert_parallel_timeout must be positive, got ",
-                       absl::FormatDuration(timeout))));
-    }
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> joined =
-        parallel::CreateJobCommunicator(timeout);
-    if (!joined.ok()) return Fail(joined.status());
-    communicator = *std::move(joined);
-    job = communicator.get();
-    options->expert_parallel = communicator.get();
+  absl::StatusOr<runtime::ExpertParallelJob> joined =
+      runtime::ExpertParallelJob::Join(&*options);
+  if (!joined.ok()) return Fail(joined.status());
+  runtime::ExpertParallelJob& expert_parallel = *joined;
+  job = expert_parallel.communicator();
+  if (options->data_parallel_attention) {
+    return Fail(absl::UnimplementedError(
+        "--expert_parallel_attention=data_parallel: ringmoe_server runs "
+        "attention replicated (its scheduler plans one KV cache); "
+        "data-parallel attention runs in `ringmoe logits` and `ringmoe "
+        "generate`"));
   }
 
   const absl::Time load_start = absl::Now();
@@ -285,8 +288,12 @@ int Serve() {
   if (HasPeers() && job->rank() != 0) {
     // A follower: no front end; rank 0's steps until it says stop.
     serving::EngineStepRunner runner(engine->get());
-    const absl::Status followed = serving::RunStepFollower(*job, runner);
+    const absl::Status followed =
+        serving::RunStepFollower(*job, runner, RankStatsOf(**engine));
     if (!followed.ok()) return Fail(followed);
+    if (absl::Status s = expert_parallel.Finish(**engine); !s.ok()) {
+      return Fail(s);
+    }
     return 0;
   }
   if (HasPeers()) {
@@ -307,6 +314,9 @@ int Serve() {
   auto registry = std::make_shared<prometheus::Registry>();
   Metrics metrics(registry);
   const std::string host = absl::GetFlag(FLAGS_host);
+  // Every rank's counters, gathered by the step broadcast (declared before
+  // the exposer that reads them).
+  serving::RankStatsBoard rank_stats;
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     // Connections that send nothing (or stop reading) must not hold the
@@ -327,6 +337,8 @@ int Serve() {
   exposer->RegisterCollectable(ring_metrics);
   auto stream_metrics = std::make_shared<StreamBufferMetrics>();
   exposer->RegisterCollectable(stream_metrics);
+  auto rank_metrics = std::make_shared<ExpertParallelMetrics>(rank_stats);
+  if (HasPeers()) exposer->RegisterCollectable(rank_metrics);
   StreamBuffers::SetLimits(absl::GetFlag(FLAGS_max_stream_buffer_bytes),
                            16 * absl::GetFlag(FLAGS_max_stream_buffer_bytes));
   std::shared_ptr<ExpertTokenMetrics> expert_metrics;
@@ -364,8 +376,8 @@ int Serve() {
   // With other ranks, every step goes to them before it runs here.
   std::unique_ptr<serving::BroadcastingStepRunner> broadcaster;
   if (HasPeers()) {
-    broadcaster =
-        std::make_unique<serving::BroadcastingStepRunner>(&engine_runner, job);
+    broadcaster = std::make_unique<serving::BroadcastingStepRunner>(
+        &engine_runner, job, RankStatsOf(**engine), &rank_stats);
   }
   Scheduler scheduler(broadcaster != nullptr
                           ? static_cast<serving::StepRunner*>(broadcaster.get())
@@ -494,6 +506,9 @@ int Serve() {
   // Drained: the other ranks may go (a step the scheduler still tried
   // would fail here, not reach them).
   if (broadcaster != nullptr) broadcaster->Stop();
+  if (absl::Status s = expert_parallel.Finish(**engine); !s.ok()) {
+    return Fail(s);
+  }
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   std::fprintf(stderr, "ringmoe_server: stopped\n");
   return 0;

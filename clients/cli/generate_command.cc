@@ -10,7 +10,7 @@
 #include "base/status_macros.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
-#include "clients/cli/offline_job.h"
+#include "engine/runtime/expert_parallel_job.h"
 #include "clients/cli/remote_generate.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
@@ -86,19 +86,19 @@ int RunGenerate() {
                 absl::InvalidArgumentError(
                     "give exactly one of --prompt TEXT and --input_ids 1,2,3"));
   }
-  auto job = OfflineJob::Join(&*options);
+  auto job = runtime::ExpertParallelJob::Join(&*options);
   if (!job.ok()) return Fail("generate", job.status());
   auto engine = runtime::Engine::Load(*options);
-  if (!engine.ok()) return job->Fail("generate", engine.status());
+  if (!engine.ok()) return job->Fail("ringmoe generate", engine.status());
   runtime::GenerationRequest request;
   request.params = *params;
   auto seed = job->SharedSeed(params->seed);
-  if (!seed.ok()) return job->Fail("generate", seed.status());
+  if (!seed.ok()) return job->Fail("ringmoe generate", seed.status());
   request.params.seed = *seed;
   if (!prompt.empty()) {
     const tokenizer::Tokenizer* tok = (*engine)->tokenizer();
     if (tok == nullptr) {
-      return job->Fail("generate",
+      return job->Fail("ringmoe generate",
                        absl::FailedPreconditionError(
                            "--prompt needs tokenizer.json in the model "
                            "directory; use --input_ids"));
@@ -106,7 +106,7 @@ int RunGenerate() {
     request.prompt_ids = tok->Encode(prompt, /*add_special_tokens=*/true);
   } else {
     auto ids = ParseIdList(id_text);
-    if (!ids.ok()) return job->Fail("generate", ids.status());
+    if (!ids.ok()) return job->Fail("ringmoe generate", ids.status());
     request.prompt_ids = *ids;
   }
   const bool stream = absl::GetFlag(FLAGS_stream) &&
@@ -118,9 +118,9 @@ int RunGenerate() {
     }
   };
   auto results = runtime::Generate(**engine, {request}, on_token);
-  if (!results.ok()) return job->Fail("generate", results.status());
+  if (!results.ok()) return job->Fail("ringmoe generate", results.status());
   if (absl::Status finished = job->Finish(**engine); !finished.ok()) {
-    return job->Fail("generate", finished);
+    return job->Fail("ringmoe generate", finished);
   }
   if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());

@@ -5,7 +5,7 @@
 #include "absl/flags/flag.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
-#include "clients/cli/offline_job.h"
+#include "engine/runtime/expert_parallel_job.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/engine_flags.h"
@@ -29,16 +29,16 @@ int RunLogits() {
   if (options->kv_cache_tokens == 0) {
     options->kv_cache_tokens = static_cast<int64_t>(ids->size());
   }
-  auto job = OfflineJob::Join(&*options);
+  auto job = runtime::ExpertParallelJob::Join(&*options);
   if (!job.ok()) return Fail("logits", job.status());
   auto engine = runtime::Engine::Load(*options);
-  if (!engine.ok()) return job->Fail("logits", engine.status());
+  if (!engine.ok()) return job->Fail("ringmoe logits", engine.status());
   std::vector<float> logits;
   absl::Status status =
       (*engine)->Step({{0, *ids, /*all_logits=*/true}}, &logits);
-  if (!status.ok()) return job->Fail("logits", status);
+  if (!status.ok()) return job->Fail("ringmoe logits", status);
   if (absl::Status finished = job->Finish(**engine); !finished.ok()) {
-    return job->Fail("logits", finished);
+    return job->Fail("ringmoe logits", finished);
   }
   if (!job->writes_output()) return 0;
   MaybePrintRingStats((*engine)->ring_stats());

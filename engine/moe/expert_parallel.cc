@@ -20,9 +20,8 @@ Routing PicksOf(const Routing& predicted,
 }
 
 void ExpertParallelExecutor::Predict(int layer, const Routing& predicted) {
-  // Only an expert's first replica runs under replicated attention.
   inner_.Predict(layer, PicksOf(predicted, [&](int32_t expert) {
-                   return placement_.owner(expert) == communicator_.rank();
+                   return placement_.holds(expert, communicator_.rank());
                  }));
 }
 
@@ -30,12 +29,24 @@ absl::Status ExpertParallelExecutor::Run(
     int layer, absl::Span<const ExpertTask> tasks,
     absl::Span<const backend::MlpTask> alongside, backend::Backend& backend) {
   const int rank = communicator_.rank(), ranks = communicator_.size();
+  shares_.clear();
   std::vector<ExpertTask> mine;
   std::vector<int64_t> floats_of(ranks, 0);  // output floats each rank sends
-  for (const ExpertTask& t : tasks) {
-    const int owner = placement_.owner(t.expert);
-    floats_of[owner] += t.out.size();
-    if (owner == rank) mine.push_back(t);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const ExpertTask& t = tasks[i];
+    const std::vector<int>& replicas = placement_.replicas(t.expert);
+    const int64_t n = static_cast<int64_t>(replicas.size());
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t first = t.x.rows * j / n;
+      const int64_t rows = t.x.rows * (j + 1) / n - first;
+      if (rows == 0) continue;
+      const Share share{i, first, rows, replicas[j]};
+      shares_.push_back(share);
+      floats_of[share.rank] += rows * t.out.cols;
+      if (share.rank != rank) continue;
+      mine.push_back({t.expert, t.x.Rows(first, rows), t.out.Rows(first, rows)});
+      CountRows(t.expert, rank, rows);
+    }
   }
   if (absl::Status status = inner_.Run(layer, mine, alongside, backend);
       !status.ok()) {
@@ -44,9 +55,9 @@ absl::Status ExpertParallelExecutor::Run(
   }
   if (ranks == 1) return absl::OkStatus();
 
-  // Every rank knows every rank's share, so blocks are the largest share
-  // (AllGather's blocks are of one size); each holds its rank's tasks'
-  // rows in task order.
+  // Every rank knows every rank's shares, so blocks are the largest total
+  // (AllGather's blocks are of one size); each holds its rank's shares'
+  // rows in share order.
   const int64_t block = *std::max_element(floats_of.begin(), floats_of.end());
   send_.resize(block);
   received_.resize(block * ranks);
@@ -66,10 +77,11 @@ absl::Status ExpertParallelExecutor::Run(
   }
   std::vector<const float*> next(ranks);
   for (int p = 0; p < ranks; ++p) next[p] = received_.data() + p * block;
-  for (const ExpertTask& t : tasks) {
-    const int owner = placement_.owner(t.expert);
-    if (owner != rank) backend.CopyFromHost(next[owner], t.out);
-    next[owner] += t.out.size();
+  for (const Share& share : shares_) {
+    const backend::Tensor out = tasks[share.task].out.Rows(share.first,
+                                                           share.rows);
+    if (share.rank != rank) backend.CopyFromHost(next[share.rank], out);
+    next[share.rank] += out.size();
   }
   return absl::OkStatus();
 }

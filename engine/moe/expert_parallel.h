@@ -1,21 +1,24 @@
 // ExpertParallelExecutor: the routed experts spread over the ranks of a job
 // (expert parallelism) with attention replicated: every rank runs the same
 // forward pass on the same tokens, so every rank's MoE block hands its
-// executor the same tasks in the same order. Each rank runs the tasks of
-// the experts it owns (ExpertPlacement) through an inner executor —
-// resident, streamed through its own memory ring, hybrid on its device —
-// together with the `alongside` MLPs (shared experts), which every rank runs
-// itself; then one AllGather per MoE layer gives every rank every task's
-// output rows. Each output is computed once, by its owner, from the same
-// input rows and stored weights as in one process (an MLP's outputs do not
-// depend on which tasks share its loop), and the MoE block combines them
-// in its own fixed order, so results are bitwise those of one process
-// whatever the number of ranks.
+// executor the same tasks in the same order. Each task's rows are split
+// among its expert's replicas (ExpertPlacement), in contiguous shares
+// whose sizes differ by at most one, first share to the lowest rank; each
+// rank runs its shares through an inner executor — resident, streamed
+// through its own memory ring, hybrid on its device — together with the
+// `alongside` MLPs (shared experts), which every rank runs itself; then one
+// AllGather per MoE layer gives every rank every share's output rows. Each
+// output row is computed once, by one replica, from the same input row and
+// stored weights as in one process, and the MoE block combines them in its
+// own fixed order. An MLP's output rows do not depend on which tasks share
+// its loop, but the CPU products sum in another order for 3 rows or fewer
+// than for more: with one replica per expert results are bitwise those of
+// one process whatever the number of ranks; a share of a replicated expert
+// with 3 rows or fewer, split from more, may differ in the last bits.
 //
 // Replicated attention spends every rank's time on the whole batch's
-// attention; the data-parallel mode (each sequence and its KV cache on one
-// rank, its tokens sent to their experts' owners and the results sent back
-// with AllToAllV) is a later executor beside this one.
+// attention; TokenDispatchExecutor (token_dispatch.h) is the data-parallel
+// mode.
 //
 // Every rank constructs it with the same placement and runs the same steps
 // (the engine's forward pass does): each Run is one collective, so a rank
@@ -24,6 +27,7 @@
 #ifndef RINGMOE_ENGINE_MOE_EXPERT_PARALLEL_H_
 #define RINGMOE_ENGINE_MOE_EXPERT_PARALLEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -45,24 +49,52 @@ namespace ringmoe::moe {
 Routing PicksOf(const Routing& predicted,
                 absl::FunctionRef<bool(int32_t expert)> runs_here);
 
-class ExpertParallelExecutor : public ExpertExecutor {
+// What both expert-parallel executors share: the placement, and the rows
+// this rank ran for experts whose owner (first replica) is another rank —
+// the work its replicas took over, a per-rank metric.
+class DistributedExpertExecutor : public ExpertExecutor {
+ public:
+  const ExpertPlacement& placement() const { return placement_; }
+  // May be read from any thread while steps run.
+  uint64_t replica_rows() const {
+    return replica_rows_.load(std::memory_order_relaxed);
+  }
+
+ protected:
+  explicit DistributedExpertExecutor(ExpertPlacement placement)
+      : placement_(std::move(placement)) {}
+  // Counts `rows` rows run here for `expert`, replica rows when another
+  // rank owns it.
+  void CountRows(int32_t expert, int rank, uint64_t rows) {
+    if (placement_.owner(expert) != rank) {
+      replica_rows_.fetch_add(rows, std::memory_order_relaxed);
+    }
+  }
+
+  const ExpertPlacement placement_;
+
+ private:
+  std::atomic<uint64_t> replica_rows_{0};
+};
+
+class ExpertParallelExecutor : public DistributedExpertExecutor {
  public:
   // `communicator` (host memory: outputs travel through the host) and
-  // `inner` (runs this rank's experts: given only tasks of experts
-  // placement.owner() puts on communicator->rank()) must outlive the
+  // `inner` (runs this rank's experts: given only tasks of experts with a
+  // replica on communicator->rank()) must outlive the
   // executor; placement.num_ranks() == communicator->size().
   ExpertParallelExecutor(parallel::Communicator* communicator,
                          ExpertPlacement placement, ExpertExecutor* inner)
-      : communicator_(*communicator),
-        placement_(std::move(placement)),
+      : DistributedExpertExecutor(std::move(placement)),
+        communicator_(*communicator),
         inner_(*inner) {}
 
   void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
   bool WantsPredictions() const override { return inner_.WantsPredictions(); }
-  // Passes on the predicted picks of the experts this rank runs (PicksOf).
+  // Passes on the predicted picks of the experts this rank holds (PicksOf).
   void Predict(int layer, const Routing& predicted) override;
-  // This rank's tasks and `alongside` through the inner executor, then
-  // every task's `out` exchanged. Errors: the inner executor's, with the
+  // This rank's shares and `alongside` through the inner executor, then
+  // every share's `out` exchanged. Errors: the inner executor's, with the
   // rank; a failed exchange, naming the layer and the collective (the
   // communicator is then unusable).
   absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
@@ -71,9 +103,17 @@ class ExpertParallelExecutor : public ExpertExecutor {
   void EndStep() override { inner_.EndStep(); }
 
  private:
+  // Rows [first, first + rows) of task `task`, run by `rank`.
+  struct Share {
+    size_t task;
+    int64_t first;
+    int64_t rows;
+    int rank;
+  };
+
   parallel::Communicator& communicator_;
-  const ExpertPlacement placement_;
   ExpertExecutor& inner_;
+  std::vector<Share> shares_;  // kept between layers
   // Host staging of the exchange, kept between layers: this rank's output
   // rows (one AllGather block), and every rank's block in rank order.
   std::vector<float> send_;

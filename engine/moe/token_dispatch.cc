@@ -142,6 +142,7 @@ absl::Status TokenDispatchExecutor::Run(
       const int64_t count = static_cast<int64_t>(end - k);
       mine.push_back({expert_of[order[k]], in.tensor().Rows(first, count),
                       out.tensor().Rows(first, count)});
+      CountRows(expert_of[order[k]], rank, count);
       k = end;
     }
   }

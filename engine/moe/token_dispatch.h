@@ -36,12 +36,13 @@
 #include "absl/types/span.h"
 #include "engine/backend/backend.h"
 #include "engine/moe/expert_executor.h"
+#include "engine/moe/expert_parallel.h"
 #include "engine/moe/expert_placement.h"
 #include "engine/parallel/communicator.h"
 
 namespace ringmoe::moe {
 
-class TokenDispatchExecutor : public ExpertExecutor {
+class TokenDispatchExecutor : public DistributedExpertExecutor {
  public:
   // `communicator` (host memory: rows travel through the host) and `inner`
   // (runs this rank's experts: given only tasks of experts with a replica
@@ -51,8 +52,8 @@ class TokenDispatchExecutor : public ExpertExecutor {
   TokenDispatchExecutor(parallel::Communicator* communicator,
                         ExpertPlacement placement, ExpertExecutor* inner,
                         int64_t hidden)
-      : communicator_(*communicator),
-        placement_(std::move(placement)),
+      : DistributedExpertExecutor(std::move(placement)),
+        communicator_(*communicator),
         inner_(*inner),
         hidden_(hidden) {}
 
@@ -78,7 +79,6 @@ class TokenDispatchExecutor : public ExpertExecutor {
                              const absl::Status& status) const;
 
   parallel::Communicator& communicator_;
-  const ExpertPlacement placement_;
   ExpertExecutor& inner_;
   const int64_t hidden_;
   // Host staging kept between layers: the rows this rank sends (inputs,

@@ -127,7 +127,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                    from_file ? file.c_str() : "contiguous",
                    expert_placement->Summary().c_str());
     }
-    engine->expert_parallel_ = options.expert_parallel;
+    engine->expert_parallel_ =
+        std::make_unique<parallel::MeteredCommunicator>(
+            options.expert_parallel);
     own_experts = expert_placement->experts_of(options.expert_parallel->rank());
   }
   moe::ExpertExecutor* experts = nullptr;
@@ -173,13 +175,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     }
     if (options.data_parallel_attention) {
       engine->parallel_experts_ = std::make_unique<moe::TokenDispatchExecutor>(
-          options.expert_parallel, *std::move(expert_placement), experts,
-          engine->spec_.hidden_size);
-      engine->data_parallel_ = options.expert_parallel;
-      engine->rank_positions_.assign(options.expert_parallel->size(), 0);
+          engine->expert_parallel_.get(), *std::move(expert_placement),
+          experts, engine->spec_.hidden_size);
+      engine->data_parallel_ = engine->expert_parallel_.get();
+      engine->rank_positions_.assign(engine->data_parallel_->size(), 0);
     } else {
       engine->parallel_experts_ = std::make_unique<moe::ExpertParallelExecutor>(
-          options.expert_parallel, *std::move(expert_placement), experts);
+          engine->expert_parallel_.get(), *std::move(expert_placement),
+          experts);
     }
     experts = engine->parallel_experts_.get();
   }
@@ -198,6 +201,18 @@ absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
                           std::vector<float>* logits, backend::Work* work) {
   if (data_parallel_ != nullptr) return DataParallelStep(chunks, logits, work);
   return runner_->Forward(chunks, kv_cache_.get(), logits, work);
+}
+
+std::optional<Engine::ExpertParallelStats> Engine::expert_parallel_stats()
+    const {
+  if (expert_parallel_ == nullptr) return std::nullopt;
+  ExpertParallelStats stats;
+  stats.traffic = expert_parallel_->traffic();
+  stats.experts_held = static_cast<int64_t>(
+      parallel_experts_->placement().experts_of(expert_parallel_->rank())
+          .size());
+  stats.replica_rows = parallel_experts_->replica_rows();
+  return stats;
 }
 
 absl::StatusOr<moe::ExpertPlacement> Engine::BalancedPlacement(

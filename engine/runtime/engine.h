@@ -18,9 +18,11 @@
 #include "engine/model/model_spec.h"
 #include "engine/model/model_weights.h"
 #include "engine/moe/expert_executor.h"
+#include "engine/moe/expert_parallel.h"
 #include "engine/moe/expert_placement.h"
 #include "engine/moe/expert_usage.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/metered_communicator.h"
 #include "engine/runtime/hybrid_experts.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
@@ -124,6 +126,18 @@ class Engine {
   // Tokens routed per (layer, expert); null unless count_expert_tokens.
   const moe::ExpertUsage* expert_usage() const { return expert_usage_.get(); }
 
+  // This rank's part in expert parallelism: the traffic of the engine's
+  // collectives (expert exchanges; logits under data-parallel attention),
+  // the expert replicas it holds per MoE layer and the rows it ran for
+  // experts another rank owns. Null without expert parallelism over
+  // several ranks.
+  struct ExpertParallelStats {
+    parallel::CollectiveTraffic traffic;
+    int64_t experts_held = 0;
+    uint64_t replica_rows = 0;
+  };
+  std::optional<ExpertParallelStats> expert_parallel_stats() const;
+
   // Runs one step (see ModelRunner::Forward). Under data-parallel
   // attention every rank must run the same steps: a failure on one rank
   // (an invalid chunk is found by its home rank only) leaves the others in
@@ -163,14 +177,15 @@ class Engine {
   // Expert parallelism: this rank's experts when neither the ring nor the
   // hybrid executor runs them, and the executor spreading the experts.
   std::unique_ptr<moe::ResidentExperts> resident_experts_;
-  std::unique_ptr<moe::ExpertExecutor> parallel_experts_;
+  std::unique_ptr<moe::DistributedExpertExecutor> parallel_experts_;
   // Data-parallel attention: the job, each live sequence's home rank and
   // length, and the positions each rank's sequences hold.
   struct Home {
     int rank = 0;
     int64_t length = 0;
   };
-  parallel::Communicator* expert_parallel_ = nullptr;  // several ranks
+  // The job's communicator as the engine uses it: metered.
+  std::unique_ptr<parallel::MeteredCommunicator> expert_parallel_;
   parallel::Communicator* data_parallel_ = nullptr;
   absl::flat_hash_map<SequenceId, Home> homes_;
   std::vector<int64_t> rank_positions_;

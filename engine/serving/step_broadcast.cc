@@ -96,7 +96,7 @@ absl::StatusOr<StepMessage> DecodeStepMessage(
         absl::StrCat("step message: bad magic ", header.magic));
   }
   if (header.kind < static_cast<uint32_t>(StepKind::kStep) ||
-      header.kind > static_cast<uint32_t>(StepKind::kStop)) {
+      header.kind > static_cast<uint32_t>(StepKind::kStats)) {
     return absl::InvalidArgumentError(
         absl::StrCat("step message: unknown kind ", header.kind));
   }
@@ -180,10 +180,36 @@ absl::Status BroadcastStepMessage(parallel::Communicator& communicator,
   return absl::OkStatus();
 }
 
+void RankStatsBoard::Publish(std::vector<RankStats> ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ranks_ = std::move(ranks);
+}
+
+std::vector<RankStats> RankStatsBoard::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ranks_;
+}
+
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(
+    parallel::Communicator& communicator, const RankStats& mine) {
+  std::vector<RankStats> ranks(communicator.size());
+  if (absl::Status s = communicator.AllGather(
+          parallel::AsBytes(absl::MakeConstSpan(&mine, 1)),
+          parallel::AsWritableBytes(ranks));
+      !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("gathering the ranks' stats: ", s.message()));
+  }
+  return ranks;
+}
+
 BroadcastingStepRunner::BroadcastingStepRunner(
-    StepRunner* inner, parallel::Communicator* communicator)
+    StepRunner* inner, parallel::Communicator* communicator,
+    RankStatsSource stats, RankStatsBoard* board)
     : inner_(*inner),
       communicator_(*communicator),
+      stats_(std::move(stats)),
+      board_(*board),
       heartbeat_(std::clamp(communicator->timeout() / 4,
                             absl::Milliseconds(1), absl::Seconds(1))),
       last_sent_(absl::Now()) {
@@ -201,6 +227,29 @@ void BroadcastingStepRunner::SendLocked(StepMessage* message) {
                                s.message())));
   }
   last_sent_ = absl::Now();
+}
+
+bool BroadcastingStepRunner::StatsDueLocked() const {
+  return steps_since_stats_ && absl::Now() - last_stats_ >= heartbeat_;
+}
+
+void BroadcastingStepRunner::GatherStatsLocked() {
+  StepMessage message;
+  message.kind = StepKind::kStats;
+  message.releases.swap(pending_releases_);
+  SendLocked(&message);
+  RankStats mine = stats_();
+  mine.steps = steps_;
+  absl::StatusOr<std::vector<RankStats>> ranks =
+      GatherRankStats(communicator_, mine);
+  if (!ranks.ok()) {
+    communicator_.Abort(absl::Status(
+        ranks.status().code(),
+        absl::StrCat("rank 0: ", ranks.status().message())));
+  }
+  board_.Publish(*std::move(ranks));
+  last_stats_ = absl::Now();
+  steps_since_stats_ = false;
 }
 
 void BroadcastingStepRunner::Release(runtime::SequenceId id) {
@@ -221,6 +270,7 @@ absl::Status BroadcastingStepRunner::Step(
       return absl::FailedPreconditionError(
           "the expert-parallel job was stopped");
     }
+    if (StatsDueLocked()) GatherStatsLocked();
     StepMessage message;
     message.kind = StepKind::kStep;
     message.releases.swap(pending_releases_);
@@ -234,6 +284,8 @@ absl::Status BroadcastingStepRunner::Step(
   }
   absl::Status step = inner_.Step(chunks, logits);
   last_sent_ = absl::Now();
+  ++steps_;
+  steps_since_stats_ = true;
   if (!step.ok()) {
     // The other ranks may be inside a collective this rank left: the job
     // cannot go on.
@@ -247,7 +299,14 @@ absl::Status BroadcastingStepRunner::Step(
 void BroadcastingStepRunner::Heartbeat() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
-    const absl::Time due = last_sent_ + heartbeat_;
+    if (StatsDueLocked()) {
+      GatherStatsLocked();
+      continue;
+    }
+    const absl::Time due =
+        std::min(last_sent_ + heartbeat_,
+                 steps_since_stats_ ? last_stats_ + heartbeat_
+                                    : absl::InfiniteFuture());
     const absl::Time now = absl::Now();
     if (now < due) {
       wake_.wait_for(lock, absl::ToChronoMilliseconds(due - now) +
@@ -276,8 +335,9 @@ void BroadcastingStepRunner::Stop() {
 }
 
 absl::Status RunStepFollower(parallel::Communicator& communicator,
-                             StepRunner& runner) {
+                             StepRunner& runner, const RankStatsSource& stats) {
   std::vector<float> logits;
+  uint64_t steps = 0;
   while (true) {
     StepMessage message;
     if (absl::Status s = BroadcastStepMessage(communicator, &message);
@@ -288,6 +348,18 @@ absl::Status RunStepFollower(parallel::Communicator& communicator,
     }
     if (message.kind == StepKind::kStop) return absl::OkStatus();
     for (runtime::SequenceId id : message.releases) runner.Release(id);
+    if (message.kind == StepKind::kStats) {
+      RankStats mine = stats();
+      mine.steps = steps;
+      absl::StatusOr<std::vector<RankStats>> gathered =
+          GatherRankStats(communicator, mine);
+      if (!gathered.ok()) {
+        return absl::Status(gathered.status().code(),
+                            absl::StrCat("rank ", communicator.rank(), ": ",
+                                         gathered.status().message()));
+      }
+      continue;
+    }
     if (message.kind != StepKind::kStep) continue;
     const std::vector<runtime::SequenceChunk> chunks = message.EngineChunks();
     if (absl::Status s = runner.Step(chunks, &logits); !s.ok()) {
@@ -295,6 +367,7 @@ absl::Status RunStepFollower(parallel::Communicator& communicator,
           s.code(), absl::StrCat("rank ", communicator.rank(),
                                  "'s engine step failed: ", s.message()));
     }
+    ++steps;
   }
 }
 

@@ -20,9 +20,17 @@
 //      ids), then for each chunk its sequence id (int64), token count
 //      (uint32), all_logits (uint32: 0 or 1) and tokens (int32 each).
 // While the scheduler is idle rank 0 sends an `idle` header every
-// heartbeat (at most a quarter of the communicator's timeout), so that a
-// follower waiting for the next step never times out and a dead follower
-// is noticed while idle too. `stop` ends the followers' loop.
+// heartbeat (at most a quarter of the communicator's timeout, at most a
+// second), so that a follower waiting for the next step never times out and
+// a dead follower is noticed while idle too. `stop` ends the followers'
+// loop.
+//
+// Per-rank metrics: at most once a heartbeat, when steps ran since the
+// last time (and once at start), rank 0 sends a `stats` message (releases
+// like `idle`, no chunks) and every rank then joins one AllGather of its
+// RankStats; rank 0 publishes the gathered records on a RankStatsBoard,
+// which its /metrics reads. Between steps the records are at most a
+// heartbeat old.
 //
 // Faults: any failed collective, and any failed step (a step that fails on
 // one rank leaves the others inside a collective), ends the whole job with
@@ -32,6 +40,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -48,7 +57,12 @@
 
 namespace ringmoe::serving {
 
-enum class StepKind : uint32_t { kStep = 1, kIdle = 2, kStop = 3 };
+enum class StepKind : uint32_t {
+  kStep = 1,
+  kIdle = 2,
+  kStop = 3,
+  kStats = 4
+};
 
 struct StepHeader {
   uint32_t magic = 0;
@@ -76,6 +90,36 @@ struct StepMessage {
   std::vector<runtime::SequenceChunk> EngineChunks() const;
 };
 
+// One rank's counters as rank 0 gathers them (fixed-width fields, sent as
+// bytes): the traffic of its engine's collectives (Engine::
+// expert_parallel_stats), the expert replicas it holds per MoE layer, the
+// rows it ran for experts another rank owns, and the steps it ran.
+struct RankStats {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t collectives = 0;
+  double collective_seconds = 0;
+  uint64_t experts_held = 0;
+  uint64_t replica_rows = 0;
+  uint64_t steps = 0;
+};
+static_assert(sizeof(RankStats) == 56, "RankStats is 56 bytes on the wire");
+
+// This rank's RankStats except `steps` (the step loop counts those).
+using RankStatsSource = std::function<RankStats()>;
+
+// The latest records of every rank, in rank order: written by rank 0's
+// step thread, read by the metrics scrape.
+class RankStatsBoard {
+ public:
+  void Publish(std::vector<RankStats> ranks);
+  std::vector<RankStats> Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<RankStats> ranks_;  // guarded by mu_
+};
+
 // The header and payload of `message`.
 StepHeader EncodeStepHeader(const StepMessage& message);
 std::vector<uint8_t> EncodeStepPayload(const StepMessage& message);
@@ -92,10 +136,12 @@ absl::Status BroadcastStepMessage(parallel::Communicator& communicator,
 
 class BroadcastingStepRunner final : public StepRunner {
  public:
-  // Rank 0 of `communicator`; `inner` (runs rank 0's own steps) and
-  // `communicator` must outlive the runner. Starts the heartbeat thread.
+  // Rank 0 of `communicator`; `inner` (runs rank 0's own steps),
+  // `communicator` and `board` (receives every rank's RankStats, rank 0's
+  // from `stats`) must outlive the runner. Starts the heartbeat thread.
   BroadcastingStepRunner(StepRunner* inner,
-                         parallel::Communicator* communicator);
+                         parallel::Communicator* communicator,
+                         RankStatsSource stats, RankStatsBoard* board);
   // Stops the heartbeat; sends `stop` unless Stop() ran.
   ~BroadcastingStepRunner() override;
 
@@ -122,9 +168,16 @@ class BroadcastingStepRunner final : public StepRunner {
   void Heartbeat();
   // Broadcasts `message` (mu_ held); aborts the job on failure.
   void SendLocked(StepMessage* message);
+  // Whether the ranks' stats are due (mu_ held).
+  bool StatsDueLocked() const;
+  // Sends `stats` with the pending releases and gathers every rank's
+  // RankStats onto the board (mu_ held); aborts the job on failure.
+  void GatherStatsLocked();
 
   StepRunner& inner_;
   parallel::Communicator& communicator_;
+  const RankStatsSource stats_;
+  RankStatsBoard& board_;
   const absl::Duration heartbeat_;
 
   std::mutex mu_;
@@ -132,15 +185,24 @@ class BroadcastingStepRunner final : public StepRunner {
   bool stopped_ = false;
   std::vector<runtime::SequenceId> pending_releases_;  // guarded by mu_
   absl::Time last_sent_;                               // guarded by mu_
+  absl::Time last_stats_ = absl::InfinitePast();       // guarded by mu_
+  uint64_t steps_ = 0;                                 // guarded by mu_
+  bool steps_since_stats_ = true;                      // guarded by mu_
   std::thread heartbeat_thread_;
 };
 
 // A follower's loop: receives rank 0's messages and runs each step on
-// `runner` until `stop` (returns OK). Returns the first failure (a
-// collective, a malformed message, a failed step): the caller must then
-// end the job with Communicator::Abort.
+// `runner` until `stop` (returns OK), sending `stats` (with its step count)
+// when rank 0 gathers them. Returns the first failure (a collective, a
+// malformed message, a failed step): the caller must then end the job with
+// Communicator::Abort.
 absl::Status RunStepFollower(parallel::Communicator& communicator,
-                             StepRunner& runner);
+                             StepRunner& runner, const RankStatsSource& stats);
+
+// Every rank's RankStats gathered (rank order) with one AllGather; `mine`
+// is this rank's.
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(
+    parallel::Communicator& communicator, const RankStats& mine);
 
 }  // namespace ringmoe::serving
 

@@ -1,9 +1,11 @@
 #include "engine/serving/step_broadcast.h"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "engine/parallel/single_rank_communicator.h"
 #include "gtest/gtest.h"
 
@@ -54,13 +56,21 @@ TEST(StepMessageTest, StopAndIdleHaveNoChunks) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->kind, StepKind::kStop);
 
-  StepMessage idle;
-  idle.kind = StepKind::kIdle;
-  idle.releases = {5};
-  h = EncodeStepHeader(idle);
-  got = DecodeStepMessage(h, EncodeStepPayload(idle));
-  ASSERT_TRUE(got.ok());
-  EXPECT_EQ(got->releases, (std::vector<runtime::SequenceId>{5}));
+  for (const StepKind kind : {StepKind::kIdle, StepKind::kStats}) {
+    StepMessage idle;
+    idle.kind = kind;
+    idle.releases = {5};
+    h = EncodeStepHeader(idle);
+    got = DecodeStepMessage(h, EncodeStepPayload(idle));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->kind, kind);
+    EXPECT_EQ(got->releases, (std::vector<runtime::SequenceId>{5}));
+  }
+  StepMessage stats_with_chunks = Sample();
+  stats_with_chunks.kind = StepKind::kStats;
+  EXPECT_FALSE(DecodeStepMessage(EncodeStepHeader(stats_with_chunks),
+                                 EncodeStepPayload(stats_with_chunks))
+                   .ok());
 }
 
 TEST(StepMessageTest, RefusesMalformed) {
@@ -112,7 +122,9 @@ TEST(BroadcastingStepRunnerTest, RunsAndReleasesThroughTheInnerRunner) {
   parallel::SingleRankCommunicator communicator(absl::Seconds(1));
   RecordingRunner inner;
   {
-    BroadcastingStepRunner runner(&inner, &communicator);
+    RankStatsBoard board;
+    BroadcastingStepRunner runner(
+        &inner, &communicator, [] { return RankStats{}; }, &board);
     runner.Release(4);
     const std::vector<int32_t> tokens = {1, 2};
     std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
@@ -125,6 +137,49 @@ TEST(BroadcastingStepRunnerTest, RunsAndReleasesThroughTheInnerRunner) {
   }
   EXPECT_EQ(inner.released, (std::vector<runtime::SequenceId>{4}));
   EXPECT_EQ(inner.steps, (std::vector<size_t>{1}));
+}
+
+// Every rank's stats reach the board at start and, after steps, within a
+// heartbeat (a quarter of the communicator's timeout), with rank 0's step
+// count.
+TEST(BroadcastingStepRunnerTest, PublishesTheRanksStats) {
+  parallel::SingleRankCommunicator communicator(absl::Milliseconds(200));
+  RecordingRunner inner;
+  RankStatsBoard board;
+  std::atomic<int> asked{0};
+  BroadcastingStepRunner runner(
+      &inner, &communicator,
+      [&] {
+        ++asked;
+        RankStats stats;
+        stats.bytes_sent = 100;
+        stats.experts_held = 3;
+        return stats;
+      },
+      &board);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (board.Snapshot().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::vector<RankStats> ranks = board.Snapshot();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].bytes_sent, 100u);
+  EXPECT_EQ(ranks[0].experts_held, 3u);
+  EXPECT_EQ(ranks[0].steps, 0u);
+
+  const std::vector<int32_t> tokens = {1};
+  std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
+  std::vector<float> logits;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner.Step(chunks, &logits).ok());
+  while (board.Snapshot()[0].steps != 3 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(board.Snapshot()[0].steps, 3u);
+  // Idle with nothing new: no more gathers.
+  const int gathers = asked.load();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(asked.load(), gathers);
+  runner.Stop();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-#include "clients/cli/offline_job.h"
+#include "engine/runtime/expert_parallel_job.h"
 
 #include <cstdio>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <string>
@@ -10,49 +11,49 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
-#include "clients/cli/cli_util.h"
 #include "engine/parallel/hierarchical_communicator.h"
 #include "engine/parallel/mpi_communicator.h"
 #include "engine/parallel/node_grouping.h"
 
 ABSL_FLAG(bool, expert_parallel, false,
-          "logits, generate: under mpirun -np N, spread the routed experts "
-          "over the N ranks (contiguous ranges; attention replicated on "
-          "every rank); rank 0 prints and writes exactly what one process "
-          "does. Alone, it changes nothing.");
+          "Under mpirun -np N: spread the routed experts over the N ranks "
+          "(contiguous ranges unless --expert_placement_file says "
+          "otherwise). Rank 0 serves (the server) or prints and writes "
+          "exactly what one process does (logits, generate); the other ranks "
+          "run the same steps. Alone, it changes nothing.");
 // Ranks meet in a collective at every MoE layer of every step, the first
 // after each rank has loaded its share of the model, which can take
 // minutes on a large checkpoint; a rank that dies is reported by mpirun
 // within about a second whatever this says.
 ABSL_FLAG(absl::Duration, expert_parallel_timeout, absl::Minutes(10),
-          "logits, generate: with --expert_parallel, how long a rank waits "
-          "for the others in one collective before the job fails.");
+          "With --expert_parallel: how long a rank waits for the others in "
+          "one collective before the job fails.");
 
 ABSL_FLAG(std::string, expert_parallel_attention, "replicated",
-          "logits, generate: with --expert_parallel, `replicated` (every rank "
-          "runs every sequence's attention) or `data_parallel` (each "
-          "sequence's attention and KV cache on one rank, its tokens sent to "
-          "their experts' ranks at every MoE layer).");
+          "With --expert_parallel: `replicated` (every rank runs every "
+          "sequence's attention) or, in logits and generate, "
+          "`data_parallel` (each sequence's attention and KV cache on one "
+          "rank, its tokens sent to their experts' ranks at every MoE "
+          "layer).");
 
 ABSL_FLAG(std::string, expert_placement_file, "",
-          "logits, generate: with --expert_parallel, the experts' placement "
-          "over the ranks: read from this file when it exists (else "
-          "contiguous ranges), and after the command rank 0 writes there a "
-          "placement balanced by this run's routed tokens, for the next run.");
+          "With --expert_parallel: the experts' placement over the ranks, "
+          "read from this file when it exists (else contiguous ranges); when "
+          "the command ends (the server: when it stops) rank 0 writes there "
+          "a placement balanced by the tokens routed, for the next run.");
 ABSL_FLAG(int32_t, expert_replicas, 0,
-          "logits, generate: with --expert_placement_file, extra copies of "
-          "the hottest experts in the placement written (each on another "
-          "rank; under data-parallel attention tokens go to the least "
-          "loaded copy).");
+          "With --expert_placement_file: extra copies of the hottest experts "
+          "in the placement written (each on another rank; an expert's "
+          "tokens are shared among its copies).");
 
 ABSL_FLAG(int32_t, ranks_per_node, 0,
-          "logits, generate: with --expert_parallel, group the ranks into "
+          "With --expert_parallel: group the ranks into "
           "nodes of this many consecutive ranks (pretend nodes, e.g. for "
           "tests); 0: the nodes MPI finds (ranks sharing memory). When the "
           "ranks span nodes and a node holds several, tokens cross between "
           "nodes through one rank per node (hierarchical all-to-all).");
 
-namespace ringmoe::cli {
+namespace ringmoe::runtime {
 namespace {
 
 // The job's nodes, and the hierarchical communicator over `base` where it
@@ -84,9 +85,10 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> HierarchicalOver(
 
 }  // namespace
 
-absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
+absl::StatusOr<ExpertParallelJob> ExpertParallelJob::Join(
+    EngineOptions* options) {
   if (!absl::GetFlag(FLAGS_expert_parallel)) {
-    return OfflineJob(nullptr, nullptr);
+    return ExpertParallelJob(nullptr, nullptr);
   }
   const absl::Duration timeout = absl::GetFlag(FLAGS_expert_parallel_timeout);
   if (timeout <= absl::ZeroDuration()) {
@@ -112,12 +114,12 @@ absl::StatusOr<OfflineJob> OfflineJob::Join(runtime::EngineOptions* options) {
                    parallel::CreateJobCommunicator(timeout));
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> hierarchical,
                    HierarchicalOver(communicator.get()));
-  OfflineJob job(std::move(communicator), std::move(hierarchical));
+  ExpertParallelJob job(std::move(communicator), std::move(hierarchical));
   options->expert_parallel = job.communicator_;
   return job;
 }
 
-absl::StatusOr<std::optional<uint64_t>> OfflineJob::SharedSeed(
+absl::StatusOr<std::optional<uint64_t>> ExpertParallelJob::SharedSeed(
     std::optional<uint64_t> seed) {
   if (seed || !has_peers()) return seed;
   uint64_t drawn = 0;
@@ -130,7 +132,7 @@ absl::StatusOr<std::optional<uint64_t>> OfflineJob::SharedSeed(
   return drawn;
 }
 
-absl::Status OfflineJob::Finish(runtime::Engine& engine) {
+absl::Status ExpertParallelJob::Finish(Engine& engine) {
   const std::string file = absl::GetFlag(FLAGS_expert_placement_file);
   if (file.empty() || !has_peers()) return absl::OkStatus();
   ASSIGN_OR_RETURN(
@@ -143,13 +145,16 @@ absl::Status OfflineJob::Finish(runtime::Engine& engine) {
   return absl::OkStatus();
 }
 
-int OfflineJob::Fail(absl::string_view command, const absl::Status& status) {
+int ExpertParallelJob::Fail(absl::string_view who,
+                            const absl::Status& status) {
   if (has_peers()) {
     communicator_->Abort(absl::Status(
         status.code(),
-        absl::StrCat("ringmoe ", command, ": ", status.message())));
+        absl::StrCat(who, " rank ", communicator_->rank(), ": ",
+                     status.message())));
   }
-  return cli::Fail(command, status);
+  std::cerr << who << ": " << status << "\n";
+  return 1;
 }
 
-}  // namespace ringmoe::cli
+}  // namespace ringmoe::runtime
