@@ -5,15 +5,18 @@
 // identical to a one-process engine — every case's prompt and decode steps,
 // and all cases batched in one step — with experts resident, streamed
 // through each rank's memory ring, and on the stand-in device; attention
-// replicated and data-parallel.
+// replicated and data-parallel; and, to float rounding, with replicas of
+// the hottest experts sharing their rows.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/parallel/mpi_communicator.h"
@@ -198,6 +201,75 @@ TEST(ExpertParallelDeviceTest, StandInDeviceIsBitwiseOneProcess) {
                "standin on " + std::to_string(job->size()) + " ranks" +
                    (data_parallel ? ", attention data-parallel" : ""),
                BatchedFor(data_parallel), spread->spec().vocab_size);
+  }
+}
+
+// A balanced placement with replicas of the hottest experts (read from a
+// placement file, as a restart does): each replicated expert's rows are
+// split among its copies, under both attention modes. A share of 3 rows or
+// fewer split from more may take the CPU's few-row products, so logits
+// agree to 1e-4 of their largest and every greedy token is the same.
+TEST(ExpertParallelReplicasTest, ReplicasShareTheirExpertsRows) {
+  if (job->size() < 2) GTEST_SKIP() << "replicas need several ranks";
+  for (const std::string model : {"mixtral", "deepseek_v3"}) {
+    const std::string dir = "tests/testdata/moe-tiny/" + model;
+    const std::vector<std::vector<int32_t>> inputs = GoldenInputs(dir, kCases);
+    ASSERT_EQ(inputs.size(), kCases);
+    runtime::EngineOptions options;
+    options.model_dir = dir;
+    auto alone = Load(options);
+    ASSERT_NE(alone, nullptr);
+    const Trace want = RunTrace(*alone, inputs, kGreedy);
+    const int64_t vocab = alone->spec().vocab_size;
+    // Expert e's load falls with e: the first experts get the replicas.
+    std::vector<uint64_t> load(alone->spec().num_experts);
+    for (size_t e = 0; e < load.size(); ++e) load[e] = 1000 / (e + 1);
+    absl::StatusOr<moe::ExpertPlacement> placement =
+        moe::ExpertPlacement::Balanced(load, job->size(), /*extra_replicas=*/3);
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    ASSERT_GT(placement->replicas(0).size(), 1u) << placement->Summary();
+    // One file per rank: the ranks may share a temporary directory.
+    const std::string file =
+        absl::StrCat(testing::TempDir(), "/placement_", model, "_rank",
+                     job->rank(), ".txt");
+    ASSERT_TRUE(placement->WriteFile(file).ok());
+    options.expert_parallel = job;
+    options.expert_placement_file = file;
+    for (const bool data_parallel : {false, true}) {
+      options.data_parallel_attention = data_parallel;
+      const std::string config =
+          absl::StrCat(model, " on ", job->size(), " ranks with replicas, ",
+                       data_parallel ? "data-parallel" : "replicated");
+      auto spread = Load(options);
+      ASSERT_NE(spread, nullptr) << config;
+      const Trace got = RunTrace(*spread, inputs, kGreedy);
+      ASSERT_EQ(got.logits.size(), want.logits.size()) << config;
+      for (size_t i = 0; i < want.logits.size(); ++i) {
+        ExpectClose(got.logits[i], want.logits[i], vocab,
+                    absl::StrCat(config, " case ", i));
+        EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
+      }
+      ExpectClose(got.batched, want.batched, vocab, config);
+      const std::optional<runtime::Engine::ExpertParallelStats> stats =
+          spread->expert_parallel_stats();
+      ASSERT_TRUE(stats.has_value()) << config;
+      EXPECT_EQ(stats->experts_held,
+                static_cast<int64_t>(
+                    placement->experts_of(job->rank()).size()))
+          << config;
+      EXPECT_GT(stats->traffic.collectives, 0u) << config;
+      EXPECT_GT(stats->traffic.bytes_sent, 0u) << config;
+      // Some rank ran rows for an expert another rank owns.
+      const uint64_t replica_rows = stats->replica_rows;
+      std::vector<uint64_t> all(job->size());
+      ASSERT_TRUE(job->AllGather(
+                         parallel::AsBytes(absl::MakeConstSpan(&replica_rows, 1)),
+                         parallel::AsWritableBytes(all))
+                      .ok());
+      uint64_t total = 0;
+      for (uint64_t r : all) total += r;
+      EXPECT_GT(total, 0u) << config;
+    }
   }
 }
 
