@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine (tools/setup.sh) and runs every test with Bazel, then
 # every C++ test again under AddressSanitizer and UndefinedBehaviorSanitizer,
-# the memory ring's and the scheduler's under ThreadSanitizer, and last the
+# the threaded ones (memory ring, scheduler, step broadcast) under
+# ThreadSanitizer, and last the
 # container image built and run with podman
 # (tools/test_container.sh; RINGMOE_SKIP_CONTAINER_TEST=1 skips it). Ends
 # with one line "N passed, N failed, N skipped"; exits non-zero on any
@@ -17,11 +18,14 @@ bash tools/setup.sh || exit 1
 # tests/isa or the deployment checks, which would only rerun the same code
 # slower.
 sanitized=(//... -//tests/integration/... -//tests/isa/... -//tests/deploy/...)
-# Under TSan: the threads that share state, the memory ring's and the
-# scheduler's (on std::mutex: Debian's Abseil is not built for TSan, which
-# could not see absl::Mutex's ordering).
+# Under TSan: the threads that share state, the memory ring's, the
+# scheduler's and the expert-parallel step broadcast's heartbeat (on
+# std::mutex: Debian's Abseil is not built for TSan, which could not see
+# absl::Mutex's ordering).
 threaded=(//memory_ring/... //engine/serving:scheduler_test
-          //engine/serving:scheduler_plan_test)
+          //engine/serving:scheduler_plan_test
+          //engine/serving:step_broadcast_test
+          //engine/parallel:metered_communicator_test)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
