@@ -9,7 +9,9 @@
 //
 // With --expert_parallel under mpirun -np N (flags shared with the CLI:
 // engine/runtime/expert_parallel_job.h), every rank loads the model
-// holding its share of the routed experts (attention replicated). Rank 0
+// holding its share of the routed experts; attention is replicated, or with
+// --expert_parallel_attention=data_parallel each sequence and its KV cache
+// live on one rank (the scheduler plans every rank's cache). Rank 0
 // serves as above, its scheduler's steps broadcast to the other ranks
 // (engine/serving/step_broadcast.h); the other ranks open no port, write no
 // ready file and log only errors: they replay rank 0's steps until rank 0,
@@ -273,13 +275,6 @@ int Serve() {
   if (!joined.ok()) return Fail(joined.status());
   runtime::ExpertParallelJob& expert_parallel = *joined;
   job = expert_parallel.communicator();
-  if (options->data_parallel_attention) {
-    return Fail(absl::UnimplementedError(
-        "--expert_parallel_attention=data_parallel: ringmoe_server runs "
-        "attention replicated (its scheduler plans one KV cache); "
-        "data-parallel attention runs in `ringmoe logits` and `ringmoe "
-        "generate`"));
-  }
 
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =

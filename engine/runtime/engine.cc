@@ -191,6 +191,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
       engine->backend_.get(), experts, engine->expert_usage_.get());
+  if (engine->data_parallel_ != nullptr) {
+    engine->rank_ledgers_.resize(engine->data_parallel_->size());
+    for (int p = 0; p < engine->data_parallel_->size(); ++p) {
+      if (p == engine->data_parallel_->rank()) continue;
+      engine->rank_ledgers_[p] = std::make_unique<KvCache>(
+          KvCache::Ledger(kv.layers, kv.block_size, kv.num_blocks));
+    }
+  }
   engine->kv_cache_ = std::make_unique<KvCache>(
       std::move(kv.layers), kv.block_size, kv.num_blocks,
       on_device ? engine->backend_.get() : nullptr);
@@ -201,6 +209,17 @@ absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
                           std::vector<float>* logits, backend::Work* work) {
   if (data_parallel_ != nullptr) return DataParallelStep(chunks, logits, work);
   return runner_->Forward(chunks, kv_cache_.get(), logits, work);
+}
+
+int Engine::num_kv_caches() const {
+  return data_parallel_ != nullptr ? data_parallel_->size() : 1;
+}
+
+KvCache& Engine::kv_cache_of(int rank) {
+  if (data_parallel_ == nullptr || rank == data_parallel_->rank()) {
+    return *kv_cache_;
+  }
+  return *rank_ledgers_[rank];
 }
 
 std::optional<Engine::ExpertParallelStats> Engine::expert_parallel_stats()
@@ -254,6 +273,9 @@ void Engine::Release(SequenceId sequence) {
   kv_cache_->Release(sequence);
   const auto home = homes_.find(sequence);
   if (home == homes_.end()) return;
+  if (KvCache* ledger = rank_ledgers_[home->second.rank].get()) {
+    ledger->Release(sequence);
+  }
   rank_positions_[home->second.rank] -= home->second.length;
   homes_.erase(home);
 }
@@ -269,11 +291,23 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   std::vector<uint64_t> rows_of_rank(ranks, 0);
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SequenceChunk& c = chunks[i];
+    if (c.home >= ranks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence, ": home rank ", c.home,
+                       " in a job of ", ranks, " ranks"));
+    }
     auto [home, added] = homes_.try_emplace(c.sequence);
     if (added) {
-      home->second.rank = static_cast<int>(
-          std::min_element(rank_positions_.begin(), rank_positions_.end()) -
-          rank_positions_.begin());
+      home->second.rank =
+          c.home >= 0
+              ? c.home
+              : static_cast<int>(std::min_element(rank_positions_.begin(),
+                                                  rank_positions_.end()) -
+                                 rank_positions_.begin());
+    } else if (c.home >= 0 && c.home != home->second.rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence, " is held by rank ",
+                       home->second.rank, ", not ", c.home));
     }
     const int64_t length = static_cast<int64_t>(c.tokens.size());
     home->second.length += length;
@@ -288,6 +322,20 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   } else {
     RETURN_IF_ERROR(
         runner_->Forward(local, kv_cache_.get(), &local_logits, work));
+  }
+  // The other ranks' caches grew as their steps ran: their ledgers too.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (home_of[i] == rank) continue;
+    KvCache& ledger = *rank_ledgers_[home_of[i]];
+    const SequenceChunk& c = chunks[i];
+    if (absl::Status s = ledger.Grow(
+            c.sequence, ledger.Length(c.sequence) +
+                            static_cast<int64_t>(c.tokens.size()));
+        !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("rank ", home_of[i], "'s KV cache: ",
+                                 s.message()));
+    }
   }
 
   // Each rank's logits rows, one block per rank, sent to every rank by

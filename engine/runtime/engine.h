@@ -101,7 +101,15 @@ class Engine {
   const model::ModelSpec& spec() const { return spec_; }
   // Null when the model directory has no tokenizer.json.
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // This rank's KV cache.
   KvCache& kv_cache() { return *kv_cache_; }
+  // Under data-parallel attention each rank's KV cache holds its own
+  // sequences: num_kv_caches() is the number of ranks, and kv_cache_of(r)
+  // is this rank's cache for r == its rank and otherwise a ledger
+  // (KvCache::Ledger) that follows rank r's cache block for block, as
+  // every rank runs the same steps. Otherwise one cache, kv_cache().
+  int num_kv_caches() const;
+  KvCache& kv_cache_of(int rank);
   // Token ids that end generation: generation_config/config eos ids, else
   // the tokenizer's eos token.
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
@@ -189,6 +197,7 @@ class Engine {
   parallel::Communicator* data_parallel_ = nullptr;
   absl::flat_hash_map<SequenceId, Home> homes_;
   std::vector<int64_t> rank_positions_;
+  std::vector<std::unique_ptr<KvCache>> rank_ledgers_;  // null at own rank
   // Home sequences for new ones among `chunks`, and their chunks of this
   // rank; then the step, and every rank's logits exchanged.
   absl::Status DataParallelStep(absl::Span<const SequenceChunk> chunks,

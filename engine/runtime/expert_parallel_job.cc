@@ -31,10 +31,10 @@ ABSL_FLAG(absl::Duration, expert_parallel_timeout, absl::Minutes(10),
 
 ABSL_FLAG(std::string, expert_parallel_attention, "replicated",
           "With --expert_parallel: `replicated` (every rank runs every "
-          "sequence's attention) or, in logits and generate, "
-          "`data_parallel` (each sequence's attention and KV cache on one "
-          "rank, its tokens sent to their experts' ranks at every MoE "
-          "layer).");
+          "sequence's attention) or `data_parallel` (each sequence's "
+          "attention and KV cache on one rank, its tokens sent to their "
+          "experts' ranks at every MoE layer; the server's --kv_cache_tokens "
+          "is then per rank).");
 
 ABSL_FLAG(std::string, expert_placement_file, "",
           "With --expert_parallel: the experts' placement over the ranks, "

@@ -43,6 +43,24 @@ KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
     free_.push_back(static_cast<int32_t>(b));
 }
 
+KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
+                 int64_t num_blocks, NoStorage)
+    : layers_(std::move(layers)),
+      block_size_(block_size),
+      num_blocks_(num_blocks),
+      block_floats_(WidestBlock(layers_, block_size)),
+      backend_(nullptr),
+      storage_(nullptr) {
+  free_.reserve(num_blocks);
+  for (int64_t b = num_blocks - 1; b >= 0; --b)
+    free_.push_back(static_cast<int32_t>(b));
+}
+
+KvCache KvCache::Ledger(std::vector<Layer> layers, int64_t block_size,
+                        int64_t num_blocks) {
+  return KvCache(std::move(layers), block_size, num_blocks, NoStorage{});
+}
+
 KvCache::KvCache(KvCache&& other) noexcept
     : layers_(std::move(other.layers_)),
       block_size_(other.block_size_),

@@ -64,6 +64,12 @@ class KvCache {
   // pointers Key, Value and View return point there.
   KvCache(std::vector<Layer> layers, int64_t block_size, int64_t num_blocks,
           backend::Backend* backend = nullptr);
+  // The block accounting of such a cache without its storage: Grow,
+  // Release and the queries above work as on a cache, Key, Value and View
+  // must not be called. Data-parallel attention keeps one per other rank, to
+  // plan the blocks of the sequences that rank holds.
+  static KvCache Ledger(std::vector<Layer> layers, int64_t block_size,
+                        int64_t num_blocks);
   // The memory such a cache takes, in bytes (a double: callers check
   // absurd configurations with it before allocating).
   static double Bytes(const std::vector<Layer>& layers, int64_t block_size,
@@ -141,6 +147,10 @@ class KvCache {
   void View(SequenceId seq, int64_t layer, LayerView* view) const;
 
  private:
+  struct NoStorage {};
+  KvCache(std::vector<Layer> layers, int64_t block_size, int64_t num_blocks,
+          NoStorage);
+
   static constexpr int32_t kReturned = -1;
 
   struct Sequence {

@@ -331,5 +331,38 @@ TEST(KvCacheTest, GrowLimitIsTheLongestGrowthThatFits) {
   EXPECT_EQ(cache.GrowLimit(2, 9), 8);  // a new sequence: 4 layers a block
 }
 
+// A ledger given the same growth and releases as a cache answers every
+// planning query as the cache does, and fails a Grow exactly when it does.
+TEST(KvCacheTest, LedgerAccountsAsTheCacheDoes) {
+  const std::vector<KvCache::Layer> layers = MixedLayers();
+  KvCache cache(layers, kBlock, 30);
+  KvCache ledger = KvCache::Ledger(layers, kBlock, 30);
+  EXPECT_EQ(ledger.num_blocks(), cache.num_blocks());
+  EXPECT_EQ(ledger.MaxBlocksHeld(50, 7), cache.MaxBlocksHeld(50, 7));
+  const struct {
+    SequenceId seq;
+    int64_t length;  // 0: release
+  } ops[] = {{1, 5}, {2, 9}, {1, 6}, {3, 20}, {2, 17}, {1, 0},
+             {3, 21}, {4, 30}, {2, 40}, {3, 0}, {4, 33}, {2, 41}};
+  for (const auto& op : ops) {
+    for (SequenceId s = 1; s <= 4; ++s) {
+      ASSERT_EQ(ledger.Length(s), cache.Length(s));
+      ASSERT_EQ(ledger.BlocksHeld(s), cache.BlocksHeld(s));
+      ASSERT_EQ(ledger.BlocksNeeded(s, ledger.Length(s) + 3),
+                cache.BlocksNeeded(s, cache.Length(s) + 3));
+      ASSERT_EQ(ledger.GrowLimit(s, 4), cache.GrowLimit(s, 4));
+    }
+    if (op.length == 0) {
+      cache.Release(op.seq);
+      ledger.Release(op.seq);
+    } else {
+      const absl::Status want = cache.Grow(op.seq, op.length);
+      EXPECT_EQ(ledger.Grow(op.seq, op.length).code(), want.code())
+          << op.seq << " to " << op.length;
+    }
+    ASSERT_EQ(ledger.num_free_blocks(), cache.num_free_blocks());
+  }
+}
+
 }  // namespace
 }  // namespace ringmoe::runtime

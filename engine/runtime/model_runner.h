@@ -28,6 +28,10 @@ struct SequenceChunk {
   absl::Span<const int32_t> tokens;
   // Logits for every token of the chunk; otherwise for its last token only.
   bool all_logits = false;
+  // Under data-parallel attention: the rank that holds the sequence and its
+  // KV cache, given by a caller that plans every rank's cache (the server's
+  // scheduler) on the sequence's first chunk; -1: the engine picks one.
+  int home = -1;
 };
 
 class ModelRunner {

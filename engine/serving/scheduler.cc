@@ -29,6 +29,9 @@ struct Scheduler::Sequence {
   absl::Time arrival;
   absl::Time last_token;
   bool admitted_once = false;
+  // The KV cache holding it (StepRunner::kv_cache_of), chosen at each
+  // admission: one per rank under data-parallel attention, else 0.
+  int cache = 0;
   // Was in a failed step with other sequences: runs alone until it samples
   // a token again.
   bool suspect = false;
@@ -108,7 +111,7 @@ Scheduler::Scheduler(std::unique_ptr<StepRunner> owned, StepRunner* runner,
   kv_block_size_ = runner_->kv_cache().block_size();
   kv_blocks_ = runner_->kv_cache().num_blocks();
   if (metrics_) {
-    metrics_->SetKvCacheBlocks(0, runner_->kv_cache().num_blocks());
+    metrics_->SetKvCacheBlocks(0, runner_->num_kv_caches() * kv_blocks_);
     metrics_->SetQueueDepth(0);
     metrics_->SetRunningSequences(0);
   }
@@ -365,10 +368,15 @@ bool Scheduler::Iterate() {
   return true;
 }
 
+runtime::SequenceChunk Scheduler::ChunkOf(const Sequence& s) const {
+  return {s.id, absl::MakeConstSpan(s.tokens).subspan(s.computed, s.planned),
+          /*all_logits=*/false,
+          runner_->num_kv_caches() > 1 ? s.cache : -1};
+}
+
 Scheduler::StepPlan Scheduler::PlanIsolated() {
   StepPlan step;
   if (num_suspects_ == 0) return step;  // the usual case: no search
-  runtime::KvCache& kv = runner_->kv_cache();
   Sequence* s = nullptr;
   for (auto& owned : running_) {
     if (owned->suspect) s = owned.get();
@@ -378,18 +386,25 @@ Scheduler::StepPlan Scheduler::PlanIsolated() {
     auto it = std::find_if(waiting_.begin(), waiting_.end(),
                            [](const auto& w) { return w->suspect; });
     if (it == waiting_.end()) return step;
-    if (kv.MaxBlocksHeld(static_cast<int64_t>((*it)->tokens.size()),
-                         max_step_tokens_) > kv.num_free_blocks()) {
+    std::vector<int64_t> free_blocks(runner_->num_kv_caches());
+    for (size_t c = 0; c < free_blocks.size(); ++c) {
+      free_blocks[c] = runner_->kv_cache_of(c).num_free_blocks();
+    }
+    const int cache = static_cast<int>(
+        std::max_element(free_blocks.begin(), free_blocks.end()) -
+        free_blocks.begin());
+    if (runner_->kv_cache().MaxBlocksHeld(
+            static_cast<int64_t>((*it)->tokens.size()), max_step_tokens_) >
+        free_blocks[cache]) {
       return step;
     }
     s = it->get();
+    s->cache = cache;
     running_.push_back(std::move(*it));
     waiting_.erase(it);
   }
   s->planned = std::min(s->remaining(), max_step_tokens_);
-  step.chunks.push_back(
-      {s->id, absl::MakeConstSpan(s->tokens).subspan(s->computed, s->planned),
-       /*all_logits=*/false});
+  step.chunks.push_back(ChunkOf(*s));
   step.tokens = s->planned;
   step.sequences.push_back(s);
   return step;
@@ -398,18 +413,30 @@ Scheduler::StepPlan Scheduler::PlanIsolated() {
 Scheduler::StepPlan Scheduler::Plan() {
   DropFinishedOrCancelled(absl::Now());
   if (StepPlan alone = PlanIsolated(); !alone.sequences.empty()) return alone;
-  runtime::KvCache& kv = runner_->kv_cache();
-  int64_t free_blocks = kv.num_free_blocks();
+  // Blocks are planned per KV cache: a sequence grows in its own, and a
+  // victim frees blocks only in its own.
+  const int caches = runner_->num_kv_caches();
+  std::vector<int64_t> free_blocks(caches);
+  for (int c = 0; c < caches; ++c) {
+    free_blocks[c] = runner_->kv_cache_of(c).num_free_blocks();
+  }
+  auto kv = [this](const Sequence* s) -> runtime::KvCache& {
+    return runner_->kv_cache_of(s->cache);
+  };
   int64_t budget = max_step_tokens_;
   std::vector<Sequence*> plan;
   bool preempted_any = false;
 
-  // Newest running sequence that is neither planned nor `keep`: the one to
-  // preempt when blocks run out (it has waited the least).
+  // Newest running sequence in `keep`'s cache that is neither planned nor
+  // `keep`: the one to preempt when blocks run out (it has waited the
+  // least).
   auto victim = [this](const Sequence* keep) -> Sequence* {
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
       Sequence* s = it->get();
-      if (s != keep && s->planned == 0 && !s->preempted) return s;
+      if (s != keep && s->cache == keep->cache && s->planned == 0 &&
+          !s->preempted) {
+        return s;
+      }
     }
     return nullptr;
   };
@@ -418,21 +445,22 @@ Scheduler::StepPlan Scheduler::Plan() {
   for (auto& owned : running_) {
     Sequence* s = owned.get();
     if (s->preempted || s->remaining() != 1 || budget == 0) continue;
-    const int64_t need = kv.BlocksNeeded(s->id, s->computed + 1);
-    while (need > free_blocks) {
+    int64_t& free = free_blocks[s->cache];
+    const int64_t need = kv(s).BlocksNeeded(s->id, s->computed + 1);
+    while (need > free) {
       Sequence* v = victim(s);
       if (v == nullptr) break;
-      free_blocks += kv.BlocksHeld(v->id);
+      free += kv(v).BlocksHeld(v->id);
       Preempt(v);
       preempted_any = true;
     }
-    if (need > free_blocks) {
-      free_blocks += kv.BlocksHeld(s->id);
+    if (need > free) {
+      free += kv(s).BlocksHeld(s->id);
       Preempt(s);
       preempted_any = true;
       continue;
     }
-    free_blocks -= need;
+    free -= need;
     s->planned = 1;
     budget -= 1;
     plan.push_back(s);
@@ -443,10 +471,11 @@ Scheduler::StepPlan Scheduler::Plan() {
     Sequence* s = owned.get();
     if (budget == 0) break;
     if (s->preempted || s->planned > 0 || s->remaining() <= 1) continue;
-    const int64_t room = kv.GrowLimit(s->id, free_blocks) - s->computed;
+    const int64_t room =
+        kv(s).GrowLimit(s->id, free_blocks[s->cache]) - s->computed;
     const int64_t n = std::min({s->remaining(), budget, room});
     if (n <= 0) continue;
-    free_blocks -= kv.BlocksNeeded(s->id, s->computed + n);
+    free_blocks[s->cache] -= kv(s).BlocksNeeded(s->id, s->computed + n);
     s->planned = n;
     budget -= n;
     plan.push_back(s);
@@ -469,11 +498,15 @@ Scheduler::StepPlan Scheduler::Plan() {
     while (!preempted_any && budget > 0 && !waiting_.empty() &&
            static_cast<int>(running_.size()) < options_.max_running_sequences) {
       Sequence* s = waiting_.front().get();
-      if (kv.MaxBlocksHeld(static_cast<int64_t>(s->tokens.size()),
-                           max_step_tokens_) > free_blocks)
+      // The cache with the most free blocks (ties: the lowest).
+      s->cache = static_cast<int>(
+          std::max_element(free_blocks.begin(), free_blocks.end()) -
+          free_blocks.begin());
+      if (kv(s).MaxBlocksHeld(static_cast<int64_t>(s->tokens.size()),
+                              max_step_tokens_) > free_blocks[s->cache])
         break;
       const int64_t n = std::min(s->remaining(), budget);
-      free_blocks -= kv.BlocksNeeded(s->id, n);
+      free_blocks[s->cache] -= kv(s).BlocksNeeded(s->id, n);
       s->planned = n;
       budget -= n;
       plan.push_back(s);
@@ -505,9 +538,7 @@ Scheduler::StepPlan Scheduler::Plan() {
   StepPlan step;
   step.chunks.reserve(plan.size());
   for (Sequence* s : plan) {
-    step.chunks.push_back(
-        {s->id, absl::MakeConstSpan(s->tokens).subspan(s->computed, s->planned),
-         /*all_logits=*/false});
+    step.chunks.push_back(ChunkOf(*s));
     step.tokens += s->planned;
   }
   step.sequences = std::move(plan);
@@ -647,11 +678,14 @@ void Scheduler::UpdateGauges() {
   std::lock_guard<std::mutex> lock(mu_);
   num_running_ = static_cast<int64_t>(running_.size());
   if (metrics_) {
-    const runtime::KvCache& kv = runner_->kv_cache();
+    int64_t free = 0;
+    const int caches = runner_->num_kv_caches();
+    for (int c = 0; c < caches; ++c) {
+      free += runner_->kv_cache_of(c).num_free_blocks();
+    }
     metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
     metrics_->SetRunningSequences(num_running_);
-    metrics_->SetKvCacheBlocks(kv.num_blocks() - kv.num_free_blocks(),
-                               kv.num_blocks());
+    metrics_->SetKvCacheBlocks(caches * kv_blocks_ - free, caches * kv_blocks_);
   }
   changed_.notify_all();
 }

@@ -223,6 +223,9 @@ class Scheduler {
   void Finish(Sequence* seq, FinishReason reason, absl::Status status,
               RequestOutput out);
   void UpdateGauges();
+  // The chunk of `s`'s planned tokens; with several KV caches it names the
+  // one holding `s` (SequenceChunk::home).
+  runtime::SequenceChunk ChunkOf(const Sequence& s) const;
 
   std::unique_ptr<StepRunner> owned_runner_;  // the engine's, when given one
   StepRunner* const runner_;

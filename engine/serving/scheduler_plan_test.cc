@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "engine/serving/output_collector.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/step_runner.h"
@@ -15,17 +17,32 @@
 namespace ringmoe::serving {
 namespace {
 
+// With `caches` > 1 it keeps one KV cache per pretend rank, as the engine
+// does under data-parallel attention, and checks that every chunk names a
+// cache and a sequence stays in one until released.
 class CountingModel final : public StepRunner {
  public:
   CountingModel(int64_t vocab, int64_t context, int64_t block_size,
-                int64_t blocks)
-      : vocab_(vocab),
-        context_(context),
-        kv_({runtime::KvCache::Layer{4, 4, 0}}, block_size, blocks) {}
+                int64_t blocks, int caches = 1)
+      : vocab_(vocab), context_(context) {
+    for (int c = 0; c < caches; ++c) {
+      kv_.emplace_back(std::vector<runtime::KvCache::Layer>{{4, 4, 0}},
+                       block_size, blocks);
+    }
+  }
 
   int64_t vocab_size() const override { return vocab_; }
   int64_t context_tokens() const override { return context_; }
-  runtime::KvCache& kv_cache() override { return kv_; }
+  runtime::KvCache& kv_cache() override { return kv_[0]; }
+  int num_kv_caches() const override { return static_cast<int>(kv_.size()); }
+  runtime::KvCache& kv_cache_of(int cache) override { return kv_[cache]; }
+  void Release(runtime::SequenceId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto home = home_of_.find(id);
+    if (home == home_of_.end()) return;
+    kv_[home->second].Release(id);
+    home_of_.erase(home);
+  }
   const tokenizer::Tokenizer* tokenizer() const override { return nullptr; }
   absl::Span<const int32_t> eos_token_ids() const override { return eos_; }
 
@@ -44,16 +61,30 @@ class CountingModel final : public StepRunner {
     }
     logits->assign(chunks.size() * vocab_, 0.0f);
     int64_t tokens = 0;
+    std::vector<int> rows_in(kv_.size(), 0);
     for (size_t row = 0; row < chunks.size(); ++row) {
       const runtime::SequenceChunk& c = chunks[row];
-      const int64_t length = kv_.Length(c.sequence) + c.tokens.size();
-      absl::Status grown = kv_.Grow(c.sequence, length);
+      const int home = kv_.size() > 1 ? c.home : 0;
+      if (kv_.size() == 1 ? c.home != -1
+                          : home < 0 || home >= static_cast<int>(kv_.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("home ", c.home));
+      }
+      const auto [at, added] = home_of_.try_emplace(c.sequence, home);
+      if (at->second != home) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", c.sequence, " moved to cache ", home));
+      }
+      ++rows_in[home];
+      runtime::KvCache& kv = kv_[home];
+      const int64_t length = kv.Length(c.sequence) + c.tokens.size();
+      absl::Status grown = kv.Grow(c.sequence, length);
       if (!grown.ok()) return grown;
       (*logits)[row * vocab_ + (c.tokens.back() + 1) % vocab_] = 10.0f;
       tokens += static_cast<int64_t>(c.tokens.size());
     }
     step_tokens_.push_back(tokens);
     step_rows_.push_back(static_cast<int64_t>(chunks.size()));
+    if (std::count(rows_in.begin(), rows_in.end(), 0) == 0) ++steps_in_all_;
     return absl::OkStatus();
   }
 
@@ -69,11 +100,16 @@ class CountingModel final : public StepRunner {
     std::lock_guard<std::mutex> lock(mu_);
     return step_tokens_;
   }
+  // Steps with rows in every cache.
+  int steps_in_all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return steps_in_all_;
+  }
 
  private:
   const int64_t vocab_;
   const int64_t context_;
-  runtime::KvCache kv_;
+  std::vector<runtime::KvCache> kv_;
   const std::vector<int32_t> eos_;
   // std::mutex: ThreadSanitizer sees its ordering (not absl::Mutex's).
   std::mutex mu_;
@@ -82,6 +118,8 @@ class CountingModel final : public StepRunner {
   int32_t poison_ = -1;
   std::vector<int64_t> step_tokens_;
   std::vector<int64_t> step_rows_;
+  absl::flat_hash_map<runtime::SequenceId, int> home_of_;
+  int steps_in_all_ = 0;
 };
 
 using Collector = OutputCollector;
@@ -135,6 +173,44 @@ TEST(SchedulerPlanTest, ChunkedPrefillPreemptionAndTheStepBudget) {
   EXPECT_EQ(model.kv_cache().num_free_blocks(), model.kv_cache().num_blocks());
   const std::vector<int64_t> steps = model.step_tokens();
   EXPECT_LE(*std::max_element(steps.begin(), steps.end()), 6);
+}
+
+// Three KV caches (data-parallel attention over three ranks) of 8 blocks:
+// sequences are placed in the cache with the most free blocks, stay there,
+// are preempted for blocks of their own cache only, and every output is
+// still exact; steps batch sequences of every cache, and the caches end
+// empty.
+TEST(SchedulerPlanTest, SeveralKvCachesEachPlannedOnItsOwn) {
+  CountingModel model(/*vocab=*/50, /*context=*/64, /*block_size=*/4,
+                      /*blocks=*/8, /*caches=*/3);
+  SchedulerOptions options;
+  options.max_batch_tokens = 8;
+  options.max_running_sequences = 9;
+  Scheduler scheduler(&model, options, nullptr);
+  EXPECT_EQ(scheduler.kv_blocks(), 8);
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 15; ++i) {
+    std::vector<int32_t> prompt(1 + (i * 7) % 11);
+    for (size_t k = 0; k < prompt.size(); ++k) prompt[k] = (i * 3 + k) % 50;
+    prompts.push_back(prompt);
+    collectors.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(
+        scheduler.Submit(Greedy(prompt, 8 + i % 5, collectors.back().get()))
+            .ok());
+  }
+  for (int i = 0; i < 15; ++i) {
+    ASSERT_TRUE(collectors[i]->Wait());
+    EXPECT_EQ(collectors[i]->last.finish_reason, FinishReason::kLength)
+        << "request " << i << ": " << collectors[i]->last.status;
+    EXPECT_EQ(collectors[i]->ids, Counting(prompts[i].back(), 8 + i % 5, 50))
+        << "request " << i;
+  }
+  EXPECT_TRUE(scheduler.WaitUntilIdle(absl::Seconds(10)));
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(model.kv_cache_of(c).num_free_blocks(), 8) << "cache " << c;
+  }
+  EXPECT_GT(model.steps_in_all(), 0);
 }
 
 TEST(SchedulerPlanTest, AFailedStepFailsItsSequencesAndServingGoesOn) {

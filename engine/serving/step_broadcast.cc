@@ -41,6 +41,9 @@ class Reader {
   size_t at_ = 0;
 };
 
+// A chunk's sequence id, token count, all_logits, home and padding.
+constexpr uint64_t kChunkHeaderBytes = 24;
+
 absl::Span<uint8_t> Bytes(StepHeader& header) {
   return {reinterpret_cast<uint8_t*>(&header), sizeof(header)};
 }
@@ -51,7 +54,8 @@ std::vector<runtime::SequenceChunk> StepMessage::EngineChunks() const {
   std::vector<runtime::SequenceChunk> out;
   out.reserve(chunks.size());
   for (const StepChunk& c : chunks) {
-    out.push_back({c.sequence, absl::MakeConstSpan(c.tokens), c.all_logits});
+    out.push_back(
+        {c.sequence, absl::MakeConstSpan(c.tokens), c.all_logits, c.home});
   }
   return out;
 }
@@ -64,8 +68,7 @@ StepHeader EncodeStepHeader(const StepMessage& message) {
   header.num_chunks = message.chunks.size();
   uint64_t bytes = message.releases.size() * sizeof(int64_t);
   for (const StepChunk& c : message.chunks) {
-    bytes += sizeof(int64_t) + 2 * sizeof(uint32_t) +
-             c.tokens.size() * sizeof(int32_t);
+    bytes += kChunkHeaderBytes + c.tokens.size() * sizeof(int32_t);
   }
   header.payload_bytes = bytes;
   return header;
@@ -79,6 +82,8 @@ std::vector<uint8_t> EncodeStepPayload(const StepMessage& message) {
     Put<int64_t>(out, c.sequence);
     Put<uint32_t>(out, static_cast<uint32_t>(c.tokens.size()));
     Put<uint32_t>(out, c.all_logits ? 1 : 0);
+    Put<int32_t>(out, c.home);
+    Put<uint32_t>(out, 0);
     const size_t at = out.size();
     out.resize(at + c.tokens.size() * sizeof(int32_t));
     if (!c.tokens.empty()) {
@@ -105,10 +110,10 @@ absl::StatusOr<StepMessage> DecodeStepMessage(
         absl::StrCat("step message: header says ", header.payload_bytes,
                      " payload bytes, got ", payload.size()));
   }
-  // Each release takes 8 bytes and each chunk at least 16: counts past
-  // that are refused before anything is allocated.
+  // Each release takes 8 bytes and each chunk at least its header: counts
+  // past that are refused before anything is allocated.
   if (header.num_releases > payload.size() / 8 ||
-      header.num_chunks > payload.size() / 16) {
+      header.num_chunks > payload.size() / kChunkHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("step message: ", header.num_releases, " releases and ",
                      header.num_chunks, " chunks cannot fit in ",
@@ -129,13 +134,16 @@ absl::StatusOr<StepMessage> DecodeStepMessage(
   message.chunks.resize(header.num_chunks);
   for (size_t i = 0; i < message.chunks.size(); ++i) {
     StepChunk& c = message.chunks[i];
-    uint32_t n = 0, all_logits = 0;
+    uint32_t n = 0, all_logits = 0, zero = 0;
+    int32_t home = 0;
     if (!in.Get(&c.sequence) || !in.Get(&n) || !in.Get(&all_logits) ||
-        all_logits > 1 || n == 0 || !in.GetInts(n, &c.tokens)) {
+        !in.Get(&home) || !in.Get(&zero) || all_logits > 1 || home < -1 ||
+        zero != 0 || n == 0 || !in.GetInts(n, &c.tokens)) {
       return absl::InvalidArgumentError(
           absl::StrCat("step message: chunk ", i, " is malformed"));
     }
     c.all_logits = all_logits == 1;
+    c.home = home;
   }
   if (in.left() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -278,7 +286,7 @@ absl::Status BroadcastingStepRunner::Step(
     for (const runtime::SequenceChunk& c : chunks) {
       message.chunks.push_back(
           {c.sequence, std::vector<int32_t>(c.tokens.begin(), c.tokens.end()),
-           c.all_logits});
+           c.all_logits, c.home});
     }
     SendLocked(&message);
   }

@@ -18,7 +18,8 @@
 //      number of releases, number of chunks, payload bytes;
 //   2. when payload bytes > 0, the payload: the releases (int64 sequence
 //      ids), then for each chunk its sequence id (int64), token count
-//      (uint32), all_logits (uint32: 0 or 1) and tokens (int32 each).
+//      (uint32), all_logits (uint32: 0 or 1), home rank (int32, -1: none;
+//      SequenceChunk::home), 4 zero bytes and tokens (int32 each).
 // While the scheduler is idle rank 0 sends an `idle` header every
 // heartbeat (at most a quarter of the communicator's timeout, at most a
 // second), so that a follower waiting for the next step never times out and
@@ -79,6 +80,7 @@ struct StepChunk {
   runtime::SequenceId sequence = 0;
   std::vector<int32_t> tokens;
   bool all_logits = false;
+  int home = -1;
 };
 
 struct StepMessage {
@@ -148,6 +150,10 @@ class BroadcastingStepRunner final : public StepRunner {
   int64_t vocab_size() const override { return inner_.vocab_size(); }
   int64_t context_tokens() const override { return inner_.context_tokens(); }
   runtime::KvCache& kv_cache() override { return inner_.kv_cache(); }
+  int num_kv_caches() const override { return inner_.num_kv_caches(); }
+  runtime::KvCache& kv_cache_of(int cache) override {
+    return inner_.kv_cache_of(cache);
+  }
   const tokenizer::Tokenizer* tokenizer() const override {
     return inner_.tokenizer();
   }

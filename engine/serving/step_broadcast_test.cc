@@ -17,7 +17,7 @@ StepMessage Sample() {
   m.kind = StepKind::kStep;
   m.releases = {7, 3};
   m.chunks.push_back({11, {1, 2, 3}, false});
-  m.chunks.push_back({12, {42}, true});
+  m.chunks.push_back({12, {42}, true, /*home=*/3});
   return m;
 }
 
@@ -29,7 +29,7 @@ TEST(StepMessageTest, RoundTrips) {
   EXPECT_EQ(h.num_releases, 2u);
   EXPECT_EQ(h.num_chunks, 2u);
   EXPECT_EQ(h.payload_bytes, payload.size());
-  EXPECT_EQ(payload.size(), 2 * 8 + 2 * 16 + 4 * 4u);
+  EXPECT_EQ(payload.size(), 2 * 8 + 2 * 24 + 4 * 4u);
   absl::StatusOr<StepMessage> got = DecodeStepMessage(h, payload);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kind, StepKind::kStep);
@@ -41,9 +41,12 @@ TEST(StepMessageTest, RoundTrips) {
   EXPECT_EQ(got->chunks[1].sequence, 12);
   EXPECT_EQ(got->chunks[1].tokens, (std::vector<int32_t>{42}));
   EXPECT_TRUE(got->chunks[1].all_logits);
+  EXPECT_EQ(got->chunks[0].home, -1);
+  EXPECT_EQ(got->chunks[1].home, 3);
   const std::vector<runtime::SequenceChunk> chunks = got->EngineChunks();
   ASSERT_EQ(chunks.size(), 2u);
   EXPECT_EQ(chunks[0].tokens.size(), 3u);
+  EXPECT_EQ(chunks[1].home, 3);
   EXPECT_TRUE(chunks[1].all_logits);
 }
 
@@ -97,6 +100,13 @@ TEST(StepMessageTest, RefusesMalformed) {
   std::memcpy(bad.data() + 2 * 8 + 8, &huge, sizeof(huge));
   h = EncodeStepHeader(m);
   EXPECT_FALSE(DecodeStepMessage(h, bad).ok());
+  // A home below -1, and padding that is not zero.
+  for (const size_t at : {2 * 8 + 16, 2 * 8 + 20}) {
+    bad = payload;
+    const int32_t wrong = -2;
+    std::memcpy(bad.data() + at, &wrong, sizeof(wrong));
+    EXPECT_FALSE(DecodeStepMessage(h, bad).ok()) << at;
+  }
 }
 
 // A StepRunner that records what it is asked to do.

@@ -27,6 +27,13 @@ class StepRunner {
   // The cache the steps write; the scheduler admits and preempts by its
   // free blocks and releases finished sequences from it.
   virtual runtime::KvCache& kv_cache() = 0;
+  // The KV caches the steps write: several under data-parallel attention
+  // (one per rank, Engine::num_kv_caches), where the scheduler places each
+  // sequence in one (SequenceChunk::home on its first chunk) and plans its
+  // blocks there. All have kv_cache()'s configuration; cache 0 is
+  // kv_cache().
+  virtual int num_kv_caches() const { return 1; }
+  virtual runtime::KvCache& kv_cache_of(int cache) { return kv_cache(); }
   // Frees sequence `id`'s cache blocks (finished, cancelled, preempted, or
   // to be recomputed): the scheduler releases only through here, so a
   // decorator sees every release (BroadcastingStepRunner sends them to the
@@ -60,6 +67,10 @@ class EngineStepRunner final : public StepRunner {
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
                     std::vector<float>* logits) override {
     return engine_->Step(chunks, logits);
+  }
+  int num_kv_caches() const override { return engine_->num_kv_caches(); }
+  runtime::KvCache& kv_cache_of(int cache) override {
+    return engine_->kv_cache_of(cache);
   }
   void Release(runtime::SequenceId id) override { engine_->Release(id); }
 
