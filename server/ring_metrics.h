@@ -59,8 +59,9 @@ class StreamBufferMetrics : public prometheus::Collectable {
 // ringmoe_expert_parallel_collective_seconds_total (time inside them,
 // waiting for slower ranks included), ringmoe_expert_parallel_steps_total,
 // ringmoe_expert_parallel_replica_rows_total (rows run for experts another
-// rank owns) and ringmoe_expert_parallel_experts (replicas held per MoE
-// layer).
+// rank owns), ringmoe_expert_parallel_ring_bytes_moved_total and
+// ringmoe_expert_parallel_ring_stall_seconds_total (the rank's memory
+// ring) and ringmoe_expert_parallel_experts (replicas held per MoE layer).
 class ExpertParallelMetrics : public prometheus::Collectable {
  public:
   // `board` must outlive the collector.

@@ -81,5 +81,43 @@ TEST(ExpertTokenMetricsTest, OneSeriesPerLayerAndExpert) {
   EXPECT_EQ(families[0].metric[0].counter.value, 1);
 }
 
+TEST(ExpertParallelMetricsTest, OneSeriesPerRankFromTheBoard) {
+  serving::RankStatsBoard board;
+  ExpertParallelMetrics metrics(board);
+  EXPECT_TRUE(metrics.Collect().empty());  // nothing gathered yet
+  serving::RankStats rank0, rank1;
+  rank0.bytes_sent = 100;
+  rank0.experts_held = 4;
+  rank0.steps = 9;
+  rank1.bytes_received = 250;
+  rank1.collective_seconds = 0.5;
+  rank1.replica_rows = 6;
+  rank1.ring_stall_seconds = 1.25;
+  rank1.experts_held = 5;
+  board.Publish({rank0, rank1});
+  std::map<std::string, const prometheus::MetricFamily*> by_name;
+  const auto families = metrics.Collect();
+  for (const auto& f : families) by_name[f.name] = &f;
+  EXPECT_EQ(families.size(), 9u);
+  auto value = [&](const std::string& name, int rank) {
+    const prometheus::MetricFamily* f = by_name.at(name);
+    EXPECT_EQ(f->metric.size(), 2u) << name;
+    const prometheus::ClientMetric& m = f->metric.at(rank);
+    EXPECT_EQ(m.label.at(0).name, "rank");
+    EXPECT_EQ(m.label.at(0).value, std::to_string(rank));
+    return f->type == prometheus::MetricType::Gauge ? m.gauge.value
+                                                    : m.counter.value;
+  };
+  EXPECT_EQ(value("ringmoe_expert_parallel_sent_bytes_total", 0), 100);
+  EXPECT_EQ(value("ringmoe_expert_parallel_received_bytes_total", 1), 250);
+  EXPECT_EQ(value("ringmoe_expert_parallel_collective_seconds_total", 1), 0.5);
+  EXPECT_EQ(value("ringmoe_expert_parallel_steps_total", 0), 9);
+  EXPECT_EQ(value("ringmoe_expert_parallel_replica_rows_total", 1), 6);
+  EXPECT_EQ(value("ringmoe_expert_parallel_ring_stall_seconds_total", 1),
+            1.25);
+  EXPECT_EQ(value("ringmoe_expert_parallel_experts", 0), 4);
+  EXPECT_EQ(value("ringmoe_expert_parallel_experts", 1), 5);
+}
+
 }  // namespace
 }  // namespace ringmoe::server

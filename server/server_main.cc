@@ -153,6 +153,8 @@ serving::RankStatsSource RankStatsOf(const runtime::Engine& engine) {
       stats.experts_held = static_cast<uint64_t>(ep->experts_held);
       stats.replica_rows = ep->replica_rows;
     }
+    stats.ring_bytes_moved = engine.ring_stats().bytes_moved.load();
+    stats.ring_stall_seconds = engine.ring_stats().stall_seconds();
     return stats;
   };
 }

@@ -95,7 +95,8 @@ struct StepMessage {
 // One rank's counters as rank 0 gathers them (fixed-width fields, sent as
 // bytes): the traffic of its engine's collectives (Engine::
 // expert_parallel_stats), the expert replicas it holds per MoE layer, the
-// rows it ran for experts another rank owns, and the steps it ran.
+// rows it ran for experts another rank owns, the steps it ran, and its
+// memory ring's weight bytes moved and stall time.
 struct RankStats {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
@@ -104,8 +105,10 @@ struct RankStats {
   uint64_t experts_held = 0;
   uint64_t replica_rows = 0;
   uint64_t steps = 0;
+  uint64_t ring_bytes_moved = 0;
+  double ring_stall_seconds = 0;
 };
-static_assert(sizeof(RankStats) == 56, "RankStats is 56 bytes on the wire");
+static_assert(sizeof(RankStats) == 72, "RankStats is 72 bytes on the wire");
 
 // This rank's RankStats except `steps` (the step loop counts those).
 using RankStatsSource = std::function<RankStats()>;
