@@ -7,11 +7,7 @@ hanging. Preemption under a small KV cache and idle time longer than
 --expert_parallel_timeout (the heartbeat) leave the ranks in step; alone,
 --expert_parallel changes nothing."""
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
-import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
@@ -25,76 +21,10 @@ MODEL = "mixtral"
 TINY = os.path.join(harness.TINY, MODEL)
 
 
-class MpiServer(harness.Server):
-    """ringmoe_server as every rank of `mpirun -np N` (the environment of
-    engine/parallel/mpirun_test.sh); self.proc is mpirun."""
-
-    def __init__(self, model_dir, *flags, np=2):
-        super().__init__(model_dir, *flags)
-        self.np = np
-        # Open MPI's Unix sockets live under TMPDIR; their paths are short.
-        self.session = tempfile.mkdtemp(prefix="rmep", dir="/tmp")
-
-    def start(self, timeout=60):
-        env = dict(os.environ, TMPDIR=self.session, OMPI_MCA_plm="isolated",
-                   OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader,tcp",
-                   OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo",
-                   OMPI_MCA_orte_base_help_aggregate="0")
-        for name in ("XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "TEST_SHARD_STATUS_FILE"):
-            env.pop(name, None)
-        ready = os.path.join(self.dir, "ready.json")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
-             "-np", str(self.np), os.path.abspath(os.environ["RINGMOE_SERVER"]),
-             "--model", self.model_dir, "--grpc_port=0", "--metrics_port=0",
-             "--http_port=0", "--ready_file=" + ready, "--expert_parallel"] + self.flags,
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self._wait_ready(ready, timeout)
-        return self
-
-    def _wait_ready(self, ready, timeout):
-        import json
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(ready):
-            if self.proc.poll() is not None:
-                raise RuntimeError("mpirun exited with %d:\n%s" % (self.proc.returncode,
-                                                                   self.read_log()))
-            if time.monotonic() > deadline:
-                raise RuntimeError("not ready after %ds:\n%s" % (timeout, self.read_log()))
-            time.sleep(0.05)
-        with open(ready) as f:
-            ports = json.load(f)
-        self.grpc_port = ports["grpc_port"]
-        self.metrics_port = ports["metrics_port"]
-        self.http_port = ports["http_port"]
-        self.target = "127.0.0.1:%d" % self.grpc_port
-
-    def rank_pid(self, rank):
-        """The pid of the rank (a child of mpirun with its rank in the environment)."""
-        with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
-            children = [int(p) for p in f.read().split()]
-        for pid in children:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-            if b"OMPI_COMM_WORLD_RANK=%d" % rank in env:
-                return pid
-        raise RuntimeError("no rank %d among %s" % (rank, children))
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        """Sends `sig` to rank 0 and returns mpirun's exit status."""
-        try:
-            if self.proc.poll() is None:
-                os.kill(self.rank_pid(0), sig)
-            return self.proc.wait(timeout=timeout)
-        except (subprocess.TimeoutExpired, RuntimeError, OSError):
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            raise
-        finally:
-            self.log.close()
-            shutil.rmtree(self.session, ignore_errors=True)
+def MpiServer(model_dir, *flags, np=2):
+    """ringmoe_server as every rank of `mpirun -np N` (harness.Server with np:
+    the environment of engine/parallel/mpirun_test.sh); self.proc is mpirun."""
+    return harness.Server(model_dir, *flags, np=np)
 
 
 PROMPTS = [ids for ids, _, _ in harness.golden_cases(MODEL)] + [[1, 2, 3], [7] * 40]
@@ -142,16 +72,17 @@ def preempting_request(i):
 class ExpertParallelServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        with harness.Server(TINY) as single:
+        # The reference: one process, whatever RINGMOE_TEST_RANKS says.
+        with harness.Server(TINY, np=1) as single:
             cls.want = run_all(single.target)
             cls.want_concurrent = run_concurrent(single.target)
-        with harness.Server(TINY, "--max_running_sequences=1") as single, \
+        with harness.Server(TINY, "--max_running_sequences=1", np=1) as single, \
                 Client(single.target, timeout=120) as c:
             cls.alone = [c.generate_text(**preempting_request(i)).token_ids
                          for i in range(12)]
 
     def test_alone_the_flag_changes_nothing(self):
-        with harness.Server(TINY, "--expert_parallel") as server:
+        with harness.Server(TINY, "--expert_parallel", np=1) as server:
             self.assertEqual(run_all(server.target), self.want)
             self.assertEqual(server.stop(), 0)
 
@@ -225,8 +156,7 @@ class ExpertParallelServerTest(unittest.TestCase):
             if server.proc.poll() is None:
                 server.proc.kill()
                 server.proc.wait()
-            server.log.close()
-            shutil.rmtree(server.session, ignore_errors=True)
+            server.close()
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ class RobustnessTest(unittest.TestCase):
                               temperature=0) for _ in range(4)]
         for s in streams:
             next(s)  # each is running
-        server.proc.send_signal(signal.SIGTERM)
+        server.send_signal(signal.SIGTERM)  # rank 0's under mpirun
         deadline = time.monotonic() + 10
         while c.health() != "NOT_SERVING" and time.monotonic() < deadline:
             time.sleep(0.02)

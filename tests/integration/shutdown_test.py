@@ -77,13 +77,13 @@ class ShutdownTest(unittest.TestCase):
         with Client(server.target, timeout=120) as c:
             threads, results = start_streams(c, 64, 400)
             wait_queued(server, 16)
-            server.proc.send_signal(signal.SIGTERM)
+            server.send_signal(signal.SIGTERM)
             status, seconds = wait_exit(server, 30)
             for t in threads:
                 t.join(30)
                 self.assertFalse(t.is_alive(), "a client hangs")
         log = server.read_log()
-        server.log.close()
+        server.close()
         self.assertEqual(status, 0, log)
         self.assertLess(seconds, 1 + 5, log)
         self.assertIn("cancelling", log)
@@ -101,16 +101,16 @@ class ShutdownTest(unittest.TestCase):
         with Client(server.target, timeout=120) as c:
             threads, results = start_streams(c, 64, 400)
             wait_queued(server, 16)
-            server.proc.send_signal(signal.SIGTERM)
+            server.send_signal(signal.SIGTERM)
             wait_log(server, "draining")
             self.assertEqual(c.health(), "NOT_SERVING")
-            server.proc.send_signal(signal.SIGINT)
+            server.send_signal(signal.SIGINT)
             status, seconds = wait_exit(server, 30)
             for t in threads:
                 t.join(30)
                 self.assertFalse(t.is_alive(), "a client hangs")
         log = server.read_log()
-        server.log.close()
+        server.close()
         self.assertEqual(status, 0, log)
         self.assertLess(seconds, 5, log)
         self.assertIn("cancelling", log)
@@ -145,10 +145,10 @@ class ShutdownTest(unittest.TestCase):
                    server.metric("ringmoe_stream_buffered_bytes") > 0):
             self.assertLess(time.monotonic(), deadline, "no reply is waiting")
             time.sleep(0.05)
-        server.proc.send_signal(signal.SIGTERM)
+        server.send_signal(signal.SIGTERM)
         status, seconds = wait_exit(server, 30)
         log = server.read_log()
-        server.log.close()
+        server.close()
         hold.set()
         with self.assertRaises(grpc.RpcError):
             for _ in call:
@@ -170,7 +170,7 @@ class ShutdownTest(unittest.TestCase):
             stream = c.generate(input_ids=[1, 2, 3], max_tokens=300, ignore_eos=True,
                                 temperature=0)
             next(stream)
-            server.proc.send_signal(signal.SIGINT)
+            server.send_signal(signal.SIGINT)
             rest = list(stream)
             self.assertEqual(rest[-1].finish_reason, 2)  # LENGTH: ran to the end
             self.assertEqual(rest[-1].usage.completion_tokens, 300)
@@ -180,7 +180,7 @@ class ShutdownTest(unittest.TestCase):
         self.assertIn(b'"finish_reason":"length"', out.replace(b" ", b""))
         status, _ = wait_exit(server, 60)
         log = server.read_log()
-        server.log.close()
+        server.close()
         self.assertEqual(status, 0, log)
         self.assertIn("stopped", log)
 
