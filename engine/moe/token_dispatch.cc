@@ -20,6 +20,14 @@ std::vector<uint64_t> ByteCounts(const std::vector<uint64_t>& rows,
   return bytes;
 }
 
+// The first `n` floats of `buffer`, grown when short and never shrunk: the
+// staging of one layer is reused by the next without a reallocation or a
+// zero-fill of floats about to be overwritten.
+absl::Span<float> Floats(std::vector<float>& buffer, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return absl::MakeSpan(buffer.data(), n);
+}
+
 // Where each rank's block starts, in rows.
 std::vector<uint64_t> Offsets(const std::vector<uint64_t>& rows) {
   std::vector<uint64_t> offsets(rows.size() + 1, 0);
@@ -80,24 +88,23 @@ absl::Status TokenDispatchExecutor::Run(
       sent_at[i] = next[destination[i]]++;
     }
   }
-  send_.resize(sent_rows * record);
+  absl::Span<float> send = Floats(send_, sent_rows * record);
   {
     size_t i = 0;
     for (const ExpertTask& t : tasks) {
-      staged_.resize(t.x.size());
-      backend.CopyToHost(t.x, staged_.data());
+      float* staged = Floats(staged_, t.x.size()).data();
+      backend.CopyToHost(t.x, staged);
       for (int64_t r = 0; r < t.x.rows; ++r, ++i) {
-        float* out = send_.data() + sent_at[i] * record;
+        float* out = send.data() + sent_at[i] * record;
         std::memcpy(out, &t.expert, sizeof(int32_t));
-        std::memcpy(out + 1, staged_.data() + r * hidden_,
-                    hidden_ * sizeof(float));
+        std::memcpy(out + 1, staged + r * hidden_, hidden_ * sizeof(float));
       }
     }
   }
-  received_.resize(received_rows * record);
+  absl::Span<float> received = Floats(received_, received_rows * record);
   if (absl::Status s = communicator_.AllToAllV(
-          parallel::AsBytes(send_), ByteCounts(rows_to, record),
-          parallel::AsWritableBytes(received_), ByteCounts(rows_from, record));
+          parallel::AsBytes(send), ByteCounts(rows_to, record),
+          parallel::AsWritableBytes(received), ByteCounts(rows_from, record));
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of input rows", s);
   }
@@ -106,7 +113,7 @@ absl::Status TokenDispatchExecutor::Run(
   // the order sent.
   std::vector<int32_t> expert_of(received_rows);
   for (uint64_t j = 0; j < received_rows; ++j) {
-    std::memcpy(&expert_of[j], received_.data() + j * record, sizeof(int32_t));
+    std::memcpy(&expert_of[j], received.data() + j * record, sizeof(int32_t));
     if (expert_of[j] < 0 || expert_of[j] >= placement_.num_experts() ||
         !placement_.holds(expert_of[j], rank)) {
       return absl::InternalError(absl::StrCat(
@@ -120,18 +127,28 @@ absl::Status TokenDispatchExecutor::Run(
     return expert_of[a] < expert_of[b];
   });
 
-  backend::Backend::Buffer in, out;
   std::vector<ExpertTask> mine;
-  staged_.resize(received_rows * hidden_);
+  float* staged = Floats(staged_, received_rows * hidden_).data();
+  backend::Tensor in, out;
   if (received_rows > 0) {
     for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(staged_.data() + k * hidden_,
-                  received_.data() + order[k] * record + 1,
+      std::memcpy(staged + k * hidden_, received.data() + order[k] * record + 1,
                   hidden_ * sizeof(float));
     }
-    in = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
-    out = backend.NewTensor(static_cast<int64_t>(received_rows), hidden_);
-    backend.CopyFromHost(staged_.data(), in);
+    const int64_t rows = static_cast<int64_t>(received_rows);
+    if (&backend != rows_backend_ || rows > in_.tensor().rows) {
+      // Grown by half again, so that a few larger layers do not reallocate
+      // at every step.
+      const int64_t capacity =
+          &backend != rows_backend_ ? rows
+                                    : std::max(rows, in_.tensor().rows * 3 / 2);
+      in_ = backend.NewTensor(capacity, hidden_);
+      out_ = backend.NewTensor(capacity, hidden_);
+      rows_backend_ = &backend;
+    }
+    in = in_.tensor().Rows(0, rows);
+    out = out_.tensor().Rows(0, rows);
+    backend.CopyFromHost(staged, in);
     for (uint64_t k = 0; k < received_rows;) {
       uint64_t end = k;
       while (end < received_rows &&
@@ -140,8 +157,8 @@ absl::Status TokenDispatchExecutor::Run(
       }
       const int64_t first = static_cast<int64_t>(k);
       const int64_t count = static_cast<int64_t>(end - k);
-      mine.push_back({expert_of[order[k]], in.tensor().Rows(first, count),
-                      out.tensor().Rows(first, count)});
+      mine.push_back({expert_of[order[k]], in.Rows(first, count),
+                      out.Rows(first, count)});
       CountRows(expert_of[order[k]], rank, count);
       k = end;
     }
@@ -153,31 +170,30 @@ absl::Status TokenDispatchExecutor::Run(
 
   // Outputs go back in the order their inputs arrived (send_ now holds
   // them, received_ what comes back).
-  send_.resize(received_rows * hidden_);
+  send = Floats(send_, received_rows * hidden_);
   if (received_rows > 0) {
-    backend.CopyToHost(out.tensor(), staged_.data());
+    backend.CopyToHost(out, staged);
     for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(send_.data() + order[k] * hidden_,
-                  staged_.data() + k * hidden_, hidden_ * sizeof(float));
+      std::memcpy(send.data() + order[k] * hidden_, staged + k * hidden_,
+                  hidden_ * sizeof(float));
     }
   }
-  received_.resize(sent_rows * hidden_);
+  received = Floats(received_, sent_rows * hidden_);
   if (absl::Status s = communicator_.AllToAllV(
-          parallel::AsBytes(send_), ByteCounts(rows_from, hidden_),
-          parallel::AsWritableBytes(received_), ByteCounts(rows_to, hidden_));
+          parallel::AsBytes(send), ByteCounts(rows_from, hidden_),
+          parallel::AsWritableBytes(received), ByteCounts(rows_to, hidden_));
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of output rows", s);
   }
   // Each task's rows from wherever they ran.
   size_t i = 0;
   for (const ExpertTask& t : tasks) {
-    staged_.resize(t.out.size());
+    staged = Floats(staged_, t.out.size()).data();
     for (int64_t r = 0; r < t.out.rows; ++r, ++i) {
-      std::memcpy(staged_.data() + r * hidden_,
-                  received_.data() + sent_at[i] * hidden_,
+      std::memcpy(staged + r * hidden_, received.data() + sent_at[i] * hidden_,
                   hidden_ * sizeof(float));
     }
-    backend.CopyFromHost(staged_.data(), t.out);
+    backend.CopyFromHost(staged, t.out);
   }
   return absl::OkStatus();
 }

@@ -48,7 +48,7 @@ class TokenDispatchExecutor : public DistributedExpertExecutor {
   // (runs this rank's experts: given only tasks of experts with a replica
   // on communicator->rank()) must outlive the executor;
   // placement.num_ranks() == communicator->size(); `hidden` is the width of
-  // every row.
+  // every row. Every backend given to Run must outlive the executor too.
   TokenDispatchExecutor(parallel::Communicator* communicator,
                         ExpertPlacement placement, ExpertExecutor* inner,
                         int64_t hidden)
@@ -81,12 +81,17 @@ class TokenDispatchExecutor : public DistributedExpertExecutor {
   parallel::Communicator& communicator_;
   ExpertExecutor& inner_;
   const int64_t hidden_;
-  // Host staging kept between layers: the rows this rank sends (inputs,
-  // then outputs), the rows it receives, and rows between the host and the
-  // backend.
+  // Host staging kept between layers (grown, never shrunk): the rows this
+  // rank sends (inputs, then outputs), the rows it receives, and rows
+  // between the host and the backend.
   std::vector<float> send_;
   std::vector<float> received_;
   std::vector<float> staged_;
+  // The received rows and their outputs in the memory of the backend Run
+  // was last given, kept between layers (so every backend given to Run
+  // must outlive the executor).
+  backend::Backend::Buffer in_, out_;
+  const backend::Backend* rows_backend_ = nullptr;
 };
 
 }  // namespace ringmoe::moe

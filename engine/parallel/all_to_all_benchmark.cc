@@ -441,6 +441,8 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   Communicator* used = config.hierarchical ? job.hierarchical.get() : job.flat;
   RecordingCommunicator recorder(used);
   CopyingExperts copying;
+  // Before the executor, which keeps buffers in its memory.
+  backend::CpuBackend backend(nullptr);
   std::unique_ptr<moe::ExpertExecutor> executor;
   if (config.replicated) {
     executor = std::make_unique<moe::ExpertParallelExecutor>(
@@ -450,7 +452,6 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
         &recorder, placement, &copying, hidden);
   }
 
-  backend::CpuBackend backend(nullptr);
   std::vector<float> x(rows * hidden), out(rows * hidden);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 977);
   const backend::Tensor x_tensor{x.data(), rows, hidden};
