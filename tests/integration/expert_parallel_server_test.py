@@ -5,9 +5,14 @@ ranks' KV caches in step; SIGTERM to rank 0 ends both ranks with 0; a
 follower killed with SIGKILL ends the job non-zero without a client
 hanging. Preemption under a small KV cache and idle time longer than
 --expert_parallel_timeout (the heartbeat) leave the ranks in step; alone,
---expert_parallel changes nothing."""
+--expert_parallel changes nothing. Data-parallel attention (each sequence
+and its KV cache on one rank, the scheduler planning both caches) gives
+the same tokens, preemption included; rank 0's /metrics has every rank's
+exchange counters; a balanced placement with replicas is written on stop
+and read back by the next job."""
 import os
 import signal
+import subprocess
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
@@ -130,6 +135,96 @@ class ExpertParallelServerTest(unittest.TestCase):
         self.assertEqual(rc, 0, log)
         self.assertIn("ringmoe_server: stopped", log)
         self.assertIn("expert parallel over 2 ranks", log)
+
+    def test_data_parallel_attention_and_per_rank_metrics(self):
+        # Two 256-token caches (one per rank) of 2 layers x 16 blocks.
+        server = MpiServer(TINY, "--expert_parallel_attention=data_parallel",
+                           "--kv_cache_tokens=256", "--kv_block_size=16",
+                           "--max_running_sequences=12",
+                           "--ranks_per_node=2").start()
+        try:
+            # One sequence at a time: its attention's products see only its
+            # own rows on its rank, as in one process, so logits are bitwise.
+            self.assertEqual(run_all(server.target), self.want)
+            with Client(server.target, timeout=120) as c:
+                with ThreadPoolExecutor(12) as pool:
+                    together = list(pool.map(
+                        lambda i: c.generate_text(**preempting_request(i)).token_ids,
+                        range(12)))
+            self.assertEqual(together, self.alone)
+            self.assertGreater(server.metric("ringmoe_preemptions_total"), 0)
+            self.assertEqual(server.metric("ringmoe_kv_cache_blocks"), 64)
+            # Every rank's counters reach rank 0 within about a second.
+            steps = server.metric("ringmoe_engine_step_seconds_count")
+            self.assertEqual(server.wait_metric("ringmoe_expert_parallel_steps_total",
+                                                steps, rank="1"), steps)
+            self.assertEqual(server.wait_metric("ringmoe_expert_parallel_steps_total",
+                                                steps, rank="0"), steps)
+            for rank in ("0", "1"):
+                self.assertGreater(server.metric(
+                    "ringmoe_expert_parallel_sent_bytes_total", rank=rank), 0)
+                self.assertGreater(server.metric(
+                    "ringmoe_expert_parallel_received_bytes_total", rank=rank), 0)
+                self.assertGreater(server.metric(
+                    "ringmoe_expert_parallel_collective_seconds_total", rank=rank), 0)
+                self.assertEqual(server.metric("ringmoe_expert_parallel_experts",
+                                               rank=rank), 4)
+            self.assertIsNone(server.metric("ringmoe_expert_parallel_steps_total",
+                                            rank="2"))
+        except Exception:
+            print(server.read_log())
+            raise
+        finally:
+            rc = server.stop()
+        self.assertEqual(rc, 0, server.read_log())
+
+    def test_placement_file_written_on_stop_and_read_back(self):
+        placement = os.path.join(harness.tmpdir(), "placement.txt")
+        flags = ("--expert_placement_file=" + placement, "--expert_replicas=2")
+        first = MpiServer(TINY, *flags).start()
+        try:
+            self.assertEqual(run_all(first.target), self.want)
+        finally:
+            rc = first.stop()
+        self.assertEqual(rc, 0, first.read_log())
+        with open(placement) as f:
+            written = f.read()
+        self.assertTrue(written.startswith("ringmoe-expert-placement 1"), written)
+        second = MpiServer(TINY, *flags).start()
+        try:
+            self.assertIn("expert placement (%s)" % placement, second.read_log())
+            # Replicas share their experts' rows: greedy tokens as one
+            # process, logits to float rounding.
+            for (ids, logits), (want_ids, want_logits) in zip(run_all(second.target),
+                                                              self.want):
+                self.assertEqual(ids, want_ids)
+                scale = max(1.0, max(abs(v) for v in want_logits))
+                self.assertLess(max(abs(a - b) for a, b in zip(logits, want_logits)),
+                                1e-4 * scale)
+            time.sleep(1.5)
+            replica_rows = sum(second.metric("ringmoe_expert_parallel_replica_rows_total",
+                                             rank=r) or 0 for r in ("0", "1"))
+            self.assertGreater(replica_rows, 0)
+            self.assertEqual(sum(second.metric("ringmoe_expert_parallel_experts", rank=r)
+                                 for r in ("0", "1")), 10)
+        except Exception:
+            print(second.read_log())
+            raise
+        finally:
+            rc = second.stop()
+        self.assertEqual(rc, 0, second.read_log())
+
+    def test_bad_expert_parallel_flags_are_refused(self):
+        for flag, want in (("--expert_parallel_attention=sideways",
+                            "must be replicated or data_parallel"),
+                           ("--ranks_per_node=-1", "--ranks_per_node must be >= 0"),
+                           ("--expert_replicas=-2", "--expert_replicas must be >= 0")):
+            out = subprocess.run(
+                [os.environ["RINGMOE_SERVER"], "--model", TINY, "--grpc_port=0",
+                 "--metrics_port=0", "--http_port=0", "--expert_parallel", flag],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(out.returncode, 0, flag)
+            self.assertIn(want, out.stderr, flag)
 
     def test_killed_follower_ends_the_job(self):
         server = MpiServer(TINY).start()
