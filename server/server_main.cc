@@ -171,6 +171,23 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// The expert-parallel job failed (a rank stopped answering, a collective or
+// a step failed): health turns NOT_SERVING, new requests are refused, the
+// requests in flight get the failure (their steps fail with it) within a
+// few seconds, and the whole job ends non-zero.
+int FailJob(const absl::Status& failure, Scheduler& scheduler,
+            grpc::Server& server, grpc::HealthCheckServiceInterface& health) {
+  std::fprintf(stderr,
+               "ringmoe_server: NOT_SERVING: %s; failing %lld requests\n",
+               std::string(failure.message()).c_str(),
+               static_cast<long long>(scheduler.num_active()));
+  for (const char* service : kServices) health.SetServingStatus(service, false);
+  scheduler.StopAccepting();
+  scheduler.WaitUntilIdle(absl::Seconds(3));
+  server.Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  return Fail(failure);
+}
+
 // Waits up to `timeout` for SIGTERM or SIGINT (blocked in every thread, so
 // they queue for sigtimedwait); returns the signal or 0.
 int WaitForSignal(const sigset_t& signals, absl::Duration timeout) {
@@ -464,6 +481,9 @@ int Serve() {
   int sig = 0;
   while (sig == 0) {
     sig = WaitForSignal(signals, absl::Milliseconds(250));
+    if (broadcaster != nullptr && !broadcaster->failure().ok()) {
+      return FailJob(broadcaster->failure(), scheduler, *server, *health);
+    }
     if (sig != 0 || scheduler.healthy() == serving) continue;
     serving = !serving;
     std::fprintf(stderr, "ringmoe_server: health %s\n",

@@ -1,10 +1,12 @@
 #include "engine/serving/step_broadcast.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace ringmoe::serving {
 namespace {
@@ -226,38 +228,56 @@ BroadcastingStepRunner::BroadcastingStepRunner(
 
 BroadcastingStepRunner::~BroadcastingStepRunner() { Stop(); }
 
-void BroadcastingStepRunner::SendLocked(StepMessage* message) {
+absl::Status BroadcastingStepRunner::FailLocked(const absl::Status& status) {
+  failed_ = true;
+  const absl::Status failure(
+      status.code(),
+      absl::StrCat("the expert-parallel job failed: ", status.message()));
+  std::fprintf(stderr, "ringmoe: %s\n", failure.ToString().c_str());
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  failure_ = failure;
+  return failure;
+}
+
+absl::Status BroadcastingStepRunner::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
+}
+
+absl::Status BroadcastingStepRunner::SendLocked(StepMessage* message) {
   if (absl::Status s = BroadcastStepMessage(communicator_, message);
       !s.ok()) {
-    communicator_.Abort(absl::Status(
+    return FailLocked(absl::Status(
         s.code(), absl::StrCat("rank 0 could not send the next step to the "
                                "other ranks: ",
                                s.message())));
   }
   last_sent_ = absl::Now();
+  return absl::OkStatus();
 }
 
 bool BroadcastingStepRunner::StatsDueLocked() const {
   return steps_since_stats_ && absl::Now() - last_stats_ >= heartbeat_;
 }
 
-void BroadcastingStepRunner::GatherStatsLocked() {
+absl::Status BroadcastingStepRunner::GatherStatsLocked() {
   StepMessage message;
   message.kind = StepKind::kStats;
   message.releases.swap(pending_releases_);
-  SendLocked(&message);
+  RETURN_IF_ERROR(SendLocked(&message));
   RankStats mine = stats_();
   mine.steps = steps_;
   absl::StatusOr<std::vector<RankStats>> ranks =
       GatherRankStats(communicator_, mine);
   if (!ranks.ok()) {
-    communicator_.Abort(absl::Status(
+    return FailLocked(absl::Status(
         ranks.status().code(),
         absl::StrCat("rank 0: ", ranks.status().message())));
   }
   board_.Publish(*std::move(ranks));
   last_stats_ = absl::Now();
   steps_since_stats_ = false;
+  return absl::OkStatus();
 }
 
 void BroadcastingStepRunner::Release(runtime::SequenceId id) {
@@ -273,23 +293,23 @@ absl::Status BroadcastingStepRunner::Step(
   // put a Broadcast on rank 0 where the followers run the step's
   // collectives.
   std::lock_guard<std::mutex> lock(mu_);
-  {
-    if (stopped_) {
-      return absl::FailedPreconditionError(
-          "the expert-parallel job was stopped");
-    }
-    if (StatsDueLocked()) GatherStatsLocked();
-    StepMessage message;
-    message.kind = StepKind::kStep;
-    message.releases.swap(pending_releases_);
-    message.chunks.reserve(chunks.size());
-    for (const runtime::SequenceChunk& c : chunks) {
-      message.chunks.push_back(
-          {c.sequence, std::vector<int32_t>(c.tokens.begin(), c.tokens.end()),
-           c.all_logits, c.home});
-    }
-    SendLocked(&message);
+  if (failed_) {
+    return absl::FailedPreconditionError(failure().message());
   }
+  if (stopped_) {
+    return absl::FailedPreconditionError("the expert-parallel job was stopped");
+  }
+  if (StatsDueLocked()) RETURN_IF_ERROR(GatherStatsLocked());
+  StepMessage message;
+  message.kind = StepKind::kStep;
+  message.releases.swap(pending_releases_);
+  message.chunks.reserve(chunks.size());
+  for (const runtime::SequenceChunk& c : chunks) {
+    message.chunks.push_back(
+        {c.sequence, std::vector<int32_t>(c.tokens.begin(), c.tokens.end()),
+         c.all_logits, c.home});
+  }
+  RETURN_IF_ERROR(SendLocked(&message));
   absl::Status step = inner_.Step(chunks, logits);
   last_sent_ = absl::Now();
   ++steps_;
@@ -297,18 +317,18 @@ absl::Status BroadcastingStepRunner::Step(
   if (!step.ok()) {
     // The other ranks may be inside a collective this rank left: the job
     // cannot go on.
-    communicator_.Abort(absl::Status(
-        step.code(), absl::StrCat("rank 0's engine step failed: ",
-                                  step.message())));
+    return FailLocked(absl::Status(
+        step.code(),
+        absl::StrCat("rank 0's engine step failed: ", step.message())));
   }
   return step;
 }
 
 void BroadcastingStepRunner::Heartbeat() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopped_) {
+  while (!stopped_ && !failed_) {
     if (StatsDueLocked()) {
-      GatherStatsLocked();
+      GatherStatsLocked().IgnoreError();  // failed_ ends the loop
       continue;
     }
     const absl::Time due =
@@ -324,19 +344,19 @@ void BroadcastingStepRunner::Heartbeat() {
     StepMessage idle;
     idle.kind = StepKind::kIdle;
     idle.releases.swap(pending_releases_);
-    SendLocked(&idle);
+    SendLocked(&idle).IgnoreError();  // failed_ ends the loop
   }
 }
 
 void BroadcastingStepRunner::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopped_) {
-      stopped_ = true;
+    if (!stopped_ && !failed_) {
       StepMessage stop;
       stop.kind = StepKind::kStop;
-      SendLocked(&stop);
+      SendLocked(&stop).IgnoreError();  // failure() has it
     }
+    stopped_ = true;
   }
   wake_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();

@@ -34,8 +34,13 @@
 // heartbeat old.
 //
 // Faults: any failed collective, and any failed step (a step that fails on
-// one rank leaves the others inside a collective), ends the whole job with
-// Communicator::Abort: every rank exits non-zero and no rank hangs.
+// one rank leaves the others inside a collective), ends the whole job. A
+// follower returns the failure from its loop (its caller aborts the job).
+// Rank 0 records it (failure()), fails that step and every later one with
+// it, and sends nothing more; its caller then ends the job
+// (Communicator::Abort) once the requests in flight got their errors. No
+// rank hangs: a peer that stopped answering fails a collective at the
+// communicator's timeout.
 #ifndef RINGMOE_ENGINE_SERVING_STEP_BROADCAST_H_
 #define RINGMOE_ENGINE_SERVING_STEP_BROADCAST_H_
 
@@ -165,23 +170,31 @@ class BroadcastingStepRunner final : public StepRunner {
   }
   // Releases on rank 0 now; the followers release with the next step.
   void Release(runtime::SequenceId id) override;
-  // Broadcasts the step, then runs it; a failure of either aborts the job.
-  // FAILED_PRECONDITION after Stop().
+  // Broadcasts the step, then runs it; a failure of either is the job's
+  // failure (returned, and kept in failure()). FAILED_PRECONDITION after
+  // Stop() or a failure.
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
                     std::vector<float>* logits) override;
 
-  // Tells the followers to exit (their loop returns OK); later steps fail.
+  // Tells the followers to exit (their loop returns OK) unless the job
+  // failed; later steps fail.
   void Stop();
+
+  // The job's failure ("the expert-parallel job failed: ..."), OK while
+  // there is none. Any thread may ask.
+  absl::Status failure() const;
 
  private:
   void Heartbeat();
-  // Broadcasts `message` (mu_ held); aborts the job on failure.
-  void SendLocked(StepMessage* message);
+  // Records `status` as the job's failure (mu_ held) and returns it.
+  absl::Status FailLocked(const absl::Status& status);
+  // Broadcasts `message` (mu_ held); a failure is the job's.
+  absl::Status SendLocked(StepMessage* message);
   // Whether the ranks' stats are due (mu_ held).
   bool StatsDueLocked() const;
   // Sends `stats` with the pending releases and gathers every rank's
-  // RankStats onto the board (mu_ held); aborts the job on failure.
-  void GatherStatsLocked();
+  // RankStats onto the board (mu_ held); a failure is the job's.
+  absl::Status GatherStatsLocked();
 
   StepRunner& inner_;
   parallel::Communicator& communicator_;
@@ -192,12 +205,15 @@ class BroadcastingStepRunner final : public StepRunner {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopped_ = false;
+  bool failed_ = false;  // guarded by mu_
   std::vector<runtime::SequenceId> pending_releases_;  // guarded by mu_
   absl::Time last_sent_;                               // guarded by mu_
   absl::Time last_stats_ = absl::InfinitePast();       // guarded by mu_
   uint64_t steps_ = 0;                                 // guarded by mu_
   bool steps_since_stats_ = true;                      // guarded by mu_
   std::thread heartbeat_thread_;
+  mutable std::mutex failure_mu_;
+  absl::Status failure_;  // guarded by failure_mu_
 };
 
 // A follower's loop: receives rank 0's messages and runs each step on

@@ -1,6 +1,8 @@
 #include "engine/serving/step_broadcast.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <vector>
 
@@ -189,6 +191,82 @@ TEST(BroadcastingStepRunnerTest, PublishesTheRanksStats) {
   const int gathers = asked.load();
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(asked.load(), gathers);
+  runner.Stop();
+}
+
+// Rank 0 of two whose peer stops answering after `answered` broadcasts:
+// later collectives fail as a timed-out one does.
+class StoppingPeerCommunicator : public parallel::Communicator {
+ public:
+  explicit StoppingPeerCommunicator(int answered) : answered_(answered) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Duration timeout() const override { return absl::Seconds(4); }
+  absl::Status AllToAll(absl::Span<const uint8_t>,
+                        absl::Span<uint8_t>) override {
+    return absl::UnimplementedError("AllToAll");
+  }
+  absl::Status AllToAllV(absl::Span<const uint8_t>, absl::Span<const uint64_t>,
+                         absl::Span<uint8_t>,
+                         absl::Span<const uint64_t>) override {
+    return absl::UnimplementedError("AllToAllV");
+  }
+  absl::Status Broadcast(int, absl::Span<uint8_t>) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (answered_ == 0) {
+      return absl::DeadlineExceededError("Broadcast: rank 1 did not answer");
+    }
+    --answered_;
+    return absl::OkStatus();
+  }
+  absl::Status AllGather(absl::Span<const uint8_t> send,
+                         absl::Span<uint8_t> recv) override {
+    std::memcpy(recv.data(), send.data(), send.size());
+    std::memcpy(recv.data() + send.size(), send.data(), send.size());
+    return absl::OkStatus();
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  [[noreturn]] void Abort(const absl::Status&) override { std::abort(); }
+
+ private:
+  std::mutex mu_;
+  int answered_;  // guarded by mu_
+};
+
+// A peer that stops answering fails the step that needed it and every
+// later one with the job's failure, which failure() keeps; nothing aborts
+// the process here (the server does once replies are out), and Stop sends
+// nothing more.
+TEST(BroadcastingStepRunnerTest, APeerThatStopsAnsweringFailsTheJob) {
+  // The start-up stats message (one header broadcast, no payload) gets
+  // through, the first step's header does not.
+  StoppingPeerCommunicator communicator(/*answered=*/1);
+  RecordingRunner inner;
+  RankStatsBoard board;
+  BroadcastingStepRunner runner(
+      &inner, &communicator, [] { return RankStats{}; }, &board);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (board.Snapshot().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(board.Snapshot().size(), 2u);
+  EXPECT_TRUE(runner.failure().ok());
+  const std::vector<int32_t> tokens = {1};
+  std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
+  std::vector<float> logits;
+  const absl::Status failed = runner.Step(chunks, &logits);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(failed.message().find("the expert-parallel job failed"),
+            absl::string_view::npos)
+      << failed;
+  EXPECT_NE(failed.message().find("rank 1 did not answer"),
+            absl::string_view::npos)
+      << failed;
+  EXPECT_EQ(runner.failure(), failed);
+  EXPECT_TRUE(inner.steps.empty());  // the step never ran on rank 0
+  const absl::Status later = runner.Step(chunks, &logits);
+  EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(later.message(), failed.message());
   runner.Stop();
 }
 

@@ -3,7 +3,9 @@ serves, rank 1 replays its steps. Greedy tokens and KServe logits equal a
 single-process server's; concurrent streams with a cancelled one keep the
 ranks' KV caches in step; SIGTERM to rank 0 ends both ranks with 0; a
 follower killed with SIGKILL ends the job non-zero without a client
-hanging. Preemption under a small KV cache and idle time longer than
+hanging; one that stops answering (SIGSTOP) fails the stream in flight
+with the job's failure, health turns NOT_SERVING and the job ends
+non-zero. Preemption under a small KV cache and idle time longer than
 --expert_parallel_timeout (the heartbeat) leave the ranks in step; alone,
 --expert_parallel changes nothing. Data-parallel attention (each sequence
 and its KV cache on one rank, the scheduler planning both caches) gives
@@ -213,6 +215,57 @@ class ExpertParallelServerTest(unittest.TestCase):
         finally:
             rc = second.stop()
         self.assertEqual(rc, 0, second.read_log())
+
+    def test_follower_that_stops_answering_fails_requests_and_the_job(self):
+        server = MpiServer(TINY, "--expert_parallel_timeout=2s").start()
+        follower = server.rank_pid(1)
+        try:
+            with Client(server.target, timeout=30) as c:
+                stream = c.generate(input_ids=[1, 2, 3], max_tokens=400,
+                                    temperature=0.0, ignore_eos=True)
+                next(stream)
+                start = time.monotonic()
+                os.kill(follower, signal.SIGSTOP)
+                # The stream ends with the job's failure, not a hang or a
+                # dropped connection.
+                with self.assertRaises(grpc.RpcError) as failed:
+                    for _ in stream:
+                        pass
+                self.assertEqual(failed.exception.code(), grpc.StatusCode.INTERNAL)
+                self.assertIn("the expert-parallel job failed",
+                              failed.exception.details())
+                self.assertLess(time.monotonic() - start, 10)
+                # Out of service within the health loop's 250 ms:
+                # NOT_SERVING until the listener closes (calls then are
+                # cancelled), then unreachable.
+                deadline = time.monotonic() + 3
+                status = "SERVING"
+                while status == "SERVING" and time.monotonic() < deadline:
+                    try:
+                        status = c.health(timeout=5)
+                    except grpc.RpcError as e:
+                        self.assertIn(e.code(), (grpc.StatusCode.UNAVAILABLE,
+                                                 grpc.StatusCode.CANCELLED))
+                        status = e.code().name
+                    time.sleep(0.02)
+                self.assertIn(status, ("NOT_SERVING", "UNAVAILABLE", "CANCELLED"))
+            rc = server.proc.wait(timeout=15)
+            self.assertNotEqual(rc, 0)
+            self.assertLess(time.monotonic() - start, 20)
+            self.assertIn("NOT_SERVING: the expert-parallel job failed",
+                          server.read_log())
+        except Exception:
+            print(server.read_log())
+            raise
+        finally:
+            try:
+                os.kill(follower, signal.SIGKILL)
+            except OSError:
+                pass
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait()
+            server.close()
 
     def test_bad_expert_parallel_flags_are_refused(self):
         for flag, want in (("--expert_parallel_attention=sideways",
