@@ -11,10 +11,10 @@
 // output row is computed once, by one replica, from the same input row and
 // stored weights as in one process, and the MoE block combines them in its
 // own fixed order. An MLP's output rows do not depend on which tasks share
-// its loop, but the CPU products sum in another order for 3 rows or fewer
-// than for more: with one replica per expert results are bitwise those of
-// one process whatever the number of ranks; a share of a replicated expert
-// with 3 rows or fewer, split from more, may differ in the last bits.
+// its loop, but the CPU products' summation order depends on how many rows
+// a product has: with one replica per expert results are bitwise those of
+// one process whatever the number of ranks; a share split from a
+// replicated expert's rows may differ in the last bits.
 //
 // Replicated attention spends every rank's time on the whole batch's
 // attention; TokenDispatchExecutor (token_dispatch.h) is the data-parallel

@@ -211,8 +211,8 @@ TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
 
 // Expert 0 (4 rows) has a replica on each of 3 ranks, expert 3 (2 rows) on
 // two: their rows are split in contiguous shares (1, 1, 2 and 1, 1), each
-// run by one replica, and every rank ends with every row. A share of 3
-// rows or fewer split from more may take the CPU's few-row products, so
+// run by one replica, and every rank ends with every row. The CPU
+// products' summation order depends on how many rows a product has, so
 // rows agree to float rounding, not bitwise.
 TEST_F(ExpertParallelTest, ReplicasSplitTheirExpertsRows) {
   std::vector<float> want, want_shared(kTokens * kHidden);

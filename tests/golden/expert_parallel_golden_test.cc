@@ -48,10 +48,9 @@ std::unique_ptr<runtime::Engine> Load(runtime::EngineOptions options) {
 // How the step of every case batched compares. Under data-parallel
 // attention a rank's dense products (attention projections, routers,
 // shared experts, lm_head) have only its own sequences' rows, and the CPU
-// kernels sum in another order for 3 rows or fewer (decode) than for more:
-// a rank whose share of the batch is that small differs from one process
-// in the last bits. Each sequence run alone, every expert row and every
-// share on the same kernel path as the whole batch stay bitwise.
+// products' summation order depends on how many rows a product has: a
+// rank's share of the batch can differ from one process in the last bits.
+// Each sequence run alone, and every expert row, stay bitwise.
 enum class Batched { kBitwise, kClose };
 
 // Every row's argmax equal and its logits within 1e-4 of its largest.
@@ -206,9 +205,9 @@ TEST(ExpertParallelDeviceTest, StandInDeviceIsBitwiseOneProcess) {
 
 // A balanced placement with replicas of the hottest experts (read from a
 // placement file, as a restart does): each replicated expert's rows are
-// split among its copies, under both attention modes. A share of 3 rows or
-// fewer split from more may take the CPU's few-row products, so logits
-// agree to 1e-4 of their largest and every greedy token is the same.
+// split among its copies, under both attention modes. A share has fewer
+// rows than the whole (the CPU products then sum in another order), so
+// logits agree to 1e-4 of their largest and every greedy token is the same.
 TEST(ExpertParallelReplicasTest, ReplicasShareTheirExpertsRows) {
   if (job->size() < 2) GTEST_SKIP() << "replicas need several ranks";
   for (const std::string model : {"mixtral", "deepseek_v3"}) {
