@@ -368,6 +368,20 @@ bool Scheduler::Iterate() {
   return true;
 }
 
+std::vector<int64_t> Scheduler::FreeBlocks() const {
+  std::vector<int64_t> free_blocks(runner_->num_kv_caches());
+  for (size_t c = 0; c < free_blocks.size(); ++c) {
+    free_blocks[c] = runner_->kv_cache_of(static_cast<int>(c)).num_free_blocks();
+  }
+  return free_blocks;
+}
+
+int Scheduler::MostFree(const std::vector<int64_t>& free_blocks) {
+  return static_cast<int>(
+      std::max_element(free_blocks.begin(), free_blocks.end()) -
+      free_blocks.begin());
+}
+
 runtime::SequenceChunk Scheduler::ChunkOf(const Sequence& s) const {
   return {s.id, absl::MakeConstSpan(s.tokens).subspan(s.computed, s.planned),
           /*all_logits=*/false,
@@ -386,13 +400,8 @@ Scheduler::StepPlan Scheduler::PlanIsolated() {
     auto it = std::find_if(waiting_.begin(), waiting_.end(),
                            [](const auto& w) { return w->suspect; });
     if (it == waiting_.end()) return step;
-    std::vector<int64_t> free_blocks(runner_->num_kv_caches());
-    for (size_t c = 0; c < free_blocks.size(); ++c) {
-      free_blocks[c] = runner_->kv_cache_of(c).num_free_blocks();
-    }
-    const int cache = static_cast<int>(
-        std::max_element(free_blocks.begin(), free_blocks.end()) -
-        free_blocks.begin());
+    const std::vector<int64_t> free_blocks = FreeBlocks();
+    const int cache = MostFree(free_blocks);
     if (runner_->kv_cache().MaxBlocksHeld(
             static_cast<int64_t>((*it)->tokens.size()), max_step_tokens_) >
         free_blocks[cache]) {
@@ -415,11 +424,7 @@ Scheduler::StepPlan Scheduler::Plan() {
   if (StepPlan alone = PlanIsolated(); !alone.sequences.empty()) return alone;
   // Blocks are planned per KV cache: a sequence grows in its own, and a
   // victim frees blocks only in its own.
-  const int caches = runner_->num_kv_caches();
-  std::vector<int64_t> free_blocks(caches);
-  for (int c = 0; c < caches; ++c) {
-    free_blocks[c] = runner_->kv_cache_of(c).num_free_blocks();
-  }
+  std::vector<int64_t> free_blocks = FreeBlocks();
   auto kv = [this](const Sequence* s) -> runtime::KvCache& {
     return runner_->kv_cache_of(s->cache);
   };
@@ -498,10 +503,7 @@ Scheduler::StepPlan Scheduler::Plan() {
     while (!preempted_any && budget > 0 && !waiting_.empty() &&
            static_cast<int>(running_.size()) < options_.max_running_sequences) {
       Sequence* s = waiting_.front().get();
-      // The cache with the most free blocks (ties: the lowest).
-      s->cache = static_cast<int>(
-          std::max_element(free_blocks.begin(), free_blocks.end()) -
-          free_blocks.begin());
+      s->cache = MostFree(free_blocks);
       if (kv(s).MaxBlocksHeld(static_cast<int64_t>(s->tokens.size()),
                               max_step_tokens_) > free_blocks[s->cache])
         break;
@@ -678,11 +680,10 @@ void Scheduler::UpdateGauges() {
   std::lock_guard<std::mutex> lock(mu_);
   num_running_ = static_cast<int64_t>(running_.size());
   if (metrics_) {
-    int64_t free = 0;
-    const int caches = runner_->num_kv_caches();
-    for (int c = 0; c < caches; ++c) {
-      free += runner_->kv_cache_of(c).num_free_blocks();
-    }
+    const std::vector<int64_t> free_blocks = FreeBlocks();
+    const int64_t free =
+        std::accumulate(free_blocks.begin(), free_blocks.end(), int64_t{0});
+    const int64_t caches = static_cast<int64_t>(free_blocks.size());
     metrics_->SetQueueDepth(static_cast<int64_t>(waiting_.size()));
     metrics_->SetRunningSequences(num_running_);
     metrics_->SetKvCacheBlocks(caches * kv_blocks_ - free, caches * kv_blocks_);

@@ -223,6 +223,10 @@ class Scheduler {
   void Finish(Sequence* seq, FinishReason reason, absl::Status status,
               RequestOutput out);
   void UpdateGauges();
+  // Free blocks of each KV cache (StepRunner::kv_cache_of), and the cache
+  // with the most (ties: the lowest): where a sequence is admitted.
+  std::vector<int64_t> FreeBlocks() const;
+  static int MostFree(const std::vector<int64_t>& free_blocks);
   // The chunk of `s`'s planned tokens; with several KV caches it names the
   // one holding `s` (SequenceChunk::home).
   runtime::SequenceChunk ChunkOf(const Sequence& s) const;
