@@ -88,16 +88,24 @@ absl::Status TokenDispatchExecutor::Run(
       sent_at[i] = next[destination[i]]++;
     }
   }
+  // A backend whose weights are in host memory computes in host memory
+  // (CpuBackend): rows are packed from and unpacked into its tensors
+  // directly; other backends' rows are staged through the host.
+  const bool host = backend.weight_memory() == backend::MemorySpace::kHost;
   absl::Span<float> send = Floats(send_, sent_rows * record);
   {
     size_t i = 0;
     for (const ExpertTask& t : tasks) {
-      float* staged = Floats(staged_, t.x.size()).data();
-      backend.CopyToHost(t.x, staged);
+      const float* rows = t.x.data;
+      if (!host) {
+        float* staged = Floats(staged_, t.x.size()).data();
+        backend.CopyToHost(t.x, staged);
+        rows = staged;
+      }
       for (int64_t r = 0; r < t.x.rows; ++r, ++i) {
         float* out = send.data() + sent_at[i] * record;
         std::memcpy(out, &t.expert, sizeof(int32_t));
-        std::memcpy(out + 1, staged + r * hidden_, hidden_ * sizeof(float));
+        std::memcpy(out + 1, rows + r * hidden_, hidden_ * sizeof(float));
       }
     }
   }
@@ -128,13 +136,8 @@ absl::Status TokenDispatchExecutor::Run(
   });
 
   std::vector<ExpertTask> mine;
-  float* staged = Floats(staged_, received_rows * hidden_).data();
   backend::Tensor in, out;
   if (received_rows > 0) {
-    for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(staged + k * hidden_, received.data() + order[k] * record + 1,
-                  hidden_ * sizeof(float));
-    }
     const int64_t rows = static_cast<int64_t>(received_rows);
     if (&backend != rows_backend_ || rows > in_.tensor().rows) {
       // Grown by half again, so that a few larger layers do not reallocate
@@ -148,7 +151,13 @@ absl::Status TokenDispatchExecutor::Run(
     }
     in = in_.tensor().Rows(0, rows);
     out = out_.tensor().Rows(0, rows);
-    backend.CopyFromHost(staged, in);
+    float* sorted =
+        host ? in.data : Floats(staged_, received_rows * hidden_).data();
+    for (uint64_t k = 0; k < received_rows; ++k) {
+      std::memcpy(sorted + k * hidden_, received.data() + order[k] * record + 1,
+                  hidden_ * sizeof(float));
+    }
+    if (!host) backend.CopyFromHost(sorted, in);
     for (uint64_t k = 0; k < received_rows;) {
       uint64_t end = k;
       while (end < received_rows &&
@@ -172,9 +181,14 @@ absl::Status TokenDispatchExecutor::Run(
   // them, received_ what comes back).
   send = Floats(send_, received_rows * hidden_);
   if (received_rows > 0) {
-    backend.CopyToHost(out, staged);
+    const float* outputs = out.data;
+    if (!host) {
+      float* staged = Floats(staged_, received_rows * hidden_).data();
+      backend.CopyToHost(out, staged);
+      outputs = staged;
+    }
     for (uint64_t k = 0; k < received_rows; ++k) {
-      std::memcpy(send.data() + order[k] * hidden_, staged + k * hidden_,
+      std::memcpy(send.data() + order[k] * hidden_, outputs + k * hidden_,
                   hidden_ * sizeof(float));
     }
   }
@@ -188,12 +202,12 @@ absl::Status TokenDispatchExecutor::Run(
   // Each task's rows from wherever they ran.
   size_t i = 0;
   for (const ExpertTask& t : tasks) {
-    staged = Floats(staged_, t.out.size()).data();
+    float* rows = host ? t.out.data : Floats(staged_, t.out.size()).data();
     for (int64_t r = 0; r < t.out.rows; ++r, ++i) {
-      std::memcpy(staged + r * hidden_, received.data() + sent_at[i] * hidden_,
+      std::memcpy(rows + r * hidden_, received.data() + sent_at[i] * hidden_,
                   hidden_ * sizeof(float));
     }
-    backend.CopyFromHost(staged, t.out);
+    if (!host) backend.CopyFromHost(rows, t.out);
   }
   return absl::OkStatus();
 }

@@ -83,7 +83,7 @@ class TokenDispatchExecutor : public DistributedExpertExecutor {
   const int64_t hidden_;
   // Host staging kept between layers (grown, never shrunk): the rows this
   // rank sends (inputs, then outputs), the rows it receives, and rows
-  // between the host and the backend.
+  // between the host and a device backend.
   std::vector<float> send_;
   std::vector<float> received_;
   std::vector<float> staged_;
