@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's /usr/bin/prometheus, on loopback) scrapes the
 server's /metrics; a query through its HTTP API returns the request counter
-that this test's requests raised."""
+that this test's requests raised, and against several ranks
+(RINGMOE_TEST_RANKS) every rank's expert-parallel series."""
 import json
 import os
 import socket
@@ -24,6 +25,27 @@ def free_port():
         return s.getsockname()[1]
 
 
+def query_until(port, query, want, timeout=90):
+    """The value of `query` from Prometheus's HTTP API once it is `want`, or
+    the last value seen when `timeout` seconds pass."""
+    url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
+        {"query": query}))
+    value, deadline = None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.load(r)
+            result = body["data"]["result"]
+            if result:
+                value = float(result[0]["value"][1])
+                if value == want:
+                    break
+        except OSError:
+            pass  # not listening yet
+        time.sleep(0.5)
+    return value
+
+
 class PrometheusTest(unittest.TestCase):
     def test_prometheus_scrapes_the_request_counter(self):
         with harness.Server(os.path.join(harness.TINY, "olmoe")) as server, \
@@ -45,23 +67,14 @@ class PrometheusTest(unittest.TestCase):
                  "--web.listen-address=127.0.0.1:%d" % port],
                 stdout=log, stderr=subprocess.STDOUT)
             try:
-                query = urllib.parse.urlencode(
-                    {"query": 'sum(ringmoe_requests_total{method="Generate",status="OK"})'})
-                url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, query)
-                value, deadline = None, time.monotonic() + 90
-                while time.monotonic() < deadline:
-                    try:
-                        with urllib.request.urlopen(url, timeout=5) as r:
-                            body = json.load(r)
-                        result = body["data"]["result"]
-                        if result:
-                            value = float(result[0]["value"][1])
-                            if value == 7:
-                                break
-                    except OSError:
-                        pass  # not listening yet
-                    time.sleep(0.5)
-                self.assertEqual(value, 7)
+                self.assertEqual(query_until(
+                    port, 'sum(ringmoe_requests_total{method="Generate",status="OK"})', 7), 7)
+                if server.np > 1:
+                    # Every rank's series, labelled by rank, reach it
+                    # through rank 0's /metrics.
+                    self.assertEqual(query_until(
+                        port, "count(ringmoe_expert_parallel_steps_total > 0)", server.np),
+                        server.np)
             finally:
                 prom.terminate()
                 prom.wait(timeout=30)
