@@ -12,6 +12,7 @@ and its KV cache on one rank, the scheduler planning both caches) gives
 the same tokens, preemption included; rank 0's /metrics has every rank's
 exchange counters; a balanced placement with replicas is written on stop
 and read back by the next job."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,6 +70,29 @@ def run_concurrent(target):
     return together, run_all(target)
 
 
+@contextlib.contextmanager
+def serving(test, server):
+    """`server` started; its log printed when the body fails; then stopped
+    by SIGTERM to rank 0, which must end the job with 0."""
+    server.start()
+    try:
+        yield server
+    except Exception:
+        print(server.read_log())
+        raise
+    finally:
+        rc = server.stop()
+    test.assertEqual(rc, 0, server.read_log())
+
+
+def run_preempting(target):
+    """The 12 preempting_requests at once: their tokens."""
+    with Client(target, timeout=120) as c:
+        with ThreadPoolExecutor(12) as pool:
+            return list(pool.map(
+                lambda i: c.generate_text(**preempting_request(i)).token_ids, range(12)))
+
+
 def preempting_request(i):
     # As concurrency_test: 12 sequences of up to 150 tokens in a 256-token
     # cache preempt one another; greedy and seeded sampling alike.
@@ -94,32 +118,19 @@ class ExpertParallelServerTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_preemption_releases_reach_the_follower(self):
-        server = MpiServer(TINY, "--kv_cache_tokens=256", "--kv_block_size=16",
-                           "--max_running_sequences=12",
-                           "--expert_parallel_timeout=2s").start()
-        try:
+        with serving(self, MpiServer(TINY, "--kv_cache_tokens=256", "--kv_block_size=16",
+                                     "--max_running_sequences=12",
+                                     "--expert_parallel_timeout=2s")) as server:
             # Idle for longer than a collective may wait: the heartbeat
             # keeps the follower from timing out.
             time.sleep(5)
-            with Client(server.target, timeout=120) as c:
-                with ThreadPoolExecutor(12) as pool:
-                    together = list(pool.map(
-                        lambda i: c.generate_text(**preempting_request(i)).token_ids,
-                        range(12)))
+            self.assertEqual(run_preempting(server.target), self.alone)
             self.assertGreater(server.metric("ringmoe_preemptions_total"), 0)
-            self.assertEqual(together, self.alone)
             # The caches still agree afterwards.
             self.assertEqual(run_all(server.target), self.want)
-        except Exception:
-            print(server.read_log())
-            raise
-        finally:
-            rc = server.stop()
-        self.assertEqual(rc, 0, server.read_log())
 
     def test_same_tokens_and_logits_as_one_process_then_sigterm(self):
-        server = MpiServer(TINY).start()
-        try:
+        with serving(self, MpiServer(TINY)) as server:
             got = run_all(server.target)
             for (ids, logits), (want_ids, want_logits) in zip(got, self.want):
                 self.assertEqual(ids, want_ids)
@@ -128,32 +139,20 @@ class ExpertParallelServerTest(unittest.TestCase):
             self.assertEqual(together, self.want_concurrent[0])
             self.assertEqual(after, self.want_concurrent[1])
             self.assertEqual(after, self.want)
-        except Exception:
-            print(server.read_log())
-            raise
-        finally:
-            rc = server.stop()
         log = server.read_log()
-        self.assertEqual(rc, 0, log)
         self.assertIn("ringmoe_server: stopped", log)
         self.assertIn("expert parallel over 2 ranks", log)
 
     def test_data_parallel_attention_and_per_rank_metrics(self):
         # Two 256-token caches (one per rank) of 2 layers x 16 blocks.
-        server = MpiServer(TINY, "--expert_parallel_attention=data_parallel",
-                           "--kv_cache_tokens=256", "--kv_block_size=16",
-                           "--max_running_sequences=12",
-                           "--ranks_per_node=2").start()
-        try:
+        with serving(self, MpiServer(TINY, "--expert_parallel_attention=data_parallel",
+                                     "--kv_cache_tokens=256", "--kv_block_size=16",
+                                     "--max_running_sequences=12",
+                                     "--ranks_per_node=2")) as server:
             # One sequence at a time: its attention's products see only its
             # own rows on its rank, as in one process, so logits are bitwise.
             self.assertEqual(run_all(server.target), self.want)
-            with Client(server.target, timeout=120) as c:
-                with ThreadPoolExecutor(12) as pool:
-                    together = list(pool.map(
-                        lambda i: c.generate_text(**preempting_request(i)).token_ids,
-                        range(12)))
-            self.assertEqual(together, self.alone)
+            self.assertEqual(run_preempting(server.target), self.alone)
             self.assertGreater(server.metric("ringmoe_preemptions_total"), 0)
             self.assertEqual(server.metric("ringmoe_kv_cache_blocks"), 64)
             # Every rank's counters reach rank 0 within about a second.
@@ -173,27 +172,16 @@ class ExpertParallelServerTest(unittest.TestCase):
                                                rank=rank), 4)
             self.assertIsNone(server.metric("ringmoe_expert_parallel_steps_total",
                                             rank="2"))
-        except Exception:
-            print(server.read_log())
-            raise
-        finally:
-            rc = server.stop()
-        self.assertEqual(rc, 0, server.read_log())
 
     def test_placement_file_written_on_stop_and_read_back(self):
         placement = os.path.join(harness.tmpdir(), "placement.txt")
         flags = ("--expert_placement_file=" + placement, "--expert_replicas=2")
-        first = MpiServer(TINY, *flags).start()
-        try:
+        with serving(self, MpiServer(TINY, *flags)) as first:
             self.assertEqual(run_all(first.target), self.want)
-        finally:
-            rc = first.stop()
-        self.assertEqual(rc, 0, first.read_log())
         with open(placement) as f:
             written = f.read()
         self.assertTrue(written.startswith("ringmoe-expert-placement 1"), written)
-        second = MpiServer(TINY, *flags).start()
-        try:
+        with serving(self, MpiServer(TINY, *flags)) as second:
             self.assertIn("expert placement (%s)" % placement, second.read_log())
             # Replicas share their experts' rows: greedy tokens as one
             # process, logits to float rounding.
@@ -203,18 +191,17 @@ class ExpertParallelServerTest(unittest.TestCase):
                 scale = max(1.0, max(abs(v) for v in want_logits))
                 self.assertLess(max(abs(a - b) for a, b in zip(logits, want_logits)),
                                 1e-4 * scale)
-            time.sleep(1.5)
-            replica_rows = sum(second.metric("ringmoe_expert_parallel_replica_rows_total",
-                                             rank=r) or 0 for r in ("0", "1"))
+            # The ranks' counters arrive within about a second.
+            deadline = time.monotonic() + 10
+            replica_rows = 0
+            while replica_rows == 0 and time.monotonic() < deadline:
+                replica_rows = sum(
+                    second.metric("ringmoe_expert_parallel_replica_rows_total", rank=r) or 0
+                    for r in ("0", "1"))
+                time.sleep(0.1)
             self.assertGreater(replica_rows, 0)
             self.assertEqual(sum(second.metric("ringmoe_expert_parallel_experts", rank=r)
                                  for r in ("0", "1")), 10)
-        except Exception:
-            print(second.read_log())
-            raise
-        finally:
-            rc = second.stop()
-        self.assertEqual(rc, 0, second.read_log())
 
     def test_follower_that_stops_answering_fails_requests_and_the_job(self):
         server = MpiServer(TINY, "--expert_parallel_timeout=2s").start()
