@@ -19,7 +19,7 @@ Routing PicksOf(const Routing& predicted,
   return picks;
 }
 
-void ExpertParallelExecutor::Predict(int layer, const Routing& predicted) {
+void DistributedExpertExecutor::Predict(int layer, const Routing& predicted) {
   inner_.Predict(layer, PicksOf(predicted, [&](int32_t expert) {
                    return placement_.holds(expert, communicator_.rank());
                  }));

@@ -49,11 +49,21 @@ namespace ringmoe::moe {
 Routing PicksOf(const Routing& predicted,
                 absl::FunctionRef<bool(int32_t expert)> runs_here);
 
-// What both expert-parallel executors share: the placement, and the rows
-// this rank ran for experts whose owner (first replica) is another rank —
-// the work its replicas took over, a per-rank metric.
+// What both expert-parallel executors share: the job's communicator, the
+// placement, the inner executor running this rank's experts (steps and
+// predictions pass through to it), and the rows this rank ran for experts
+// whose owner (first replica) is another rank — the work its replicas took
+// over, a per-rank metric.
 class DistributedExpertExecutor : public ExpertExecutor {
  public:
+  void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
+  bool WantsPredictions() const override { return inner_.WantsPredictions(); }
+  // Passes on the predicted picks of the experts this rank holds (PicksOf).
+  // Under data-parallel attention they are this rank's own tokens' picks:
+  // the other ranks' tokens are not known ahead.
+  void Predict(int layer, const Routing& predicted) override;
+  void EndStep() override { inner_.EndStep(); }
+
   const ExpertPlacement& placement() const { return placement_; }
   // May be read from any thread while steps run.
   uint64_t replica_rows() const {
@@ -61,8 +71,14 @@ class DistributedExpertExecutor : public ExpertExecutor {
   }
 
  protected:
-  explicit DistributedExpertExecutor(ExpertPlacement placement)
-      : placement_(std::move(placement)) {}
+  // `communicator` and `inner` (given only tasks of experts with a replica
+  // on communicator->rank()) must outlive the executor;
+  // placement.num_ranks() == communicator->size().
+  DistributedExpertExecutor(parallel::Communicator* communicator,
+                            ExpertPlacement placement, ExpertExecutor* inner)
+      : communicator_(*communicator),
+        placement_(std::move(placement)),
+        inner_(*inner) {}
   // Counts `rows` rows run here for `expert`, replica rows when another
   // rank owns it.
   void CountRows(int32_t expert, int rank, uint64_t rows) {
@@ -71,7 +87,9 @@ class DistributedExpertExecutor : public ExpertExecutor {
     }
   }
 
+  parallel::Communicator& communicator_;
   const ExpertPlacement placement_;
+  ExpertExecutor& inner_;
 
  private:
   std::atomic<uint64_t> replica_rows_{0};
@@ -79,20 +97,12 @@ class DistributedExpertExecutor : public ExpertExecutor {
 
 class ExpertParallelExecutor : public DistributedExpertExecutor {
  public:
-  // `communicator` (host memory: outputs travel through the host) and
-  // `inner` (runs this rank's experts: given only tasks of experts with a
-  // replica on communicator->rank()) must outlive the
-  // executor; placement.num_ranks() == communicator->size().
+  // As DistributedExpertExecutor's; `communicator` moves host memory
+  // (outputs travel through the host).
   ExpertParallelExecutor(parallel::Communicator* communicator,
                          ExpertPlacement placement, ExpertExecutor* inner)
-      : DistributedExpertExecutor(std::move(placement)),
-        communicator_(*communicator),
-        inner_(*inner) {}
+      : DistributedExpertExecutor(communicator, std::move(placement), inner) {}
 
-  void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
-  bool WantsPredictions() const override { return inner_.WantsPredictions(); }
-  // Passes on the predicted picks of the experts this rank holds (PicksOf).
-  void Predict(int layer, const Routing& predicted) override;
   // This rank's shares and `alongside` through the inner executor, then
   // every share's `out` exchanged. Errors: the inner executor's, with the
   // rank; a failed exchange, naming the layer and the collective (the
@@ -100,7 +110,6 @@ class ExpertParallelExecutor : public DistributedExpertExecutor {
   absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
                    absl::Span<const backend::MlpTask> alongside,
                    backend::Backend& backend) override;
-  void EndStep() override { inner_.EndStep(); }
 
  private:
   // Rows [first, first + rows) of task `task`, run by `rank`.
@@ -111,8 +120,6 @@ class ExpertParallelExecutor : public DistributedExpertExecutor {
     int rank;
   };
 
-  parallel::Communicator& communicator_;
-  ExpertExecutor& inner_;
   std::vector<Share> shares_;  // kept between layers
   // Host staging of the exchange, kept between layers: this rank's output
   // rows (one AllGather block), and every rank's block in rank order.

@@ -37,12 +37,6 @@ std::vector<uint64_t> Offsets(const std::vector<uint64_t>& rows) {
 
 }  // namespace
 
-void TokenDispatchExecutor::Predict(int layer, const Routing& predicted) {
-  inner_.Predict(layer, PicksOf(predicted, [&](int32_t expert) {
-                   return placement_.holds(expert, communicator_.rank());
-                 }));
-}
-
 absl::Status TokenDispatchExecutor::ExchangeError(
     int layer, const char* what, const absl::Status& status) const {
   return absl::Status(

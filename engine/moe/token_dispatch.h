@@ -44,25 +44,15 @@ namespace ringmoe::moe {
 
 class TokenDispatchExecutor : public DistributedExpertExecutor {
  public:
-  // `communicator` (host memory: rows travel through the host) and `inner`
-  // (runs this rank's experts: given only tasks of experts with a replica
-  // on communicator->rank()) must outlive the executor;
-  // placement.num_ranks() == communicator->size(); `hidden` is the width of
-  // every row. Every backend given to Run must outlive the executor too.
+  // As DistributedExpertExecutor's; `communicator` moves host memory (rows
+  // travel through the host); `hidden` is the width of every row. Every
+  // backend given to Run must outlive the executor too.
   TokenDispatchExecutor(parallel::Communicator* communicator,
                         ExpertPlacement placement, ExpertExecutor* inner,
                         int64_t hidden)
-      : DistributedExpertExecutor(std::move(placement)),
-        communicator_(*communicator),
-        inner_(*inner),
+      : DistributedExpertExecutor(communicator, std::move(placement), inner),
         hidden_(hidden) {}
 
-  void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
-  bool WantsPredictions() const override { return inner_.WantsPredictions(); }
-  // Passes on this rank's tokens' predicted picks of its own experts (the
-  // other ranks' tokens are not known ahead), one pick per row of a top-1
-  // routing.
-  void Predict(int layer, const Routing& predicted) override;
   // Dispatches `tasks`' rows to their experts' ranks, runs what arrived
   // and `alongside` through the inner executor, and combines the outputs
   // into `tasks`' out. Errors: the inner executor's, with the rank; a
@@ -71,15 +61,12 @@ class TokenDispatchExecutor : public DistributedExpertExecutor {
   absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
                    absl::Span<const backend::MlpTask> alongside,
                    backend::Backend& backend) override;
-  void EndStep() override { inner_.EndStep(); }
 
  private:
   // Wraps a failed collective's status with the layer and what moved.
   absl::Status ExchangeError(int layer, const char* what,
                              const absl::Status& status) const;
 
-  parallel::Communicator& communicator_;
-  ExpertExecutor& inner_;
   const int64_t hidden_;
   // Host staging kept between layers (grown, never shrunk): the rows this
   // rank sends (inputs, then outputs), the rows it receives, and rows
