@@ -289,13 +289,23 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   std::vector<int> home_of(chunks.size());
   std::vector<SequenceChunk> local;
   std::vector<uint64_t> rows_of_rank(ranks, 0);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const SequenceChunk& c = chunks[i];
+  // Homes given by the caller are checked before any is taken, so a
+  // refused step changes nothing.
+  for (const SequenceChunk& c : chunks) {
     if (c.home >= ranks) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.sequence, ": home rank ", c.home,
                        " in a job of ", ranks, " ranks"));
     }
+    const auto held = homes_.find(c.sequence);
+    if (c.home >= 0 && held != homes_.end() && held->second.rank != c.home) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence, " is held by rank ",
+                       held->second.rank, ", not ", c.home));
+    }
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SequenceChunk& c = chunks[i];
     auto [home, added] = homes_.try_emplace(c.sequence);
     if (added) {
       home->second.rank =
@@ -304,10 +314,6 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
               : static_cast<int>(std::min_element(rank_positions_.begin(),
                                                   rank_positions_.end()) -
                                  rank_positions_.begin());
-    } else if (c.home >= 0 && c.home != home->second.rank) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", c.sequence, " is held by rank ",
-                       home->second.rank, ", not ", c.home));
     }
     const int64_t length = static_cast<int64_t>(c.tokens.size());
     home->second.length += length;

@@ -272,6 +272,53 @@ TEST(ExpertParallelReplicasTest, ReplicasShareTheirExpertsRows) {
   }
 }
 
+// Under data-parallel attention a caller that plans the ranks' caches (the
+// server's scheduler) names each sequence's home: a home outside the job,
+// or another rank than the one holding the sequence, is refused on every
+// rank alike before anything runs, and the next step runs as if the
+// refused one never came.
+TEST(ExpertParallelHomesTest, HomesOutsideTheJobOrMovedAreRefused) {
+  if (job->size() < 2) GTEST_SKIP() << "homes need several ranks";
+  runtime::EngineOptions options;
+  options.model_dir = "tests/testdata/moe-tiny/mixtral";
+  options.expert_parallel = job;
+  options.data_parallel_attention = true;
+  auto engine = Load(options);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_EQ(engine->num_kv_caches(), job->size());
+  const std::vector<int32_t> prompt = {3, 17, 200};
+  std::vector<float> logits;
+  const int last = job->size() - 1;
+  ASSERT_TRUE(engine->Step({{1, prompt, false, last}}, &logits).ok());
+  EXPECT_EQ(engine->kv_cache_of(last).Length(1), 3);
+  const std::vector<int32_t> next = {5};
+  absl::Status refused = engine->Step(
+      {{2, prompt, false, 0}, {1, next, false, 0}}, &logits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("sequence 1 is held by rank " +
+                                   std::to_string(last) + ", not 0"),
+            std::string::npos)
+      << refused;
+  refused = engine->Step({{3, prompt, false, job->size()}}, &logits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("home rank"), std::string::npos) << refused;
+  // Nothing of the refused steps was taken: sequence 2 is new again, so
+  // another rank than the refused step named may hold it.
+  EXPECT_EQ(engine->kv_cache_of(0).Length(2), 0);
+  const absl::Status ran =
+      engine->Step({{2, prompt, false, last}, {1, next, false, last}}, &logits);
+  ASSERT_TRUE(ran.ok()) << ran;
+  EXPECT_EQ(engine->kv_cache_of(last).Length(2), 3);
+  EXPECT_EQ(engine->kv_cache_of(last).Length(1), 4);
+  engine->Release(1);
+  engine->Release(2);
+  for (int r = 0; r < job->size(); ++r) {
+    EXPECT_EQ(engine->kv_cache_of(r).num_free_blocks(),
+              engine->kv_cache_of(r).num_blocks())
+        << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace ringmoe
 
