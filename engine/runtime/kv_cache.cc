@@ -28,19 +28,11 @@ double KvCache::Bytes(const std::vector<Layer>& layers, int64_t block_size,
 
 KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
                  int64_t num_blocks, backend::Backend* backend)
-    : layers_(std::move(layers)),
-      block_size_(block_size),
-      num_blocks_(num_blocks),
-      block_floats_(WidestBlock(layers_, block_size)),
-      backend_(backend),
-      // Left uninitialised: pages are committed only as blocks get used.
-      storage_(backend != nullptr
-                   ? backend->Allocate(num_blocks * block_floats_)
-                   : new float[num_blocks * block_floats_]) {
-  free_.reserve(num_blocks);
-  // Hand out low-numbered blocks first.
-  for (int64_t b = num_blocks - 1; b >= 0; --b)
-    free_.push_back(static_cast<int32_t>(b));
+    : KvCache(std::move(layers), block_size, num_blocks, NoStorage{}) {
+  backend_ = backend;
+  // Left uninitialised: pages are committed only as blocks get used.
+  storage_ = backend != nullptr ? backend->Allocate(num_blocks * block_floats_)
+                                : new float[num_blocks * block_floats_];
 }
 
 KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
@@ -52,6 +44,7 @@ KvCache::KvCache(std::vector<Layer> layers, int64_t block_size,
       backend_(nullptr),
       storage_(nullptr) {
   free_.reserve(num_blocks);
+  // Hand out low-numbered blocks first.
   for (int64_t b = num_blocks - 1; b >= 0; --b)
     free_.push_back(static_cast<int32_t>(b));
 }

@@ -179,7 +179,7 @@ class KvCache {
   int64_t num_blocks_;
   int64_t block_floats_;  // block_size * the widest key_width + value_width
   backend::Backend* backend_;  // null: storage_ is from new[]
-  float* storage_;
+  float* storage_;             // null in a ledger
   std::vector<int32_t> free_;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;
 };
