@@ -10,16 +10,6 @@
 namespace ringmoe::moe {
 namespace {
 
-// Byte counts of `rows` rows of `width` floats per rank.
-std::vector<uint64_t> ByteCounts(const std::vector<uint64_t>& rows,
-                                 int64_t width) {
-  std::vector<uint64_t> bytes(rows.size());
-  for (size_t p = 0; p < rows.size(); ++p) {
-    bytes[p] = rows[p] * width * sizeof(float);
-  }
-  return bytes;
-}
-
 // The first `n` floats of `buffer`, grown when short and never shrunk: the
 // staging of one layer is reused by the next without a reallocation or a
 // zero-fill of floats about to be overwritten.
@@ -63,11 +53,20 @@ absl::Status TokenDispatchExecutor::Run(
   const std::vector<int> destination = placement_.AssignRanks(row_experts);
   std::vector<uint64_t> rows_to(ranks, 0);
   for (int d : destination) ++rows_to[d];
-  std::vector<uint64_t> rows_from(ranks, 0);
-  if (absl::Status s = communicator_.AllToAll(
-          parallel::AsBytes(rows_to), parallel::AsWritableBytes(rows_from));
+  // Every rank's row counts (row s: what rank s sends each rank), from
+  // which both exchanges' counts follow: this rank receives its column,
+  // and the outputs go back along the transpose. One gather per layer, so
+  // a communicator that needs the whole matrix (hierarchical) gathers no
+  // counts of its own.
+  std::vector<uint64_t> rows_matrix(static_cast<size_t>(ranks) * ranks);
+  if (absl::Status s = communicator_.AllGather(
+          parallel::AsBytes(rows_to), parallel::AsWritableBytes(rows_matrix));
       !s.ok()) {
-    return ExchangeError(layer, "AllToAll of row counts", s);
+    return ExchangeError(layer, "AllGather of row counts", s);
+  }
+  std::vector<uint64_t> rows_from(ranks);
+  for (int p = 0; p < ranks; ++p) {
+    rows_from[p] = rows_matrix[static_cast<size_t>(p) * ranks + rank];
   }
   const std::vector<uint64_t> to_offsets = Offsets(rows_to);
   const std::vector<uint64_t> from_offsets = Offsets(rows_from);
@@ -104,9 +103,9 @@ absl::Status TokenDispatchExecutor::Run(
     }
   }
   absl::Span<float> received = Floats(received_, received_rows * record);
-  if (absl::Status s = communicator_.AllToAllV(
-          parallel::AsBytes(send), ByteCounts(rows_to, record),
-          parallel::AsWritableBytes(received), ByteCounts(rows_from, record));
+  if (absl::Status s = communicator_.AllToAllVWithMatrix(
+          parallel::AsBytes(send), parallel::AsWritableBytes(received),
+          {rows_matrix, record * sizeof(float)});
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of input rows", s);
   }
@@ -187,9 +186,9 @@ absl::Status TokenDispatchExecutor::Run(
     }
   }
   received = Floats(received_, sent_rows * hidden_);
-  if (absl::Status s = communicator_.AllToAllV(
-          parallel::AsBytes(send), ByteCounts(rows_from, hidden_),
-          parallel::AsWritableBytes(received), ByteCounts(rows_to, hidden_));
+  if (absl::Status s = communicator_.AllToAllVWithMatrix(
+          parallel::AsBytes(send), parallel::AsWritableBytes(received),
+          {rows_matrix, hidden_ * sizeof(float), /*transposed=*/true});
       !s.ok()) {
     return ExchangeError(layer, "AllToAllV of output rows", s);
   }

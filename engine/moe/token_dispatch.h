@@ -8,11 +8,14 @@
 // it received for its own experts through an inner executor — resident,
 // streamed through its own memory ring, hybrid on its device — and sends
 // every output row back to the rank it came from, which combines them in
-// its MoE block. Three collectives per MoE layer: an AllToAll of row
-// counts, an AllToAllV of input rows (each led by its expert's id) and an
-// AllToAllV of output rows; a rank with no tokens of its own still joins
-// them (ModelRunner::ForwardWithoutTokens), because other ranks' tokens
-// may need its experts.
+// its MoE block. Three collectives per MoE layer: an AllGather of every
+// rank's row counts (the whole matrix, so that a hierarchical communicator
+// plans both exchanges without gathering counts itself), an AllToAllV of
+// input rows (each led by its expert's id) and an AllToAllV of output rows
+// (both Communicator::AllToAllVWithMatrix, the outputs along the matrix's
+// transpose); a rank with no tokens of its own still joins them
+// (ModelRunner::ForwardWithoutTokens), because other ranks' tokens may
+// need its experts.
 //
 // Results are bitwise those of one process: each output row is computed
 // once, by an expert's owner, from the same input row and stored weights

@@ -3,11 +3,12 @@
 // that only copies (so what is timed is the exchange and its packing).
 //
 //   - Data-parallel attention (TokenDispatchExecutor): each rank's own
-//     decode tokens go to their experts' ranks and come back: an AllToAll
-//     of row counts, an AllToAllV of input rows (hidden + 1 floats each,
-//     the expert id first), an AllToAllV of output rows. Flat
+//     decode tokens go to their experts' ranks and come back: an AllGather
+//     of the row-count matrix, an AllToAllV of input rows (hidden + 1
+//     floats each, the expert id first), an AllToAllV of output rows. Flat
 //     (MpiCommunicator) and, with --ranks_per_node K, hierarchical
-//     (HierarchicalCommunicator over it, ranks grouped K to a pretend node).
+//     (HierarchicalCommunicator over it, ranks grouped K to a pretend node;
+//     the collectives it makes of its base are counted too).
 //   - Replicated attention (ExpertParallelExecutor): every rank has the
 //     same tokens and one AllGather gives every rank every output row
 //     (hierarchical forwards AllGather to its base, so only flat is run).
@@ -66,6 +67,7 @@
 #include "engine/moe/token_dispatch.h"
 #include "engine/parallel/communicator.h"
 #include "engine/parallel/hierarchical_communicator.h"
+#include "engine/parallel/metered_communicator.h"
 #include "engine/parallel/mpi_communicator.h"
 #include "engine/parallel/node_grouping.h"
 #include "nlohmann/json.hpp"
@@ -191,6 +193,15 @@ class RecordingCommunicator : public Communicator {
     return Record("AllToAllV", std::move(to), [&] {
       return base_.AllToAllV(send, send_counts, recv, recv_counts);
     });
+  }
+  // Forwarded as such, so that the hierarchical communicator skips its
+  // gather of counts as it does in the engine.
+  absl::Status AllToAllVWithMatrix(
+      absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+      const parallel::CountMatrix& counts) override {
+    return Record(
+        "AllToAllVWithMatrix", counts.SendCounts(size(), rank()),
+        [&] { return base_.AllToAllVWithMatrix(send, recv, counts); });
   }
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override {
     std::vector<uint64_t> to(size(), root == rank() ? buffer.size() : 0);
@@ -332,8 +343,10 @@ absl::StatusOr<std::vector<double>> TimeCollective(Communicator& comm,
 struct Job {
   Communicator* flat = nullptr;
   // With --ranks_per_node: the pretend nodes, and the hierarchical
-  // communicator over `flat`.
+  // communicator over `flat`, through a meter that counts the collectives
+  // it makes.
   std::unique_ptr<parallel::NodeGrouping> nodes;
+  std::unique_ptr<parallel::MeteredCommunicator> hierarchical_base;
   std::unique_ptr<parallel::HierarchicalCommunicator> hierarchical;
 };
 
@@ -423,6 +436,7 @@ enum Sum {
   kHierIntraBytes,
   kHierBetweenMessages,
   kHierBetweenBytes,
+  kHierBaseCollectives,  // the hierarchical communicator's, of its base
   kNumSums
 };
 
@@ -464,6 +478,7 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   std::vector<std::vector<double>> collective_seconds(kMaxCollectives);
   std::vector<std::string> collective_names;
   parallel::HierarchicalTraffic traffic_before;
+  uint64_t base_collectives_before = 0;
 
   // One repetition's routing: the same on every rank under replicated
   // attention, each rank's own otherwise; the same for flat and
@@ -494,6 +509,7 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
       for (auto& c : collective_seconds) c.clear();
       if (job.hierarchical != nullptr) {
         traffic_before = job.hierarchical->traffic();
+        base_collectives_before = job.hierarchical_base->traffic().collectives;
       }
     }
     const bool timed = rep >= warmup;
@@ -558,6 +574,8 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
         t.between_nodes.messages - traffic_before.between_nodes.messages;
     sums[kHierBetweenBytes] =
         t.between_nodes.bytes - traffic_before.between_nodes.bytes;
+    sums[kHierBaseCollectives] =
+        job.hierarchical_base->traffic().collectives - base_collectives_before;
   }
 
   // Every rank's figures, gathered.
@@ -615,7 +633,7 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   latency["layer_exchange"] = Summary(layer);
   latency["collectives_sum"] = Summary(collectives_sum);
   static constexpr const char* kDispatchNames[] = {
-      "row counts AllToAll", "input rows AllToAllV", "output rows AllToAllV"};
+      "row counts AllGather", "input rows AllToAllV", "output rows AllToAllV"};
   json per = json::array();
   for (int c = 0; c < num_collectives; ++c) {
     json one = Summary(per_collective[c]);
@@ -655,13 +673,10 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   bytes["flat_by_collective"] = bytes_by;
   bytes["flat_measured"] = logical_bytes / tokens_total;
   if (config.hierarchical) {
-    // Phases 1-3 (through the leaders), the flat row-count AllToAll, and
-    // the phase-0 AllGathers of n counts from every rank (one per
-    // AllToAllV; logical blocks, n - 1 per rank each).
-    const double control =
-        total[kBytes0] + 2.0 * rank_reps * (n - 1) * n * sizeof(uint64_t);
+    // Phases 1-3 (through the leaders) and the row-count matrix's AllGather
+    // (forwarded flat; logical blocks), the only count exchange.
     bytes["hierarchical_measured"] =
-        (total[kHierIntraBytes] + total[kHierBetweenBytes] + control) /
+        (total[kHierIntraBytes] + total[kHierBetweenBytes] + total[kBytes0]) /
         tokens_total;
     bytes["hierarchical_between_nodes"] =
         total[kHierBetweenBytes] / tokens_total;
@@ -681,15 +696,18 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   messages["flat"] = messages_by;
   if (config.hierarchical) {
     json h;
-    h["row counts AllToAll (flat)"] = total[kMessages0] / rank_reps;
-    h["count gathers (phase 0, logical)"] = 2.0 * (n - 1);
+    h["row counts AllGather (flat, logical)"] = total[kMessages0] / rank_reps;
     h["intra_node (phases 1, 3)"] = total[kHierIntraMessages] / rank_reps;
     h["between_nodes (phase 2)"] = total[kHierBetweenMessages] / rank_reps;
-    h["total"] = h["row counts AllToAll (flat)"].get<double>() +
-                 h["count gathers (phase 0, logical)"].get<double>() +
+    h["total"] = h["row counts AllGather (flat, logical)"].get<double>() +
                  h["intra_node (phases 1, 3)"].get<double>() +
                  h["between_nodes (phase 2)"].get<double>();
     messages["hierarchical"] = h;
+    // Collectives the hierarchical communicator made of its base per
+    // layer: the forwarded gather and 3 phases per AllToAllV (no count
+    // gathers of its own).
+    j["hierarchical_base_collectives_per_layer"] =
+        total[kHierBaseCollectives] / rank_reps;
   }
   j["messages_per_layer_per_rank"] = messages;
 
@@ -698,26 +716,16 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
     const double pairs = static_cast<double>(m) * (m - 1) * reps;
     json between;
     between["nodes"] = m;
-    // Data: the row AllToAllVs (or the AllGather); control: the flat
-    // AllToAll of row counts.
+    // Data: the row AllToAllVs (or the AllGather of output rows); control:
+    // the AllGather of row counts.
     const double flat_control =
         config.replicated ? 0 : total[kBetweenNodes0] / pairs;
     between["flat_data"] = logical_between / pairs - flat_control;
     between["flat_control"] = flat_control;
     if (config.hierarchical) {
       between["hierarchical_data"] = total[kHierBetweenMessages] / pairs;
-      // The row counts' AllToAll stays flat, and each phase 0 gathers
-      // counts from every rank (logical blocks).
-      double cross_rank_pairs = 0;
-      for (int a = 0; a < n; ++a) {
-        for (int b = 0; b < n; ++b) {
-          if (job.nodes->node_of(a) != job.nodes->node_of(b)) {
-            cross_rank_pairs += 1;
-          }
-        }
-      }
-      between["hierarchical_control"] =
-          flat_control + 2.0 * cross_rank_pairs / (m * (m - 1.0));
+      // The gather of row counts is forwarded flat, the only control.
+      between["hierarchical_control"] = flat_control;
     }
     j["between_node_messages_per_node_pair_per_layer"] = between;
   }
@@ -864,8 +872,11 @@ absl::Status Benchmark(Communicator& flat, const std::string& json_out,
         parallel::NodeGrouping nodes,
         parallel::NodeGrouping::Consecutive(comm->size(), ranks_per_node));
     job.nodes = std::make_unique<parallel::NodeGrouping>(nodes);
+    job.hierarchical_base =
+        std::make_unique<parallel::MeteredCommunicator>(comm);
     ASSIGN_OR_RETURN(job.hierarchical,
-                     parallel::HierarchicalCommunicator::Create(comm, nodes));
+                     parallel::HierarchicalCommunicator::Create(
+                         job.hierarchical_base.get(), nodes));
   }
   const bool run_hierarchical =
       job.nodes != nullptr && parallel::HierarchicalAllToAllPays(*job.nodes);

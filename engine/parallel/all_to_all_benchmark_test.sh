@@ -4,7 +4,9 @@
 # a few repetitions each; the JSON must parse, hold the figures
 # docs/PERFORMANCE.md quotes, and its counts must make sense (the
 # hierarchical all-to-all sends at most as many row messages between nodes
-# per node pair as the flat one, and at most one per AllToAllV).
+# per node pair as the flat one, and at most one per AllToAllV; its counts
+# travel once per layer, in the executor's gather, so a layer costs its
+# base 1 + 2 x 3 collectives and no more control messages than flat).
 #
 # Usage: all_to_all_benchmark_test.sh MPIRUN_TEST_SH BENCHMARK
 set -uo pipefail
@@ -93,6 +95,19 @@ for path, ranks, hierarchical in ((sys.argv[1], 2, False),
                       f"{name}: {x['hierarchical_data']} between-node "
                       "messages per node pair (one per AllToAllV at most)")
                 check("hierarchical" in m, f"{name}: hierarchical messages")
+                h = m["hierarchical"]
+                check(h["row counts AllGather (flat, logical)"] == ranks - 1,
+                      f"{name}: hierarchical count messages "
+                      f"{h['row counts AllGather (flat, logical)']}")
+                check(x["hierarchical_control"] == x["flat_control"],
+                      f"{name}: hierarchical control "
+                      f"{x['hierarchical_control']} between nodes per pair, "
+                      f"flat {x['flat_control']}")
+                base = c["hierarchical_base_collectives_per_layer"]
+                check(base == 1 + 2 * 3,
+                      f"{name}: {base} collectives of the base per layer "
+                      "(the gather of row counts and 3 phases per AllToAllV "
+                      "expected)")
 
 for p in problems:
     print("FAIL:", p)

@@ -24,6 +24,7 @@
 #define RINGMOE_ENGINE_PARALLEL_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -43,6 +44,51 @@ absl::Span<uint8_t> AsWritableBytes(Values&& values) {
   return {reinterpret_cast<uint8_t*>(values.data()),
           values.size() * sizeof(*values.data())};
 }
+
+// The whole count matrix of one AllToAllV, when every rank knows it (e.g.
+// from one AllGather of every rank's counts): what each rank sends each
+// rank, so that no rank needs the counts exchanged again. A view: `units`
+// must outlive the call it is given to.
+struct CountMatrix {
+  // ranks x ranks entries, row-major: units[s * ranks + d] units go from
+  // rank s to rank d (with `transposed`, from rank d to rank s).
+  absl::Span<const uint64_t> units;
+  // Bytes per unit: a unit is whatever the caller counts (a row of a
+  // tensor), so one matrix of row counts serves exchanges of rows of
+  // different widths. Every count's bytes must fit 64 bits.
+  uint64_t unit_bytes = 1;
+  // Whether `units` is indexed [to][from]: an exchange that answers
+  // another sends back along its transpose (rank d returns to rank s what
+  // s sent it), which then needs no matrix of its own.
+  bool transposed = false;
+
+  // Whether it is a matrix for `ranks` ranks (units.size() == ranks^2).
+  bool Fits(int ranks) const {
+    return units.size() == static_cast<size_t>(ranks) * ranks;
+  }
+  // The bytes rank `from` sends rank `to`; requires Fits(ranks).
+  uint64_t Bytes(int ranks, int from, int to) const {
+    const size_t at = transposed ? static_cast<size_t>(to) * ranks + from
+                                 : static_cast<size_t>(from) * ranks + to;
+    return units[at] * unit_bytes;
+  }
+  // Rank `rank`'s AllToAllV counts in bytes: what it sends each rank (its
+  // row) and what it receives from each (its column). Empty unless
+  // Fits(ranks), so that AllToAllV refuses a matrix of the wrong size as it
+  // refuses counts of the wrong size.
+  std::vector<uint64_t> SendCounts(int ranks, int rank) const {
+    std::vector<uint64_t> counts;
+    if (!Fits(ranks)) return counts;
+    for (int p = 0; p < ranks; ++p) counts.push_back(Bytes(ranks, rank, p));
+    return counts;
+  }
+  std::vector<uint64_t> RecvCounts(int ranks, int rank) const {
+    std::vector<uint64_t> counts;
+    if (!Fits(ranks)) return counts;
+    for (int p = 0; p < ranks; ++p) counts.push_back(Bytes(ranks, p, rank));
+    return counts;
+  }
+};
 
 class Communicator {
  public:
@@ -65,8 +111,7 @@ class Communicator {
   // Equal-size blocks to every rank: send and recv hold size() blocks of
   // B = send.size() / size() bytes; block p of `send` goes to rank p and
   // block p of `recv` comes from rank p. send.size() == recv.size(), a
-  // multiple of size(), and B the same on every rank. The engine exchanges
-  // the per-peer byte counts of the following AllToAllV with it.
+  // multiple of size(), and B the same on every rank.
   virtual absl::Status AllToAll(absl::Span<const uint8_t> send,
                                 absl::Span<uint8_t> recv) = 0;
 
@@ -81,6 +126,23 @@ class Communicator {
                                  absl::Span<const uint64_t> send_counts,
                                  absl::Span<uint8_t> recv,
                                  absl::Span<const uint64_t> recv_counts) = 0;
+
+  // AllToAllV when every rank knows the whole count matrix (the same
+  // `counts` on every rank, Fits(size())): send_counts are this rank's row
+  // of it, recv_counts its column, and the result is AllToAllV's with
+  // those. The engine gathers one matrix of row counts per MoE layer and
+  // passes it (transposed for the answer) to both of the layer's
+  // exchanges. A communicator whose AllToAllV must learn more than its own
+  // counts (HierarchicalCommunicator gathers every rank's to plan its
+  // phases) overrides this to skip that; the default calls AllToAllV with
+  // the row and the column. A wrapper forwards it as such (not as
+  // AllToAllV), or the communicator it wraps cannot skip anything.
+  virtual absl::Status AllToAllVWithMatrix(absl::Span<const uint8_t> send,
+                                           absl::Span<uint8_t> recv,
+                                           const CountMatrix& counts) {
+    return AllToAllV(send, counts.SendCounts(size(), rank()), recv,
+                     counts.RecvCounts(size(), rank()));
+  }
 
   // Rank `root`'s `buffer` copied into `buffer` on every rank (same size
   // everywhere).

@@ -28,6 +28,7 @@ uint64_t Total(absl::Span<const uint64_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), uint64_t{0});
 }
 
+constexpr const char* kCollective = "hierarchical AllToAllV";
 constexpr const char* kPhaseNames[3] = {
     "phase 1 (within nodes, to the leaders)",
     "phase 2 (between nodes)",
@@ -227,8 +228,7 @@ absl::Status HierarchicalCommunicator::AllToAll(absl::Span<const uint8_t> send,
 absl::Status HierarchicalCommunicator::AllToAllV(
     absl::Span<const uint8_t> send, absl::Span<const uint64_t> send_counts,
     absl::Span<uint8_t> recv, absl::Span<const uint64_t> recv_counts) {
-  const std::string collective = "hierarchical AllToAllV";
-  if (absl::Status s = CheckUsable(collective); !s.ok()) return s;
+  if (absl::Status s = CheckUsable(kCollective); !s.ok()) return s;
   const int n = size();
   const int me = rank();
   absl::Status status =
@@ -241,18 +241,46 @@ absl::Status HierarchicalCommunicator::AllToAllV(
                             AsWritableBytes(count_matrix_));
   if (!status.ok()) {
     return Fail(absl::Status(
-        status.code(), absl::StrCat(collective, " phase 0 (gathering counts): ",
-                                    status.message())));
+        status.code(),
+        absl::StrCat(kCollective,
+                     " phase 0 (gathering counts): ", status.message())));
   }
   for (int p = 0; p < n; ++p) {
     if (count_matrix_[static_cast<size_t>(p) * n + me] != recv_counts[p]) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat(collective, " on rank ", me, ": expects ",
+          absl::StrCat(kCollective, " on rank ", me, ": expects ",
                        recv_counts[p], " bytes from rank ", p, ", which sends ",
                        count_matrix_[static_cast<size_t>(p) * n + me])));
     }
   }
+  return RunPhases(send, recv);
+}
 
+absl::Status HierarchicalCommunicator::AllToAllVWithMatrix(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    const CountMatrix& counts) {
+  if (absl::Status s = CheckUsable(kCollective); !s.ok()) return s;
+  const int n = size();
+  const int me = rank();
+  if (absl::Status s = CheckAllToAllV(n, me, send, counts.SendCounts(n, me),
+                                      recv, counts.RecvCounts(n, me));
+      !s.ok()) {
+    return Fail(s);
+  }
+  // No phase 0: the caller's matrix is the one it would gather.
+  count_matrix_.resize(static_cast<size_t>(n) * n);
+  for (int from = 0; from < n; ++from) {
+    for (int to = 0; to < n; ++to) {
+      count_matrix_[static_cast<size_t>(from) * n + to] =
+          counts.Bytes(n, from, to);
+    }
+  }
+  return RunPhases(send, recv);
+}
+
+absl::Status HierarchicalCommunicator::RunPhases(absl::Span<const uint8_t> send,
+                                                 absl::Span<uint8_t> recv) {
+  const int me = rank();
   const HierarchicalPlan plan =
       PlanHierarchicalAllToAllV(nodes_, me, count_matrix_);
   std::array<absl::Span<const uint8_t>, 4> buffers = {send, {}, {}, {}};
@@ -261,12 +289,12 @@ absl::Status HierarchicalCommunicator::AllToAllV(
     phase_send_[i].resize(Total(phase.send_counts));
     phase_recv_[i].resize(Total(phase.recv_counts));
     AssemblePieces(phase.send, buffers, absl::MakeSpan(phase_send_[i]));
-    status =
+    const absl::Status status =
         base_->AllToAllV(phase_send_[i], phase.send_counts,
                          absl::MakeSpan(phase_recv_[i]), phase.recv_counts);
     if (!status.ok()) {
       return Fail(absl::Status(
-          status.code(), absl::StrCat(collective, " ", kPhaseNames[i], ": ",
+          status.code(), absl::StrCat(kCollective, " ", kPhaseNames[i], ": ",
                                       status.message())));
     }
     buffers[i + 1] = phase_recv_[i];

@@ -18,6 +18,13 @@
 //      that node (none where the blocks are all empty).
 //   3. Intra-node AllToAllV: each leader scatters to every rank of its node
 //      (itself included) the blocks that came from the other nodes.
+// AllToAllVWithMatrix is phases 1 to 3 alone: the caller's count matrix is
+// the one phase 0 would gather. The engine uses it (TokenDispatchExecutor:
+// one AllGather of row counts per MoE layer serves both of the layer's
+// exchanges), so a layer costs the base 1 + 2 x 3 collectives, not an
+// extra count exchange and 2 x 4: phase 0's gather costs as many messages
+// between nodes as a flat exchange of the counts, which is what the
+// hierarchical exchange exists to avoid.
 // The result is byte-identical to the base's flat AllToAllV, in the rank
 // order Communicator promises. Every phase is a full AllToAllV of the base
 // with zero counts where nothing goes (MpiCommunicator sends no message
@@ -25,10 +32,9 @@
 // order. The base's per-message limits (MpiCommunicator: 2^31 - 1 bytes)
 // apply to the aggregated messages, which are larger than the flat ones.
 //
-// AllToAll stays flat (forwarded): the engine exchanges only the next
-// AllToAllV's counts with it, a few bytes per peer, and phase 0 would cost
-// as much as it saves. Broadcast, AllGather, Barrier, Abort, rank, size and
-// timeout are the base's.
+// AllToAll, Broadcast, AllGather (so the engine's gather of counts), Barrier,
+// Abort, rank, size and timeout are the base's, forwarded: their messages
+// are a few bytes per peer, or not the all-to-all's.
 //
 // Memory: the blocks are packed and unpacked with memcpy in staging
 // buffers of host memory, so the base must move host memory
@@ -39,9 +45,13 @@
 // "hierarchical AllToAllV phase 2 (between nodes): ..."); after any failed
 // call, this communicator's or the base's, every later call returns
 // FAILED_PRECONDITION and the job must be ended with Abort(). Arguments are
-// checked as the base checks them (collective_args.h), and recv_counts
-// must agree with the gathered matrix (INVALID_ARGUMENT otherwise, on the
-// rank that sees the mismatch; its peers then fail or time out).
+// checked as the base checks them (collective_args.h; a CountMatrix's row
+// and column as send and recv counts), and AllToAllV's recv_counts must
+// agree with the gathered matrix (INVALID_ARGUMENT otherwise, on the rank
+// that sees the mismatch; its peers then fail or time out). A CountMatrix
+// that differs between ranks is the caller's bug, as counts that disagree
+// are for any AllToAllV: the phases' counts then disagree too, and the
+// base refuses them or times out.
 //
 // Calls are made by one thread at a time, as on every Communicator.
 #ifndef RINGMOE_ENGINE_PARALLEL_HIERARCHICAL_COMMUNICATOR_H_
@@ -142,6 +152,9 @@ class HierarchicalCommunicator : public Communicator {
                          absl::Span<const uint64_t> send_counts,
                          absl::Span<uint8_t> recv,
                          absl::Span<const uint64_t> recv_counts) override;
+  absl::Status AllToAllVWithMatrix(absl::Span<const uint8_t> send,
+                                   absl::Span<uint8_t> recv,
+                                   const CountMatrix& counts) override;
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
@@ -150,9 +163,9 @@ class HierarchicalCommunicator : public Communicator {
 
   const NodeGrouping& nodes() const { return nodes_; }
 
-  // What this rank sent in the phases 1 to 3 of every AllToAllV so far (not
-  // phase 0's gather of the counts, whose messages are the base's affair,
-  // nor the forwarded collectives).
+  // What this rank sent in the phases 1 to 3 of every AllToAllV and
+  // AllToAllVWithMatrix so far (not phase 0's gather of the counts, whose
+  // messages are the base's affair, nor the forwarded collectives).
   const HierarchicalTraffic& traffic() const { return traffic_; }
 
  private:
@@ -161,13 +174,18 @@ class HierarchicalCommunicator : public Communicator {
   absl::Status CheckUsable(const std::string& collective) const;
   // Records a failed call's status (OK passes through) and returns it.
   absl::Status Fail(absl::Status status);
+  // Phases 1 to 3 for the byte counts in count_matrix_, checked against
+  // `send` and `recv` by the caller.
+  absl::Status RunPhases(absl::Span<const uint8_t> send,
+                         absl::Span<uint8_t> recv);
 
   Communicator* const base_;
   const NodeGrouping nodes_;
   HierarchicalTraffic traffic_;
   absl::Status failure_;
   // Kept between calls so that the engine's every step reuses their
-  // memory.
+  // memory: the byte counts of the AllToAllV in progress (row-major, from
+  // by to), and each phase's send and receive buffers.
   std::vector<uint64_t> count_matrix_;
   std::array<std::vector<uint8_t>, 3> phase_send_;
   std::array<std::vector<uint8_t>, 3> phase_recv_;

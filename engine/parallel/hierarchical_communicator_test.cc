@@ -1,7 +1,9 @@
 // NodeGrouping, the hierarchical AllToAllV's phase plans (pure functions,
 // run here for every rank of simulated jobs and compared with a direct
-// routing of each block and with the flat AllToAllV's result), and the
-// communicator over one rank. hierarchical_mpi_test.cc runs it under MPI.
+// routing of each block and with the flat AllToAllV's result), the count
+// matrix Communicator::AllToAllVWithMatrix takes, and the communicator over
+// one rank and over a pretend base (the collectives it makes of the base).
+// hierarchical_mpi_test.cc runs it under MPI.
 #include "engine/parallel/hierarchical_communicator.h"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/parallel/collective_args.h"
+#include "engine/parallel/metered_communicator.h"
 #include "engine/parallel/single_rank_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,7 +23,48 @@
 namespace ringmoe::parallel {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+TEST(CountMatrixTest, RowsColumnsAndTheTranspose) {
+  const std::vector<uint64_t> units = {1, 2, 3,  //
+                                       4, 5, 6,  //
+                                       7, 8, 9};
+  const CountMatrix rows{units, /*unit_bytes=*/10};
+  EXPECT_TRUE(rows.Fits(3));
+  EXPECT_FALSE(rows.Fits(2));
+  EXPECT_EQ(rows.Bytes(3, /*from=*/1, /*to=*/2), 60u);
+  EXPECT_THAT(rows.SendCounts(3, 1), ElementsAre(40, 50, 60));
+  EXPECT_THAT(rows.RecvCounts(3, 1), ElementsAre(20, 50, 80));
+  // The answer's matrix: rank 1 sends back what it received, and receives
+  // back what it sent.
+  const CountMatrix back{units, /*unit_bytes=*/1, /*transposed=*/true};
+  EXPECT_EQ(back.Bytes(3, /*from=*/1, /*to=*/2), 8u);
+  EXPECT_THAT(back.SendCounts(3, 1), ElementsAre(2, 5, 8));
+  EXPECT_THAT(back.RecvCounts(3, 1), ElementsAre(4, 5, 6));
+  // A matrix for another number of ranks has no counts, which AllToAllV
+  // refuses.
+  EXPECT_TRUE(rows.SendCounts(2, 0).empty());
+  EXPECT_TRUE(rows.RecvCounts(2, 0).empty());
+}
+
+TEST(CountMatrixTest, TheDefaultIsAllToAllVWithTheRowAndColumn) {
+  SingleRankCommunicator comm(absl::Seconds(5));
+  const std::vector<uint64_t> units = {2};
+  const std::vector<uint8_t> send = {1, 2, 3, 4, 5, 6};
+  std::vector<uint8_t> recv(6);
+  ASSERT_TRUE(comm.AllToAllVWithMatrix(send, absl::MakeSpan(recv),
+                                       {units, /*unit_bytes=*/3})
+                  .ok());
+  EXPECT_EQ(recv, send);
+  // A matrix for two ranks is refused as mis-sized counts are, and the
+  // communicator is then unusable.
+  const std::vector<uint64_t> two_ranks = {1, 1, 1, 1};
+  const absl::Status status =
+      comm.AllToAllVWithMatrix(send, absl::MakeSpan(recv), {two_ranks, 3});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(comm.Barrier().code(), absl::StatusCode::kFailedPrecondition);
+}
 
 TEST(NodeGroupingTest, ConsecutiveEvenAndUneven) {
   auto even = NodeGrouping::Consecutive(4, 2);
@@ -279,6 +323,32 @@ TEST(HierarchicalCommunicatorTest, OneRankCopiesAndForwards) {
   EXPECT_TRUE((*comm)->Barrier().ok());
 }
 
+TEST(HierarchicalCommunicatorTest, AKnownMatrixSkipsTheGatherOfCounts) {
+  SingleRankCommunicator single(absl::Seconds(5));
+  MeteredCommunicator base(&single);
+  auto comm =
+      HierarchicalCommunicator::Create(&base, *NodeGrouping::Consecutive(1, 1));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const std::vector<uint8_t> send = {1, 2, 3, 4};
+  std::vector<uint8_t> recv(4);
+  // AllToAllV: the gather of counts (phase 0) and phases 1 to 3.
+  const std::vector<uint64_t> counts = {4};
+  ASSERT_TRUE(
+      (*comm)->AllToAllV(send, counts, absl::MakeSpan(recv), counts).ok());
+  EXPECT_EQ(recv, send);
+  EXPECT_EQ(base.traffic().collectives, 4u);
+  // With the matrix known: phases 1 to 3 only, to the same result.
+  const std::vector<uint64_t> rows = {2};
+  std::fill(recv.begin(), recv.end(), 0);
+  ASSERT_TRUE((*comm)
+                  ->AllToAllVWithMatrix(send, absl::MakeSpan(recv),
+                                        {rows, /*unit_bytes=*/2,
+                                         /*transposed=*/true})
+                  .ok());
+  EXPECT_EQ(recv, send);
+  EXPECT_EQ(base.traffic().collectives, 4u + 3u);
+}
+
 TEST(HierarchicalCommunicatorTest, RefusesBadArgumentsThenEverything) {
   SingleRankCommunicator base(absl::Seconds(5));
   auto comm =
@@ -295,8 +365,9 @@ TEST(HierarchicalCommunicatorTest, RefusesBadArgumentsThenEverything) {
 }
 
 // Rank 0 of a pretend job of four ranks that all send the same counts
-// (AllGather repeats this rank's block); the AllToAllV call numbered
-// `failing_call` (0 is phase 1) fails as a lost peer would.
+// (AllGather repeats this rank's block, and counts its calls); the
+// AllToAllV call numbered `failing_call` (0 is phase 1) fails as a lost
+// peer would.
 class FailingCommunicator : public SingleRankCommunicator {
  public:
   explicit FailingCommunicator(int failing_call)
@@ -313,11 +384,14 @@ class FailingCommunicator : public SingleRankCommunicator {
   }
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override {
+    ++gathers;
     for (size_t at = 0; at < recv.size(); at += send.size()) {
       std::copy(send.begin(), send.end(), recv.begin() + at);
     }
     return absl::OkStatus();
   }
+
+  int gathers = 0;
 
  private:
   const int failing_call_;
@@ -345,6 +419,56 @@ TEST(HierarchicalCommunicatorTest, AFailedPhaseIsNamedAndFinal) {
               phases[failing] + "AllToAllV on rank 0 of 4: peer gone");
     EXPECT_EQ((*comm)->Broadcast(0, {}).code(),
               absl::StatusCode::kFailedPrecondition);
+  }
+  // The same names when the matrix is known, with no gather before.
+  const std::vector<uint64_t> rows(16, 1);
+  for (int failing = 0; failing < 3; ++failing) {
+    FailingCommunicator base(failing);
+    auto comm = HierarchicalCommunicator::Create(
+        &base, *NodeGrouping::Consecutive(4, 2));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::vector<uint8_t> send(4, 7);
+    std::vector<uint8_t> recv(4);
+    const absl::Status status =
+        (*comm)->AllToAllVWithMatrix(send, absl::MakeSpan(recv), {rows});
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(status.message(),
+              phases[failing] + "AllToAllV on rank 0 of 4: peer gone");
+    EXPECT_EQ(base.gathers, 0);
+  }
+}
+
+TEST(HierarchicalCommunicatorTest, AMatrixIsCheckedAsItsRowAndColumn) {
+  // Of the wrong size.
+  {
+    FailingCommunicator base(-1);
+    auto comm = HierarchicalCommunicator::Create(
+        &base, *NodeGrouping::Consecutive(4, 2));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    const std::vector<uint64_t> rows(9, 1);
+    std::vector<uint8_t> buffer(3);
+    const absl::Status status =
+        (*comm)->AllToAllVWithMatrix(buffer, absl::MakeSpan(buffer), {rows});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("one count per rank needed"));
+    EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  // Whose column does not fit the receive buffer.
+  {
+    FailingCommunicator base(-1);
+    auto comm = HierarchicalCommunicator::Create(
+        &base, *NodeGrouping::Consecutive(4, 2));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::vector<uint64_t> rows(16, 1);
+    rows[1 * 4 + 0] = 2;  // rank 1 sends this rank 2 units
+    std::vector<uint8_t> send(4), recv(4);
+    const absl::Status status =
+        (*comm)->AllToAllVWithMatrix(send, absl::MakeSpan(recv), {rows});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("recv counts to 5 for 4 bytes"));
+    EXPECT_EQ(base.gathers, 0);
   }
 }
 

@@ -4,7 +4,9 @@
 // mpirun_test.sh). Every node grouping of the job's ranks into consecutive
 // pretend nodes, and one with scattered nodes, must give byte for byte the
 // flat AllToAllV's result on the same base communicator, with exactly one
-// between-node message per ordered pair of nodes that has data.
+// between-node message per ordered pair of nodes that has data; so must
+// AllToAllVWithMatrix, for the count matrix and for its transpose, with
+// three collectives of the base (no gather of counts).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/parallel/hierarchical_communicator.h"
+#include "engine/parallel/metered_communicator.h"
 #include "engine/parallel/mpi_communicator.h"
 #include "engine/parallel/rank_test_output.h"
 #include "gtest/gtest.h"
@@ -63,6 +66,46 @@ std::vector<uint64_t> RoundCounts(int round, int size) {
   return counts;
 }
 
+// What this rank sends in round `round` with these send counts.
+std::vector<uint8_t> Payload(int round, int rank,
+                             absl::Span<const uint64_t> send_counts) {
+  std::vector<uint8_t> send;
+  for (size_t to = 0; to < send_counts.size(); ++to) {
+    for (uint64_t i = 0; i < send_counts[to]; ++i) {
+      send.push_back(PayloadByte(round, rank, to, i));
+    }
+  }
+  return send;
+}
+
+// The flat AllToAllV's result for this rank under `counts`, against
+// AllToAllVWithMatrix's through `comm`, which must make exactly three
+// collectives of `base`.
+void CheckMatrixAgainstFlat(int round, const CountMatrix& counts,
+                            HierarchicalCommunicator& comm,
+                            const MeteredCommunicator& base) {
+  const int size = job->size();
+  const int rank = job->rank();
+  const std::vector<uint64_t> send_counts = counts.SendCounts(size, rank);
+  const std::vector<uint64_t> recv_counts = counts.RecvCounts(size, rank);
+  const std::vector<uint8_t> send = Payload(round, rank, send_counts);
+  uint64_t recv_bytes = 0;
+  for (uint64_t c : recv_counts) recv_bytes += c;
+  std::vector<uint8_t> flat(recv_bytes, 0xEE);
+  ASSERT_TRUE(
+      job->AllToAllV(send, send_counts, absl::MakeSpan(flat), recv_counts)
+          .ok());
+  const uint64_t collectives_before = base.traffic().collectives;
+  std::vector<uint8_t> result(recv_bytes, 0xDD);
+  const absl::Status status =
+      comm.AllToAllVWithMatrix(send, absl::MakeSpan(result), counts);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(result == flat)
+      << "round " << round << (counts.transposed ? ", transposed" : "");
+  EXPECT_EQ(base.traffic().collectives - collectives_before, 3u)
+      << "round " << round;
+}
+
 uint64_t BetweenNodePairsWithData(const NodeGrouping& nodes,
                                   const std::vector<uint64_t>& counts) {
   const int size = nodes.size();
@@ -100,19 +143,15 @@ void CheckAgainstFlat(const NodeGrouping& nodes) {
   const int size = job->size();
   const int rank = job->rank();
   SCOPED_TRACE(absl::StrCat("nodes ", nodes.ToString()));
-  auto hierarchical = HierarchicalCommunicator::Create(job, nodes);
+  MeteredCommunicator base(job);
+  auto hierarchical = HierarchicalCommunicator::Create(&base, nodes);
   ASSERT_TRUE(hierarchical.ok()) << hierarchical.status();
   HierarchicalCommunicator& comm = **hierarchical;
   for (int round = 0; round < 7; ++round) {
     const std::vector<uint64_t> counts = RoundCounts(round, size);
     std::vector<uint64_t> send_counts(counts.begin() + rank * size,
                                       counts.begin() + (rank + 1) * size);
-    std::vector<uint8_t> send;
-    for (int to = 0; to < size; ++to) {
-      for (uint64_t i = 0; i < send_counts[to]; ++i) {
-        send.push_back(PayloadByte(round, rank, to, i));
-      }
-    }
+    const std::vector<uint8_t> send = Payload(round, rank, send_counts);
     // The receivers learn the counts from the forwarded AllToAll, as the
     // engine does.
     std::vector<uint64_t> recv_counts(size);
@@ -149,6 +188,12 @@ void CheckAgainstFlat(const NodeGrouping& nodes) {
     EXPECT_EQ(SumOverRanks(between_nodes),
               BetweenNodePairsWithData(nodes, counts))
         << "round " << round;
+
+    // The same exchange with the matrix known, and the answer along its
+    // transpose (units of 3 bytes, as a row is several bytes).
+    CheckMatrixAgainstFlat(round, {counts}, comm, base);
+    CheckMatrixAgainstFlat(
+        round, {counts, /*unit_bytes=*/3, /*transposed=*/true}, comm, base);
   }
 }
 

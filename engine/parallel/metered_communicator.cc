@@ -50,6 +50,16 @@ absl::Status MeteredCommunicator::AllToAllV(
                PeerBytes(recv_counts, rank()));
 }
 
+absl::Status MeteredCommunicator::AllToAllVWithMatrix(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    const CountMatrix& counts) {
+  const absl::Time start = absl::Now();
+  const absl::Status status = inner_.AllToAllVWithMatrix(send, recv, counts);
+  return Count(status, start,
+               PeerBytes(counts.SendCounts(size(), rank()), rank()),
+               PeerBytes(counts.RecvCounts(size(), rank()), rank()));
+}
+
 absl::Status MeteredCommunicator::Broadcast(int root,
                                             absl::Span<uint8_t> buffer) {
   const absl::Time start = absl::Now();

@@ -48,6 +48,11 @@ class MeteredCommunicator : public Communicator {
                          absl::Span<const uint64_t> send_counts,
                          absl::Span<uint8_t> recv,
                          absl::Span<const uint64_t> recv_counts) override;
+  // Forwarded as such (the wrapped communicator may skip a count exchange
+  // with it), counted as AllToAllV with the matrix's row and column.
+  absl::Status AllToAllVWithMatrix(absl::Span<const uint8_t> send,
+                                   absl::Span<uint8_t> recv,
+                                   const CountMatrix& counts) override;
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;

@@ -10,7 +10,8 @@ namespace ringmoe::parallel {
 namespace {
 
 // Rank `rank` of `size`: every collective succeeds without moving data
-// (or fails with `failure` when set), after `delay`.
+// (or fails with `failure` when set), after `delay`; AllToAllVWithMatrix
+// is counted apart and keeps the matrix it was given.
 class FakeCommunicator : public Communicator {
  public:
   FakeCommunicator(int rank, int size) : rank_(rank), size_(size) {}
@@ -32,12 +33,21 @@ class FakeCommunicator : public Communicator {
                          absl::Span<uint8_t>) override {
     return Done();
   }
+  absl::Status AllToAllVWithMatrix(absl::Span<const uint8_t>,
+                                   absl::Span<uint8_t>,
+                                   const CountMatrix& counts) override {
+    ++matrix_calls;
+    matrix = counts;
+    return Done();
+  }
   absl::Status Barrier() override { return Done(); }
   [[noreturn]] void Abort(const absl::Status&) override { std::abort(); }
 
   absl::Status failure;
   absl::Duration delay;
   int calls = 0;
+  int matrix_calls = 0;
+  CountMatrix matrix;
 
  private:
   absl::Status Done() {
@@ -68,10 +78,9 @@ TEST(MeteredCommunicatorTest, CountsPayloadToAndFromOtherRanks) {
   const std::vector<uint64_t> send_counts = {4, 100, 6};
   const std::vector<uint64_t> recv_counts = {7, 100, 0};
   std::vector<uint8_t> vsend(110), vrecv(107);
-  ASSERT_TRUE(metered
-                  .AllToAllV(vsend, send_counts, absl::MakeSpan(vrecv),
-                             recv_counts)
-                  .ok());
+  ASSERT_TRUE(
+      metered.AllToAllV(vsend, send_counts, absl::MakeSpan(vrecv), recv_counts)
+          .ok());
   t = metered.traffic();
   EXPECT_EQ(t.bytes_sent, 20u + 10u);
   EXPECT_EQ(t.bytes_received, 20u + 7u);
@@ -94,6 +103,47 @@ TEST(MeteredCommunicatorTest, CountsPayloadToAndFromOtherRanks) {
   EXPECT_EQ(t.bytes_received, 45u);
   EXPECT_EQ(t.collectives, 6u);
   EXPECT_EQ(inner.calls, 6);
+}
+
+TEST(MeteredCommunicatorTest, ForwardsAllToAllVWithMatrixAsSuch) {
+  FakeCommunicator inner(/*rank=*/1, /*size=*/3);
+  MeteredCommunicator metered(&inner);
+  // Row counts, 4 bytes a row: rank 1 sends rows {2, 9, 3} and receives
+  // its column {5, 9, 0}; its block to itself is not traffic.
+  const std::vector<uint64_t> rows = {1, 5, 7,  //
+                                      2, 9, 3,  //
+                                      4, 0, 6};
+  std::vector<uint8_t> send(14 * 4), recv(14 * 4);
+  ASSERT_TRUE(metered
+                  .AllToAllVWithMatrix(send, absl::MakeSpan(recv),
+                                       {rows, /*unit_bytes=*/4})
+                  .ok());
+  // Forwarded with the matrix itself (not as AllToAllV, which would make
+  // a hierarchical communicator gather the counts again).
+  EXPECT_EQ(inner.matrix_calls, 1);
+  EXPECT_EQ(inner.calls, 1);
+  EXPECT_EQ(inner.matrix.units.data(), rows.data());
+  EXPECT_EQ(inner.matrix.unit_bytes, 4u);
+  EXPECT_FALSE(inner.matrix.transposed);
+  CollectiveTraffic t = metered.traffic();
+  EXPECT_EQ(t.bytes_sent, (2u + 3u) * 4);
+  EXPECT_EQ(t.bytes_received, 5u * 4);
+  EXPECT_EQ(t.collectives, 1u);
+
+  // The answer goes back along the transpose: rank 1 sends its column and
+  // receives its row.
+  std::vector<uint8_t> back(14 * 2);
+  ASSERT_TRUE(metered
+                  .AllToAllVWithMatrix(back, absl::MakeSpan(back),
+                                       {rows, /*unit_bytes=*/2,
+                                        /*transposed=*/true})
+                  .ok());
+  EXPECT_TRUE(inner.matrix.transposed);
+  t = metered.traffic();
+  EXPECT_EQ(t.bytes_sent, 20u + 5u * 2);
+  EXPECT_EQ(t.bytes_received, 20u + (2u + 3u) * 2);
+  EXPECT_EQ(t.collectives, 2u);
+  EXPECT_EQ(inner.matrix_calls, 2);
 }
 
 TEST(MeteredCommunicatorTest, CountsTimeAndFailedCallsWithoutTheirBytes) {
