@@ -34,6 +34,15 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 bool SetInEnvironment(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -64,11 +73,18 @@ bool HasAvx512() {
   return has;
 }
 
+bool HasAvx512Bf16() {
+  static const bool has = CpuHasAvx512Bf16();
+  return has;
+}
+
 }  // namespace
 
 bool UseAvx2() { return HasAvx2() && !ForceScalar(); }
 
 bool UseAvx512() { return HasAvx512() && UseAvx2() && !ForceAvx2(); }
+
+bool UseAvx512Bf16() { return HasAvx512Bf16() && UseAvx512(); }
 
 std::vector<CpuFeature> CpuFeatures() {
 #if defined(__x86_64__)
@@ -84,6 +100,7 @@ std::vector<CpuFeature> CpuFeatures() {
       {"avx512bw", __builtin_cpu_supports("avx512bw") != 0},
       {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
       {"avx512_vnni", __builtin_cpu_supports("avx512vnni") != 0},
+      {"avx512_bf16", __builtin_cpu_supports("avx512bf16") != 0},
   };
 #else
   return {};

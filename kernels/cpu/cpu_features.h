@@ -18,6 +18,11 @@ bool UseAvx2();
 // products of avx512.cc.
 bool UseAvx512();
 
+// True when UseAvx512() holds and the CPU also supports AVX512-BF16.
+// Selects the products of bf16 weights against bf16 activations of
+// avx512_bf16.cc (ActivationPrecision::kBf16 in ops.h).
+bool UseAvx512Bf16();
+
 // The L1 data cache and the L2 cache of one core in bytes, as the C
 // library reports them (32 KiB and 512 KiB where it reports nothing).
 int64_t L1DataCacheBytes();
@@ -29,7 +34,8 @@ struct CpuFeature {
   const char* name;  // as /proc/cpuinfo spells it: "avx2", "avx512vnni", ...
   bool present;
 };
-// SSE4.2, AVX, AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI, in that order.
+// SSE4.2, AVX, AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI and AVX512-BF16, in
+// that order.
 std::vector<CpuFeature> CpuFeatures();
 
 // The processor's name from CPUID ("unknown" where it gives none).

@@ -1,11 +1,11 @@
 // The entry points of the instruction-set units that the dispatching code
 // (ops.cc, probes.cc) chooses between: the avx2_*.cc files (built for AVX2,
-// FMA and F16C) and avx512.cc (AVX-512 F/BW/VL/VNNI). Not part of the public
-// API.
+// FMA and F16C), avx512.cc (AVX-512 F/BW/VL/VNNI) and avx512_bf16.cc (the
+// same and AVX512-BF16). Not part of the public API.
 //
 // An instruction-set unit defines every function, type and template of its
-// own inside its namespace (avx2::, avx512::) and instantiates nothing of
-// the standard library: whatever it emits under a name that another
+// own inside its namespace (avx2::, avx512::, avx512bf16::) and instantiates
+// nothing of the standard library: whatever it emits under a name that another
 // translation unit also emits (an inline helper, std::vector<float>::resize)
 // is merged by the linker, which may keep this unit's copy, built for its
 // instruction set, for the whole program. Helpers the units share are
@@ -125,6 +125,24 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                int64_t row_end, float* y);
 
 }  // namespace avx512
+
+namespace avx512bf16 {
+
+// xb[i * ldx + k] = x[i * cols + k] rounded to bf16 as numeric.h's F32ToBf16
+// rounds (to nearest even), for i < n and k < cols; zero for cols <= k <
+// ldx (ldx a multiple of 16).
+void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
+                 uint16_t* xb);
+
+// Rows [row_begin, row_end) of y[n, w.rows] = xb[n, w.cols] · wᵀ for bf16
+// weights `w` against bf16 activations `xb` (rows ldx apart, ldx a multiple
+// of 32 >= w.cols, zero past w.cols): every product of two bf16 exact in
+// float32, summed in float32 (with vdpbf16ps, which treats subnormal inputs
+// and results as zero).
+void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
+                int64_t row_begin, int64_t row_end, float* y);
+
+}  // namespace avx512bf16
 
 }  // namespace ringmoe::kernels
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_features.h"
@@ -132,7 +133,8 @@ double NearbyReadBandwidth() {
 }
 
 // Args: weight type, rows (out), cols (in), activation rows.
-void MatMul(benchmark::State& state, int64_t total_bytes) {
+void MatMul(benchmark::State& state, int64_t total_bytes,
+            ActivationPrecision precision = ActivationPrecision::kF32) {
   const auto type = static_cast<WeightType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2),
                 n = state.range(3);
@@ -141,7 +143,7 @@ void MatMul(benchmark::State& state, int64_t total_bytes) {
   size_t next = 0;
   const double bandwidth_before = NearbyReadBandwidth();
   for (auto _ : state) {
-    const MatMulJob job{x.data(), n, w.matrices[next], y.data()};
+    const MatMulJob job{x.data(), n, w.matrices[next], y.data(), precision};
     MatMulBatch({&job, 1}, &Pool());
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % w.matrices.size();
@@ -153,19 +155,26 @@ void MatMul(benchmark::State& state, int64_t total_bytes) {
       MatrixBytes(w.matrices[0]) * iterations, benchmark::Counter::kIsRate);
   state.counters["flops_per_second"] = benchmark::Counter(
       2.0 * n * rows * cols * iterations, benchmark::Counter::kIsRate);
-  state.SetLabel(WeightTypeName(type));
+  state.SetLabel(absl::StrCat(WeightTypeName(type), " ",
+                              KernelPathName(ProductPath(type, n, precision))));
 }
 
 void BM_MatMul(benchmark::State& state) { MatMul(state, int64_t{768} << 20); }
 
-// Every weight type at each shape with `ns` activation rows.
+// Each of `types` (all) at each shape with `ns` activation rows.
 void AddMatMulArgs(benchmark::internal::Benchmark* b,
-                   std::initializer_list<int64_t> ns) {
+                   std::initializer_list<int64_t> ns,
+                   std::initializer_list<WeightType> types = {}) {
   // [out, in] of Mixtral-8x7B (4096 hidden, 14336 expert), Qwen3-30B-A3B
   // (2048, 768) and DeepSeek-V3 (7168, 2048) expert projections.
   const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {768, 2048},
                                {2048, 768},   {2048, 7168},  {7168, 2048}};
   for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type) {
+    if (types.size() > 0 &&
+        std::find(types.begin(), types.end(), static_cast<WeightType>(type)) ==
+            types.end()) {
+      continue;
+    }
     for (const auto& s : shapes) {
       for (int64_t n : ns) b->Args({type, s[0], s[1], n});
     }
@@ -174,6 +183,17 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
 BENCHMARK(BM_MatMul)
     ->Apply([](auto* b) {
       AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512});
+    }) -> UseRealTime() -> MinTime(0.3);
+
+// bf16 products whose activations may be rounded to bf16
+// (ActivationPrecision::kBf16: AVX512-BF16 where the CPU has it), at
+// BM_MatMul's shapes and activation counts, to set beside its bf16 cases.
+void BM_MatMulBf16Activations(benchmark::State& state) {
+  MatMul(state, int64_t{768} << 20, ActivationPrecision::kBf16);
+}
+BENCHMARK(BM_MatMulBf16Activations)
+    ->Apply([](auto* b) {
+      AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512}, {WeightType::kBF16});
     }) -> UseRealTime() -> MinTime(0.3);
 
 // BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has

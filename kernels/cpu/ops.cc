@@ -37,18 +37,53 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
   }
 }
 
-void MatMulRows(const float* x, int64_t n, const Matrix& w, int64_t row_begin,
-                int64_t row_end, float* y) {
-  switch (ProductPath(w.type, n)) {
+// A product as its kernel reads it: the float32 activations, or for the
+// AVX512-BF16 path the same rounded to bf16 in rows of ldx (a multiple of
+// 32) with zeros past w.cols.
+struct PreparedProduct {
+  const float* x = nullptr;
+  const uint16_t* xb = nullptr;
+  int64_t ldx = 0;
+  int64_t n = 0;
+  Matrix w;
+  float* y = nullptr;
+  KernelPath path = KernelPath::kScalar;
+};
+
+// `job` prepared for its path; `bf16` holds the rounded activations where
+// the path takes them.
+PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
+  PreparedProduct p{job.x,
+                    nullptr,
+                    0,
+                    job.n,
+                    job.w,
+                    job.y,
+                    ProductPath(job.w.type, job.n, job.precision)};
+  if (p.path == KernelPath::kAvx512Bf16) {
+    p.ldx = CeilDiv(job.w.cols, 32) * 32;
+    bf16->resize(static_cast<size_t>(job.n * p.ldx));
+    avx512bf16::RoundToBf16(job.x, job.n, job.w.cols, p.ldx, bf16->data());
+    p.xb = bf16->data();
+  }
+  return p;
+}
+
+// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ.
+void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
+  switch (p.path) {
+    case KernelPath::kAvx512Bf16:
+      return avx512bf16::MatMulRows(p.xb, p.ldx, p.n, p.w, row_begin, row_end,
+                                    p.y);
     case KernelPath::kAvx512:
-      return avx512::MatMulRow(x, w, row_begin, row_end, y);
+      return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y);
     case KernelPath::kAvx2:
-      if (n <= DirectProductRows(w.type)) {
-        return avx2::MatMulRowsDirect(x, n, w, row_begin, row_end, y);
+      if (p.n <= DirectProductRows(p.w.type)) {
+        return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y);
       }
-      return avx2::MatMulRowsBlocked(x, n, w, row_begin, row_end, y);
+      return avx2::MatMulRowsBlocked(p.x, p.n, p.w, row_begin, row_end, p.y);
     case KernelPath::kScalar:
-      return MatMulRowsScalar(x, n, w, row_begin, row_end, y);
+      return MatMulRowsScalar(p.x, p.n, p.w, row_begin, row_end, p.y);
   }
 }
 
@@ -74,6 +109,8 @@ const char* KernelPathName(KernelPath path) {
       return "avx2";
     case KernelPath::kAvx512:
       return "avx512";
+    case KernelPath::kAvx512Bf16:
+      return "avx512_bf16";
   }
   return "?";
 }
@@ -89,7 +126,14 @@ int64_t DirectProductRows(WeightType type) {
   }
 }
 
-KernelPath ProductPath(WeightType type, int64_t n) {
+int64_t Bf16ProductRows() { return 16; }
+
+KernelPath ProductPath(WeightType type, int64_t n,
+                       ActivationPrecision precision) {
+  if (type == WeightType::kBF16 && precision == ActivationPrecision::kBf16 &&
+      n >= Bf16ProductRows() && UseAvx512Bf16()) {
+    return KernelPath::kAvx512Bf16;
+  }
   if (n == 1 &&
       (type == WeightType::kInt8 || type == WeightType::kInt4 ||
        type == WeightType::kMxfp4 || type == WeightType::kFp8E4M3) &&
@@ -273,12 +317,13 @@ void ReadRow(const Matrix& w, int64_t row, float* out) {
 }
 
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y) {
-  MatMulRows(x, n, w, 0, w.rows, y);
+  MatMulTransposedRows(x, n, w, 0, w.rows, y);
 }
 
 void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
                           int64_t row_begin, int64_t row_end, float* y) {
-  MatMulRows(x, n, w, row_begin, row_end, y);
+  std::vector<uint16_t> unused;
+  MatMulRows(Prepare({x, n, w, y}, &unused), row_begin, row_end);
 }
 
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
@@ -300,8 +345,13 @@ void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
 
 void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
+  std::vector<std::vector<uint16_t>> bf16(jobs.size());
+  std::vector<PreparedProduct> prepared;
+  prepared.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    prepared.push_back(Prepare(jobs[i], &bf16[i]));
   if (threads == 1) {
-    for (const MatMulJob& j : jobs) MatMulTransposed(j.x, j.n, j.w, j.y);
+    for (const PreparedProduct& p : prepared) MatMulRows(p, 0, p.w.rows);
     return;
   }
   // Row slices of every job, claimed in order by whichever thread is free.
@@ -315,22 +365,22 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
   // 5% slower than this. Slices are multiples of 8 rows, so no tile of 4
   // rows straddles two.
   struct Slice {
-    const MatMulJob* job;
+    const PreparedProduct* product;
     int64_t begin, end;
   };
-  const auto cost_of = [](const MatMulJob& j) {
-    return MatrixBytes(j.w) + j.n * j.w.rows * j.w.cols / 8;
+  const auto cost_of = [](const PreparedProduct& p) {
+    return MatrixBytes(p.w) + p.n * p.w.rows * p.w.cols / 8;
   };
   int64_t remaining = 0;
-  for (const MatMulJob& j : jobs) remaining += cost_of(j);
+  for (const PreparedProduct& p : prepared) remaining += cost_of(p);
   // Below this a claim's cost (a contended atomic, the hardware prefetchers
   // picking up a new stream) starts to show against the slice's work.
   constexpr int64_t kMinSliceCost = 256 << 10;
   std::vector<Slice> slices;
-  for (const MatMulJob& j : jobs) {
-    const int64_t rows = j.w.rows;
+  for (const PreparedProduct& p : prepared) {
+    const int64_t rows = p.w.rows;
     if (rows == 0) continue;
-    const int64_t cost = cost_of(j);
+    const int64_t cost = cost_of(p);
     for (int64_t r = 0; r < rows;) {
       const int64_t want =
           std::max<int64_t>(remaining / threads, kMinSliceCost);
@@ -338,7 +388,7 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
           rows - r,
           std::max<int64_t>(
               8, (want * rows / std::max<int64_t>(cost, 1) + 7) / 8 * 8));
-      slices.push_back({&j, r, r + take});
+      slices.push_back({&p, r, r + take});
       remaining -= cost * take / rows;
       r += take;
     }
@@ -383,8 +433,7 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
     int64_t b, e;
     for (size_t i = next_slice.fetch_add(1); i < slices.size();
          i = next_slice.fetch_add(1)) {
-      const MatMulJob& j = *slices[i].job;
-      while (take(i, true, &b, &e)) MatMulRows(j.x, j.n, j.w, b, e, j.y);
+      while (take(i, true, &b, &e)) MatMulRows(*slices[i].product, b, e);
     }
     while (true) {
       size_t most = slices.size();
@@ -396,10 +445,7 @@ void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
         if (rows > most_rows) most = i, most_rows = rows;
       }
       if (most == slices.size()) return;
-      if (take(most, false, &b, &e)) {
-        const MatMulJob& j = *slices[most].job;
-        MatMulRows(j.x, j.n, j.w, b, e, j.y);
-      }
+      if (take(most, false, &b, &e)) MatMulRows(*slices[most].product, b, e);
     }
   });
 }

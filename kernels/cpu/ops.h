@@ -17,14 +17,40 @@
 namespace ringmoe::kernels {
 
 // The instruction-set path a kernel takes.
-enum class KernelPath { kScalar, kAvx2, kAvx512 };
-// "scalar", "avx2" or "avx512".
+enum class KernelPath { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// "scalar", "avx2", "avx512" or "avx512_bf16".
 const char* KernelPathName(KernelPath path);
+
+// The precision a product of bf16 weights may multiply its activations in.
+// Weights of every other type ignore it.
+enum class ActivationPrecision {
+  // float32 activations: every product is exact to float32 rounding (the
+  // golden tests hold the models to 1e-4 of a float64 reference this way).
+  kF32,
+  // Products of at least Bf16ProductRows() activation rows, where the CPU
+  // multiplies bf16 pairs natively (UseAvx512Bf16()), round the activations
+  // to bf16 (to nearest even) first, as llama.cpp's CPU kernels and GPU
+  // servers do: each product of two bf16 is exact and the sums are
+  // float32, so what is lost is the activations' rounding (2^-9 relative
+  // at most), for twice the multiply-adds per instruction (faster prefill).
+  // Other products multiply float32.
+  kBf16,
+};
+
+// The fewest activation rows a product rounds to bf16 under kBf16: below
+// it the float32 kernels, which read each weight once, were as fast
+// (docs/PERFORMANCE.md).
+int64_t Bf16ProductRows();
+
 // The path of a product of `n` activation rows against weights of `type` on
-// this CPU (with the paths cpu_features.h forces): AVX-512 for one row
-// against int8, int4, mxfp4 or fp8 weights where UseAvx512(), else AVX2 where
-// UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
-KernelPath ProductPath(WeightType type, int64_t n);
+// this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
+// weights when `precision` is kBf16, n >= Bf16ProductRows() and
+// UseAvx512Bf16(); AVX-512 for one row
+// against int8, int4, mxfp4 or fp8 weights where UseAvx512(); else AVX2
+// where UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
+KernelPath ProductPath(
+    WeightType type, int64_t n,
+    ActivationPrecision precision = ActivationPrecision::kF32);
 // The path of every other kernel here (attention, norms, softmax, rotary
 // embedding, SiLU, dot and axpy): AVX2 where UseAvx2(), else scalar.
 KernelPath VectorPath();
@@ -84,6 +110,7 @@ struct MatMulJob {
   int64_t n = 0;
   Matrix w;
   float* y = nullptr;  // [n, w.rows]
+  ActivationPrecision precision = ActivationPrecision::kF32;
 };
 
 // Runs every job, splitting them over output rows into one parallel loop on

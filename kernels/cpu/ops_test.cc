@@ -531,6 +531,128 @@ INSTANTIATE_TEST_SUITE_P(
                       WeightType::kMxfp4, WeightType::kFp8E4M3),
     [](const auto& info) { return std::string(WeightTypeName(info.param)); });
 
+// Products of bf16 weights that may round their activations to bf16
+// (ActivationPrecision::kBf16): on the AVX512-BF16 path, against the double
+// reference of the rounded activations, at every tile shape (weight rows
+// and activation rows on both sides of the 4 × 4 tiles, columns on both
+// sides of 32) and over row ranges on a thread pool; elsewhere the float32
+// product.
+class Bf16ActivationsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { SetForceAvx2(GetParam()); }
+  void TearDown() override { SetForceAvx2(false); }
+};
+
+TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
+  for (int64_t n : {int64_t{1}, int64_t{2}, Bf16ProductRows() - 1,
+                    Bf16ProductRows(), int64_t{100}}) {
+    EXPECT_EQ(ProductPath(WeightType::kBF16, n, ActivationPrecision::kBf16),
+              UseAvx512Bf16() && n >= Bf16ProductRows()
+                  ? KernelPath::kAvx512Bf16
+                  : ProductPath(WeightType::kBF16, n))
+        << n;
+    for (WeightType t :
+         {WeightType::kF32, WeightType::kF16, WeightType::kInt8,
+          WeightType::kInt4, WeightType::kFp8E4M3, WeightType::kMxfp4}) {
+      EXPECT_EQ(ProductPath(t, n, ActivationPrecision::kBf16),
+                ProductPath(t, n))
+          << WeightTypeName(t);
+    }
+  }
+}
+
+TEST_P(Bf16ActivationsTest, MatchesReferenceOfRoundedActivations) {
+  std::mt19937 rng(53);
+  const bool native = UseAvx512Bf16();
+  ThreadPool pool(3);
+  const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},     {2, 13, 45},
+                               {3, 4, 32},    {4, 9, 31},     {5, 129, 200},
+                               {7, 37, 95},   {8, 16, 64},    {17, 96, 63},
+                               {64, 45, 103}, {100, 21, 77},  {37, 50, 700},
+                               {9, 31, 1030}, {200, 13, 520}, {6, 203, 3001}};
+  std::vector<TestMatrix> mats;
+  std::vector<std::vector<float>> xs, ys, ys_single;
+  std::vector<MatMulJob> jobs;
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], rows = s[1], cols = s[2];
+    mats.push_back(MakeMatrix(rng, WeightType::kBF16, rows, cols));
+    xs.push_back(RandomVector(rng, n * cols));
+    ys.emplace_back(n * rows, NAN);
+    ys_single.emplace_back(n * rows, NAN);
+  }
+  for (size_t i = 0; i < mats.size(); ++i) {
+    jobs.push_back({xs[i].data(), shapes[i][0], mats[i].w, ys[i].data(),
+                    ActivationPrecision::kBf16});
+  }
+  MatMulBatch(jobs, &pool);
+  for (size_t i = 0; i < mats.size(); ++i) jobs[i].y = ys_single[i].data();
+  MatMulBatch(jobs, nullptr);
+  for (size_t i = 0; i < mats.size(); ++i) {
+    const int64_t n = shapes[i][0], cols = shapes[i][2];
+    const bool native =
+        ProductPath(WeightType::kBF16, n, ActivationPrecision::kBf16) ==
+        KernelPath::kAvx512Bf16;
+    std::vector<float> rounded(xs[i]);
+    if (native) {
+      for (float& v : rounded) v = Bf16ToF32(F32ToBf16(v));
+    }
+    const std::vector<double> want = ReferenceProduct(rounded, n, mats[i]);
+    EXPECT_LE(RelativeError(ys[i], want), ProductTolerance(cols))
+        << n << "x" << shapes[i][1] << "x" << cols;
+    // The same sums whichever rows a thread takes.
+    EXPECT_EQ(ys[i], ys_single[i]) << n << "x" << shapes[i][1] << "x" << cols;
+    if (native && cols >= 31) {
+      // Rounding is visible: the exact product differs by far more than
+      // float32 rounding.
+      EXPECT_GT(RelativeError(ys[i], ReferenceProduct(xs[i], n, mats[i])),
+                10 * ProductTolerance(cols));
+    }
+  }
+}
+
+// Every activation rounds as numeric.h's F32ToBf16 rounds: ties to even,
+// carries into the exponent, infinities and NaN (subnormal activations
+// count as zero in vdpbf16ps and are left out).
+TEST_P(Bf16ActivationsTest, RoundsActivationsToNearestEven) {
+  if (!UseAvx512Bf16()) GTEST_SKIP() << "the CPU lacks AVX512-BF16";
+  const float values[] = {1.f,
+                          1.f + 0x1p-8f,  // tie: stays at 1
+                          1.f + 0x3p-8f,  // tie: rounds up to even
+                          1.f + 0x1p-8f + 0x1p-20f,
+                          -3.14159265f,
+                          0x1.fffffep127f,  // rounds to infinity
+                          -INFINITY,
+                          1e-30f,
+                          65504.f,
+                          0.f,
+                          -0.f,
+                          NAN};
+  // Repeated to fill a product that rounds.
+  std::vector<float> x;
+  while (static_cast<int64_t>(x.size()) < Bf16ProductRows())
+    x.insert(x.end(), std::begin(values), std::end(values));
+  const int64_t n = static_cast<int64_t>(x.size());
+  const uint16_t one = F32ToBf16(1.f);
+  const Matrix w{&one, WeightType::kBF16, 1, 1};
+  std::vector<float> y(n, 7.f);
+  MatMulBatch({{x.data(), n, w, y.data(), ActivationPrecision::kBf16}},
+              nullptr);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = Bf16ToF32(F32ToBf16(x[i]));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[i])) << i;
+    } else {
+      EXPECT_EQ(y[i], want) << i << ": " << x[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, Bf16ActivationsTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return std::string(info.param ? "forced_avx2"
+                                                         : "dispatched");
+                         });
+
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
 // (int8 activations), within 1e-4 for int8 (int16 activations) and within

@@ -1,0 +1,219 @@
+// Products of bf16 weights against activations rounded to bf16, on CPUs
+// with AVX512-BF16 (vdpbf16ps: 16 lanes, each adding the products of one
+// pair of bf16 to a float32 sum, twice the multiply-adds of a float FMA per
+// instruction). This translation unit alone is compiled with -mavx512bf16;
+// ops.cc calls into it only when UseAvx512Bf16() holds and the caller asked
+// for bf16 activations (ActivationPrecision::kBf16).
+//
+// Products of many activation rows only (ProductPath sends fewer to the
+// float32 kernels, which read each weight once from memory and were as
+// fast there: docs/PERFORMANCE.md). Sums of outer products, blocked as
+// avx2_blocked.cc blocks its float ones: per block of kc columns and mc
+// weight rows, the weights are packed into panels of 32 rows, column pairs
+// outermost ([kc / 2][32 rows][2]: one column pair of 32 rows is two
+// vectors), and a tile of up to 12 activation rows broadcasts each row's
+// column pair (one 32-bit word of the rounded activations, read in place)
+// against both vectors: 24 vdpbf16ps per 2 loads and 12 broadcasts, the 24
+// accumulators added to y as rows of 16 floats. kc keeps a panel in half
+// of L1 beside a tile's activations (12 rows of kc); mc keeps the packed
+// block in half of L2.
+// Everything it defines lives in namespace avx512bf16 (see isa.h).
+#include <immintrin.h>
+
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx512bf16 {
+
+#include "kernels/cpu/isa_unit-inl.h"
+
+namespace {
+
+constexpr int kPanelRows = 32;
+constexpr int kTileActs = 12;
+
+struct PanelBlocking {
+  int64_t kc;  // columns per block (even)
+  int64_t mc;  // weight rows per packed block (a multiple of kPanelRows)
+};
+
+PanelBlocking PanelBlockingFor(int64_t cols) {
+  const int64_t kc = Clamp<int64_t>(
+      L1DataCacheBytes() / 2 / (kPanelRows * 2) / 32 * 32, 64, 1024);
+  const int64_t mc = Max<int64_t>(
+      L2CacheBytes() / 2 / (Min(kc, cols + 1) * 2) / kPanelRows * kPanelRows,
+      kPanelRows);
+  return {kc, mc};
+}
+
+// Transposes the 16 × 16 32-bit words of r: word j of r[i] becomes word i
+// of r[j].
+inline void Transpose16x16(__m512i r[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // Per 128-bit lane L of b[4g + m]: word m + 4L of rows 4g..4g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    b[g] = _mm512_unpacklo_epi64(a[g], a[g + 2]);
+    b[g + 1] = _mm512_unpackhi_epi64(a[g], a[g + 2]);
+    b[g + 2] = _mm512_unpacklo_epi64(a[g + 1], a[g + 3]);
+    b[g + 3] = _mm512_unpackhi_epi64(a[g + 1], a[g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i even01 =
+        _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i odd01 =
+        _mm512_shuffle_i32x4(b[m], b[4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i even23 =
+        _mm512_shuffle_i32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i odd23 =
+        _mm512_shuffle_i32x4(b[8 + m], b[12 + m], _MM_SHUFFLE(3, 1, 3, 1));
+    r[m] = _mm512_shuffle_i32x4(even01, even23, _MM_SHUFFLE(2, 0, 2, 0));
+    r[m + 8] = _mm512_shuffle_i32x4(even01, even23, _MM_SHUFFLE(3, 1, 3, 1));
+    r[m + 4] = _mm512_shuffle_i32x4(odd01, odd23, _MM_SHUFFLE(2, 0, 2, 0));
+    r[m + 12] = _mm512_shuffle_i32x4(odd01, odd23, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// Packs columns [k0, k0 + kc) of weight rows [0, rows) (rows <= mc, `cols`
+// bf16 apart) into panels of 32 rows at `packed`, each pairs · 32 words:
+// word (i, r) of a panel holds columns k0 + 2i and k0 + 2i + 1 of its row
+// r, zero past `rows` and past column k0 + kc. 16 rows by 16 column pairs
+// at a time: sixteen loads, one transpose, sixteen stores.
+void PackPanels(const uint16_t* w, int64_t cols, int64_t rows, int64_t k0,
+                int64_t kc, uint32_t* packed) {
+  const int64_t pairs = (kc + 1) / 2;
+  const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+  for (int64_t p = 0; p < panels; ++p) {
+    uint32_t* panel = packed + p * pairs * kPanelRows;
+    for (int64_t h = 0; h < kPanelRows; h += 16) {
+      const int64_t row0 = p * kPanelRows + h;
+      for (int64_t i0 = 0; i0 < pairs; i0 += 16) {
+        const int64_t left = kc - 2 * i0;
+        const __mmask32 columns =
+            left >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << left) - 1);
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+          r[i] = row0 + i < rows
+                     ? _mm512_maskz_loadu_epi16(
+                           columns, w + (row0 + i) * cols + k0 + 2 * i0)
+                     : _mm512_setzero_si512();
+        }
+        Transpose16x16(r);
+        for (int64_t i = 0; i < 16 && i0 + i < pairs; ++i)
+          _mm512_storeu_si512(panel + (i0 + i) * kPanelRows + h, r[i]);
+      }
+    }
+  }
+}
+
+// y[j * ldy + r] (= or +=) Σ over the panel's column pairs of the products
+// of weight row r and activation row j, for r < rows (<= 32) and j < J.
+// Activation rows are `ldx` bf16 apart, read from column pair 0 on.
+template <int J>
+__attribute__((noinline)) void PanelTile(const uint32_t* panel, int64_t pairs,
+                                         const uint16_t* x, int64_t ldx,
+                                         float* y, int64_t ldy, int64_t rows,
+                                         bool accumulate) {
+  __m512 acc[J][2];
+  for (int j = 0; j < J; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  do {
+    const __m512bh w0 =
+        reinterpret_cast<__m512bh>(_mm512_loadu_si512(panel + i * kPanelRows));
+    const __m512bh w1 = reinterpret_cast<__m512bh>(
+        _mm512_loadu_si512(panel + i * kPanelRows + 16));
+    for (int j = 0; j < J; ++j) {
+      int32_t word;
+      __builtin_memcpy(&word, x + j * ldx + 2 * i, sizeof(word));
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(word));
+      acc[j][0] = _mm512_dpbf16_ps(acc[j][0], w0, a);
+      acc[j][1] = _mm512_dpbf16_ps(acc[j][1], w1, a);
+    }
+  } while (++i < pairs);
+  const __mmask16 lanes[2] = {
+      rows >= 16 ? __mmask16{0xffff} : _cvtu32_mask16((1u << rows) - 1),
+      rows >= 32  ? __mmask16{0xffff}
+      : rows > 16 ? _cvtu32_mask16((1u << (rows - 16)) - 1)
+                  : __mmask16{0}};
+  for (int j = 0; j < J; ++j) {
+    for (int v = 0; v < 2; ++v) {
+      float* out = y + j * ldy + 16 * v;
+      __m512 sum = acc[j][v];
+      if (accumulate)
+        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes[v], out));
+      _mm512_mask_storeu_ps(out, lanes[v], sum);
+    }
+  }
+}
+
+using PanelTileFn = void (*)(const uint32_t*, int64_t, const uint16_t*, int64_t,
+                             float*, int64_t, int64_t, bool);
+// kPanelTiles[J - 1] = PanelTile<J>.
+constexpr PanelTileFn kPanelTiles[kTileActs] = {
+    PanelTile<1>, PanelTile<2>,  PanelTile<3>,  PanelTile<4>,
+    PanelTile<5>, PanelTile<6>,  PanelTile<7>,  PanelTile<8>,
+    PanelTile<9>, PanelTile<10>, PanelTile<11>, PanelTile<12>};
+
+}  // namespace
+
+void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
+                 uint16_t* xb) {
+  // numeric.h's F32ToBf16 on 16 lanes: round to nearest even by adding
+  // 0x7fff plus the kept part's lowest bit; NaN keeps its high half with
+  // the quiet bit set.
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i half = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i quiet = _mm512_set1_epi32(0x400000);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x + i * cols;
+    uint16_t* out = xb + i * ldx;
+    for (int64_t k = 0; k < ldx; k += 16) {
+      const __mmask16 lanes = k + 16 <= cols ? __mmask16{0xffff}
+                              : k < cols
+                                  ? _cvtu32_mask16((1u << (cols - k)) - 1)
+                                  : __mmask16{0};
+      const __m512i bits =
+          _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes, row + k));
+      const __mmask16 nan =
+          _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, magnitude), infinity);
+      const __m512i rounded = _mm512_add_epi32(
+          bits, _mm512_add_epi32(
+                    half, _mm512_and_si512(_mm512_srli_epi32(bits, 16), one)));
+      const __m512i result = _mm512_mask_or_epi32(rounded, nan, bits, quiet);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(result, 16)));
+    }
+  }
+}
+
+void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
+                int64_t row_begin, int64_t row_end, float* y) {
+  const uint16_t* weights = static_cast<const uint16_t*>(w.data);
+  const int64_t cols = w.cols, ldy = w.rows;
+  const PanelBlocking b = PanelBlockingFor(cols);
+  uint32_t* packed =
+      Scratch<uint32_t>(ScratchSlot::kWeightPanel, b.mc * ((b.kc + 1) / 2));
+  for (int64_t k0 = 0; k0 < cols; k0 += b.kc) {
+    const int64_t kc = Min(b.kc, cols - k0);
+    const int64_t pairs = (kc + 1) / 2;
+    for (int64_t m0 = row_begin; m0 < row_end; m0 += b.mc) {
+      const int64_t rows = Min(b.mc, row_end - m0);
+      PackPanels(weights + m0 * cols, cols, rows, k0, kc, packed);
+      for (int64_t j = 0; j < n; j += kTileActs) {
+        const PanelTileFn tile =
+            kPanelTiles[Min<int64_t>(kTileActs, n - j) - 1];
+        for (int64_t p = 0; p * kPanelRows < rows; ++p) {
+          tile(packed + p * pairs * kPanelRows, pairs, xb + j * ldx + k0, ldx,
+               y + j * ldy + m0 + p * kPanelRows, ldy,
+               Min<int64_t>(kPanelRows, rows - p * kPanelRows), k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ringmoe::kernels::avx512bf16
