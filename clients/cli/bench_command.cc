@@ -170,6 +170,11 @@ int RunBench() {
     release(*ids);
   }
   const double peak_flops = kernels::MeasurePeakFlops(engine.pool());
+  // bf16-rounded products' own ceiling, where they run.
+  const double peak_bf16_flops =
+      options->activation_precision == kernels::ActivationPrecision::kBf16
+          ? kernels::MeasurePeakBf16Flops(engine.pool())
+          : 0;
 
   std::vector<double> prefill_seconds;
   backend::Work prefill_work;
@@ -245,6 +250,10 @@ int RunBench() {
       {"weight_dtype", conversion},
       {"quantize_attention", options->weight_conversion.attention},
       {"quantize_lm_head", options->weight_conversion.lm_head},
+      {"activation_precision",
+       options->activation_precision == kernels::ActivationPrecision::kBf16
+           ? "bf16"
+           : "f32"},
       {"threads", engine.pool()->num_threads()},
       {"competing_processes", competing},
       {"cpu", kernels::CpuBrand()},
@@ -262,6 +271,9 @@ int RunBench() {
       {"prefill_flops_per_s", prefill_flops_per_s},
       {"peak_flops_per_s", peak_flops},
       {"prefill_peak_ratio", prefill_flops_per_s / peak_flops},
+      {"peak_bf16_flops_per_s", peak_bf16_flops},
+      {"prefill_bf16_peak_ratio",
+       peak_bf16_flops > 0 ? prefill_flops_per_s / peak_bf16_flops : 0},
       {"decode_tokens_per_s", batch / step_s},
       {"decode_step_seconds_median", step_s},
       {"weight_bytes_per_step", mean_step_bytes},

@@ -12,8 +12,9 @@
 namespace ringmoe::backend {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    absl::string_view device, ThreadPool* pool, int64_t device_weight_budget) {
-  if (device == "cpu") return std::make_unique<CpuBackend>(pool);
+    absl::string_view device, ThreadPool* pool, int64_t device_weight_budget,
+    kernels::ActivationPrecision cpu_precision) {
+  if (device == "cpu") return std::make_unique<CpuBackend>(pool, cpu_precision);
   if (device == "standin") {
     StandInOptions options;
     options.memory_budget = static_cast<uint64_t>(device_weight_budget);

@@ -10,18 +10,22 @@
 #include "absl/strings/string_view.h"
 #include "base/thread_pool.h"
 #include "engine/backend/backend.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::backend {
 
-// "cpu": the CPU backend on `pool` (must outlive it); "cuda:N": CUDA device
-// N, its uploaded weights within `device_weight_budget` bytes (0: no
+// "cpu": the CPU backend on `pool` (must outlive it), its products of bf16
+// weights in `cpu_precision` (kernels::ActivationPrecision); "cuda:N": CUDA
+// device N, its uploaded weights within `device_weight_budget` bytes (0: no
 // limit); "standin": a StandInDevice of that budget with threads of its own,
 // as many as `pool` has (stand_in_device.h).
 // INVALID_ARGUMENT for any other name, UNIMPLEMENTED for cuda:N in
 // a build without CUDA, and the device's error when it cannot be used.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     absl::string_view device, ThreadPool* pool,
-    int64_t device_weight_budget = 0);
+    int64_t device_weight_budget = 0,
+    kernels::ActivationPrecision cpu_precision =
+        kernels::ActivationPrecision::kF32);
 
 }  // namespace ringmoe::backend
 

@@ -77,7 +77,7 @@ void CpuBackend::CountProduct(const Weight& w, int64_t n) {
   const int64_t bytes = StoredBytes(w);
   work_->weight_bytes += bytes;
   work_->weight_bytes_by_kernel[kernels::KernelPathName(
-      kernels::ProductPath(w.type, n))] += bytes;
+      kernels::ProductPath(w.type, n, precision_))] += bytes;
   work_->flops += 2.0 * n * w.rows * w.cols;
 }
 
@@ -85,7 +85,7 @@ void CpuBackend::MatMul(absl::Span<const Product> products) {
   std::vector<kernels::MatMulJob> jobs;
   jobs.reserve(products.size());
   for (const Product& p : products) {
-    jobs.push_back({p.x.data, p.x.rows, AsMatrix(*p.w), p.y.data});
+    jobs.push_back({p.x.data, p.x.rows, AsMatrix(*p.w), p.y.data, precision_});
     CountProduct(*p.w, p.x.rows);
   }
   kernels::MatMulBatch(jobs, pool_);

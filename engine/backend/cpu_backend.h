@@ -8,14 +8,18 @@
 
 #include "base/thread_pool.h"
 #include "engine/backend/backend.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::backend {
 
 class CpuBackend : public Backend {
  public:
   // `pool` (null: single-threaded) must outlive the backend and is used by
-  // one step at a time.
-  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  // one step at a time. `precision`: that of the activations in products of
+  // bf16 weights (kernels::ActivationPrecision).
+  explicit CpuBackend(ThreadPool* pool, kernels::ActivationPrecision precision =
+                                            kernels::ActivationPrecision::kF32)
+      : pool_(pool), precision_(precision) {}
 
   std::string name() const override { return "cpu"; }
   MemorySpace weight_memory() const override { return MemorySpace::kHost; }
@@ -70,6 +74,7 @@ class CpuBackend : public Backend {
   void CountProduct(const Weight& w, int64_t n);
 
   ThreadPool* pool_;
+  const kernels::ActivationPrecision precision_;
   Work* work_ = nullptr;
 };
 

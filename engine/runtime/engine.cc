@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   }
   ASSIGN_OR_RETURN(engine->backend_,
                    backend::CreateBackend(options.device, engine->pool_.get(),
-                                          options.device_memory_budget));
+                                          options.device_memory_budget,
+                                          options.activation_precision));
   const bool on_device =
       engine->backend_->weight_memory() == backend::MemorySpace::kDevice;
   if (!on_device && options.placement != PlacementMode::kAuto) {
@@ -127,15 +128,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
                    from_file ? file.c_str() : "contiguous",
                    expert_placement->Summary().c_str());
     }
-    engine->expert_parallel_ =
-        std::make_unique<parallel::MeteredCommunicator>(
-            options.expert_parallel);
+    engine->expert_parallel_ = std::make_unique<parallel::MeteredCommunicator>(
+        options.expert_parallel);
     own_experts = expert_placement->experts_of(options.expert_parallel->rank());
   }
   moe::ExpertExecutor* experts = nullptr;
   if (on_device) {
-    engine->host_backend_ =
-        std::make_unique<backend::CpuBackend>(engine->pool_.get());
+    engine->host_backend_ = std::make_unique<backend::CpuBackend>(
+        engine->pool_.get(), options.activation_precision);
     HybridOptions hybrid;
     hybrid.mode = options.placement;
     hybrid.device_budget = static_cast<uint64_t>(options.device_memory_budget);
@@ -175,8 +175,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     }
     if (options.data_parallel_attention) {
       engine->parallel_experts_ = std::make_unique<moe::TokenDispatchExecutor>(
-          engine->expert_parallel_.get(), *std::move(expert_placement),
-          experts, engine->spec_.hidden_size);
+          engine->expert_parallel_.get(), *std::move(expert_placement), experts,
+          engine->spec_.hidden_size);
       engine->data_parallel_ = engine->expert_parallel_.get();
       engine->rank_positions_.assign(engine->data_parallel_->size(), 0);
     } else {
@@ -227,9 +227,10 @@ std::optional<Engine::ExpertParallelStats> Engine::expert_parallel_stats()
   if (expert_parallel_ == nullptr) return std::nullopt;
   ExpertParallelStats stats;
   stats.traffic = expert_parallel_->traffic();
-  stats.experts_held = static_cast<int64_t>(
-      parallel_experts_->placement().experts_of(expert_parallel_->rank())
-          .size());
+  stats.experts_held =
+      static_cast<int64_t>(parallel_experts_->placement()
+                               .experts_of(expert_parallel_->rank())
+                               .size());
   stats.replica_rows = parallel_experts_->replica_rows();
   return stats;
 }
@@ -334,13 +335,12 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
     if (home_of[i] == rank) continue;
     KvCache& ledger = *rank_ledgers_[home_of[i]];
     const SequenceChunk& c = chunks[i];
-    if (absl::Status s = ledger.Grow(
-            c.sequence, ledger.Length(c.sequence) +
-                            static_cast<int64_t>(c.tokens.size()));
+    if (absl::Status s =
+            ledger.Grow(c.sequence, ledger.Length(c.sequence) +
+                                        static_cast<int64_t>(c.tokens.size()));
         !s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("rank ", home_of[i], "'s KV cache: ",
-                                 s.message()));
+      return absl::Status(s.code(), absl::StrCat("rank ", home_of[i],
+                                                 "'s KV cache: ", s.message()));
     }
   }
 

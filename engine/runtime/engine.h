@@ -29,6 +29,7 @@
 #include "engine/runtime/placement_policy.h"
 #include "engine/runtime/streamed_experts.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/ops.h"
 #include "memory_ring/placement.h"
 #include "memory_ring/ring_stats.h"
 
@@ -57,6 +58,11 @@ struct EngineOptions {
   int threads = 0;
   // Conversion (quantization) of the weights on load.
   model::WeightConversion weight_conversion;
+  // The precision of the activations in the CPU's products of bf16 weights
+  // (kernels::ActivationPrecision): kBf16 rounds them to bf16 where the CPU
+  // multiplies bf16 natively, for faster prefill.
+  kernels::ActivationPrecision activation_precision =
+      kernels::ActivationPrecision::kF32;
   // Memory budget and ring settings; with no budget everything is resident.
   StreamingOptions streaming;
   // Count the tokens routed to each expert (expert_usage()).

@@ -22,6 +22,11 @@ ABSL_FLAG(bool, quantize_attention, false,
 ABSL_FLAG(bool, quantize_lm_head, false,
           "Also convert lm_head (and the embedding, where tied to it) to "
           "--weight_dtype.");
+ABSL_FLAG(std::string, activation_precision, "f32",
+          "Precision of the activations in the CPU's products of bf16 "
+          "weights: f32 (exact to float32) or bf16 (rounded to bf16, as "
+          "llama.cpp and GPU servers do, where the CPU multiplies bf16 "
+          "natively (AVX512-BF16): about twice the prefill product speed).");
 ABSL_FLAG(int, weight_group_size, 32,
           "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
@@ -111,6 +116,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   conversion.attention = absl::GetFlag(FLAGS_quantize_attention);
   conversion.lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
+  if (const std::string precision = absl::GetFlag(FLAGS_activation_precision);
+      precision == "bf16") {
+    options.activation_precision = kernels::ActivationPrecision::kBf16;
+  } else if (precision != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--activation_precision=", precision, ": expected f32 or bf16"));
+  }
   conversion.group_size = absl::GetFlag(FLAGS_weight_group_size);
   if (conversion.group_size != 32 && conversion.group_size != 64) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,8 +3,9 @@
 // float conversions must match it as closely as the single-threaded pass
 // does; int8 and int4 are measured (relative error, greedy agreement) and
 // int8 experts in groups of 32 must keep at least the first 8 greedy tokens
-// on every model. The figures it prints are the accuracy table of
-// docs/PERFORMANCE.md.
+// on every model, and bf16-rounded activations a median error within 1e-2. The
+// figures it prints are the accuracy table of docs/PERFORMANCE.md.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/model_runner.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -35,10 +37,17 @@ struct Conversion {
   bool attention;
   int32_t group;
   bool lm_head = false;
+  // The CPU backend's (kBf16 rounds the activations of products of 16 or
+  // more rows of bf16 weights, where the CPU has AVX512-BF16).
+  kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 
 struct Accuracy {
   double max_relative_error = 0;  // over every position of every case
+  // The median over every position of every case: where one position's
+  // router choice flips, the maximum is that position's (and its
+  // followers'), whatever the rest do.
+  double median_relative_error = 0;
   int min_greedy_agreement = kGreedyTokens;  // leading tokens equal
 };
 
@@ -55,11 +64,12 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
                                      conversion.lm_head, conversion.group},
                                     &pool, &*weights)
                   .ok());
-  backend::CpuBackend cpu(&pool);
+  backend::CpuBackend cpu(&pool, conversion.precision);
   ModelRunner runner(*spec, *weights, &cpu);
   auto golden = checkpoint::SafetensorsFile::Open(dir + "/golden.safetensors");
   EXPECT_TRUE(golden.ok());
   const int64_t vocab = spec->vocab_size;
+  std::vector<double> errors;
   for (int i = 0; i < kNumCases; ++i) {
     const std::string prefix = "case" + std::to_string(i) + ".";
     auto ids64 =
@@ -78,8 +88,8 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
         err += d * d;
         norm += double((*want)[t * vocab + v]) * (*want)[t * vocab + v];
       }
-      acc.max_relative_error =
-          std::max(acc.max_relative_error, std::sqrt(err / norm));
+      errors.push_back(std::sqrt(err / norm));
+      acc.max_relative_error = std::max(acc.max_relative_error, errors.back());
     }
     // Greedy continuation, counting leading tokens equal to the reference.
     const float* last = logits.data() + (ids.size() - 1) * vocab;
@@ -100,6 +110,9 @@ Accuracy Measure(const std::string& dir, const Conversion& conversion) {
     }
     acc.min_greedy_agreement = std::min(acc.min_greedy_agreement, agree);
   }
+  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2,
+                   errors.end());
+  acc.median_relative_error = errors[errors.size() / 2];
   return acc;
 }
 
@@ -118,12 +131,27 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
       {"int4-g64", kernels::WeightType::kInt4, false, 64},
       {"int4-g32+attn", kernels::WeightType::kInt4, true, 32},
       {"int4-g32+attn+head", kernels::WeightType::kInt4, true, 32, true},
+      {"bf16-activations", std::nullopt, false, 32, false,
+       kernels::ActivationPrecision::kBf16},
   };
   for (const Conversion& c : conversions) {
     const Accuracy a = Measure(dir, c);
-    std::printf("| %s | %s | %.2e | %d/%d |\n", GetParam().c_str(), c.name,
-                a.max_relative_error, a.min_greedy_agreement, kGreedyTokens);
-    if (!c.type || *c.type == kernels::WeightType::kF32) {
+    std::printf("| %s | %s | %.2e | %.2e | %d/%d |\n", GetParam().c_str(),
+                c.name, a.max_relative_error, a.median_relative_error,
+                a.min_greedy_agreement, kGreedyTokens);
+    if (c.precision == kernels::ActivationPrecision::kBf16) {
+      // Rounding the activations (2^-9) costs about what int8 weights do;
+      // it flips a near-tie router choice of mixtral's (case 4), which sets
+      // its maximum, hence the median. Where no product rounds (cases 0-2
+      // are shorter than Bf16ProductRows, or the CPU lacks AVX512-BF16),
+      // the float path's exactness holds, which the maximum over the other
+      // conversions' rows shows.
+      EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
+      // And where the CPU has it, the rounding is in effect.
+      if (kernels::UseAvx512Bf16()) {
+        EXPECT_GT(a.median_relative_error, 1e-4) << c.name;
+      }
+    } else if (!c.type || *c.type == kernels::WeightType::kF32) {
       EXPECT_LE(a.max_relative_error, 1e-4) << c.name;
       EXPECT_EQ(a.min_greedy_agreement, kGreedyTokens) << c.name;
     } else if (*c.type == kernels::WeightType::kInt8 && !c.attention &&

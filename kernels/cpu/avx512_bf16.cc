@@ -216,4 +216,19 @@ void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
   }
 }
 
+float Bf16DotLoop(int64_t iterations) {
+  __m512 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  // Pairs (0.996, 1e-7) against (1, 1): each step adds about 1, so the
+  // sums stay finite and normal.
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33d73f7f));
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
 }  // namespace ringmoe::kernels::avx512bf16

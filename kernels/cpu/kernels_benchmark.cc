@@ -1,7 +1,9 @@
 // Product kernels at real MoE shapes, beside the machine's ceilings measured
-// in the same run: BM_ReadBandwidth (streaming reads) and BM_PeakFlops (FMA
-// throughput). Each BM_MatMul reports `weight_bytes_per_second` (weight
-// bytes read) and `flops_per_second`; divide by the ceilings for ratios.
+// in the same run: BM_ReadBandwidth (streaming reads), BM_PeakFlops (FMA
+// throughput) and BM_PeakBf16Flops (bf16 pair products, the ceiling of
+// BM_MatMulBf16Activations). Each BM_MatMul reports `weight_bytes_per_second`
+// (weight bytes read) and `flops_per_second`; divide by the ceilings for
+// ratios.
 //
 //   bazel run -c opt //kernels/cpu:kernels_benchmark -- \
 //     --benchmark_format=json --benchmark_repetitions=3 \
@@ -241,6 +243,14 @@ void BM_PeakFlops(benchmark::State& state) {
   state.counters["flops_per_second"] = rate;
 }
 BENCHMARK(BM_PeakFlops)->Iterations(1)->UseRealTime();
+
+// BM_MatMulBf16Activations' ceiling (0 without AVX512-BF16).
+void BM_PeakBf16Flops(benchmark::State& state) {
+  double rate = 0;
+  for (auto _ : state) rate = MeasurePeakBf16Flops(&Pool());
+  state.counters["flops_per_second"] = rate;
+}
+BENCHMARK(BM_PeakBf16Flops)->Iterations(1)->UseRealTime();
 
 }  // namespace
 }  // namespace ringmoe::kernels

@@ -99,4 +99,21 @@ double MeasurePeakFlops(ThreadPool* pool, int repetitions) {
   return Median(rates);
 }
 
+double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions) {
+  if (!UseAvx512Bf16()) return 0;
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  constexpr int64_t kIterations = 10'000'000;
+  std::vector<double> rates;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    ParallelFor(pool, threads, [&](int64_t) {
+      sink.store(avx512bf16::Bf16DotLoop(kIterations),
+                 std::memory_order_relaxed);
+    });
+    // 12 chains x 16 lanes x 2 pairs x 2 FLOPs per iteration.
+    rates.push_back(768.0 * kIterations * threads / Seconds(start));
+  }
+  return Median(rates);
+}
+
 }  // namespace ringmoe::kernels

@@ -20,6 +20,10 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes = int64_t{1} << 30,
 // chains on every thread (an FMA counts as two FLOPs).
 double MeasurePeakFlops(ThreadPool* pool, int repetitions = 7);
 
+// The same for 16-lane bf16 pair products (vdpbf16ps, four FLOPs per lane:
+// ActivationPrecision::kBf16's ceiling) where UseAvx512Bf16(); 0 elsewhere.
+double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions = 7);
+
 }  // namespace ringmoe::kernels
 
 #endif  // RINGMOE_KERNELS_CPU_PROBES_H_

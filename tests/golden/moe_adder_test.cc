@@ -84,6 +84,9 @@ struct QuantizedCase {
   // answer 499) and answered with the bf16 reference's ids; measured
   // values are in docs/PERFORMANCE.md.
   double min_share;
+  // kBf16: products of the bf16 weights on bf16-rounded activations (where
+  // the CPU has AVX512-BF16; elsewhere the case repeats the float path).
+  kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 
 class MoeAdderQuantizedTest : public ::testing::TestWithParam<QuantizedCase> {};
@@ -100,6 +103,7 @@ TEST_P(MoeAdderQuantizedTest, HeldOutSumsStayRight) {
   options.model_dir = kModel;
   options.kv_cache_tokens = 500 * 16;
   options.weight_conversion = GetParam().conversion;
+  options.activation_precision = GetParam().precision;
   auto engine = runtime::Engine::Load(options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<runtime::GenerationRequest> requests;
@@ -145,7 +149,9 @@ INSTANTIATE_TEST_SUITE_P(
         QuantizedCase{"int4", Conversion(kernels::WeightType::kInt4, false),
                       0.98},
         QuantizedCase{"int4+attn+head",
-                      Conversion(kernels::WeightType::kInt4, true), 0.98}),
+                      Conversion(kernels::WeightType::kInt4, true), 0.98},
+        QuantizedCase{"bf16_activations", model::WeightConversion(), 0.99,
+                      kernels::ActivationPrecision::kBf16}),
     [](const ::testing::TestParamInfo<QuantizedCase>& info) {
       std::string name = info.param.name;
       for (char& ch : name) {

@@ -66,6 +66,31 @@ class BenchTest(unittest.TestCase):
             else:
                 self.assertEqual(paths["decode_products"], {"avx2": 1.0})
 
+    def test_bf16_activations(self):
+        # Prefill products of 16 or more rows of bf16 weights (here those of
+        # attention) round their activations to bf16 where the CPU has
+        # AVX512-BF16, beside their own ceiling; nothing else changes path. Anything but f32 or bf16 is
+        # refused, naming the flag.
+        out = bench("--gen_tokens=2", "--bench_rounds=1", "--prompt_tokens=32",
+                    "--activation_precision=bf16")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        r = json.loads(out.stdout)
+        self.assertEqual(r["activation_precision"], "bf16")
+        paths = r["kernel_paths"]
+        if "avx512_bf16" in r["cpu_features"]:
+            self.assertGreater(paths["prefill_products"]["avx512_bf16"], 0.1)
+            self.assertGreater(r["peak_bf16_flops_per_s"], r["peak_flops_per_s"])
+            self.assertGreater(r["prefill_bf16_peak_ratio"], 0)
+        else:
+            self.assertNotIn("avx512_bf16", paths["prefill_products"])
+            self.assertEqual(r["peak_bf16_flops_per_s"], 0)
+        self.assertNotIn("avx512_bf16", paths["decode_products"])
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--activation_precision=fp8")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--activation_precision=fp8: expected f32 or bf16",
+                      out.stderr)
+
     def test_competing_processes(self):
         # The neighbours spin for the whole run and are gone after it.
         out = bench("--gen_tokens=2", "--bench_rounds=1",
