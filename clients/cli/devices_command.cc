@@ -42,6 +42,12 @@ void PrintCpu() {
   std::printf("    products, 2+ activation rows: %s\n",
               ProductPaths(2).c_str());
   std::printf(
+      "    bf16 products of %lld+ rows, --activation_precision=bf16: %s\n",
+      static_cast<long long>(kernels::Bf16ProductRows()),
+      kernels::KernelPathName(kernels::ProductPath(
+          kernels::WeightType::kBF16, kernels::Bf16ProductRows(),
+          kernels::ActivationPrecision::kBf16)));
+  std::printf(
       "    attention (decode, prefill), norms, softmax, rotary, silu: %s\n",
       kernels::KernelPathName(kernels::VectorPath()));
   if (const char* forced = kernels::ForcedPathName()) {
