@@ -5,9 +5,11 @@
 // ops.cc calls into it only when UseAvx512Bf16() holds and the caller asked
 // for bf16 activations (ActivationPrecision::kBf16).
 //
-// Products of many activation rows only (ProductPath sends fewer to the
-// float32 kernels, which read each weight once from memory and were as
-// fast there: docs/PERFORMANCE.md). Sums of outer products, blocked as
+// Products of few activation rows (up to kGroupRowsMax: batched decode)
+// broadcast the weights against vectors of 8 activation rows (GroupRows);
+// ProductPath sends fewer than Bf16ProductRows() to the float32 kernels,
+// which are as fast there (memory-bound). More rows: sums of outer
+// products (prefill), blocked as
 // avx2_blocked.cc blocks its float ones: per block of kc columns and mc
 // weight rows, the weights are packed into panels of 32 rows, column pairs
 // outermost ([kc / 2][32 rows][2]: one column pair of 32 rows is two
@@ -156,6 +158,101 @@ constexpr PanelTileFn kPanelTiles[kTileActs] = {
     PanelTile<5>, PanelTile<6>,  PanelTile<7>,  PanelTile<8>,
     PanelTile<9>, PanelTile<10>, PanelTile<11>, PanelTile<12>};
 
+// Up to kGroupRowsMax activation rows: lanes along the activation rows
+// instead, so the weights need no packing. Each group of 8 activation rows
+// is interleaved by column pair ([cols / 2][8 rows], 32-bit words), and
+// each weight row's column pair, broadcast from the matrix as stored,
+// meets one vector of them: per column pair, R broadcasts, one load and R
+// 8-lane vdpbf16ps for R weight rows (tiles of 8), read once from memory.
+constexpr int kGroupActs = 8;
+// Up to this many activation rows the group kernel was faster than the
+// panels (docs/PERFORMANCE.md), the weights' tiles of 8 rows staying in L2
+// between groups.
+constexpr int64_t kGroupRowsMax = 32;
+
+// Interleaves activation rows [0, n) (n <= 8, rows ldx apart) by column
+// pair: word (i, j) = row j's columns 2i and 2i + 1, zero for j >= n.
+void InterleaveActs(const uint16_t* x, int64_t ldx, int64_t n, int64_t pairs,
+                    uint32_t* out) {
+  for (int64_t i = 0; i < pairs; ++i) {
+    for (int64_t j = 0; j < kGroupActs; ++j) {
+      uint32_t word = 0;
+      if (j < n) __builtin_memcpy(&word, x + j * ldx + 2 * i, sizeof(word));
+      out[i * kGroupActs + j] = word;
+    }
+  }
+}
+
+// y[j * ldy + r] = Σ_i pair products of weight row r and activation row j,
+// for r < 8 (tile rows) and j < acts.
+template <int R>
+void GroupTile(const uint16_t* w, int64_t cols, const uint32_t* xi,
+               int64_t pairs, int64_t acts, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; 2 * i + 1 < cols; ++i) {
+    if (i % 32 == 0) {
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + 2 * i) +
+                         64 * kLongRowPrefetchLines,
+                     _MM_HINT_T0);
+      }
+    }
+    const __m256bh xv = reinterpret_cast<__m256bh>(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xi + i * 8)));
+    for (int r = 0; r < R; ++r) {
+      int32_t word;
+      __builtin_memcpy(&word, w + r * cols + 2 * i, sizeof(word));
+      acc[r] = _mm256_dpbf16_ps(
+          acc[r], reinterpret_cast<__m256bh>(_mm256_set1_epi32(word)), xv);
+    }
+  }
+  if (i < pairs) {  // an odd last column: its pair's second weight is zero
+    const __m256bh xv = reinterpret_cast<__m256bh>(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xi + i * 8)));
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_dpbf16_ps(
+          acc[r],
+          reinterpret_cast<__m256bh>(_mm256_set1_epi32(w[r * cols + 2 * i])),
+          xv);
+    }
+  }
+  alignas(32) float t[8][8];
+  for (int r = 0; r < R; ++r) _mm256_store_ps(t[r], acc[r]);
+  for (int64_t j = 0; j < acts; ++j) {
+    for (int r = 0; r < R; ++r) y[j * ldy + r] = t[r][j];
+  }
+}
+
+void GroupRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
+               int64_t row_begin, int64_t row_end, float* y) {
+  const uint16_t* weights = static_cast<const uint16_t*>(w.data);
+  const int64_t cols = w.cols, ldy = w.rows, pairs = (cols + 1) / 2;
+  const int64_t groups = (n + kGroupActs - 1) / kGroupActs;
+  uint32_t* xi = Scratch<uint32_t>(ScratchSlot::kActivationPanel,
+                                   groups * pairs * kGroupActs);
+  for (int64_t g = 0; g < groups; ++g) {
+    InterleaveActs(xb + g * kGroupActs * ldx, ldx,
+                   Min<int64_t>(kGroupActs, n - g * kGroupActs), pairs,
+                   xi + g * pairs * kGroupActs);
+  }
+  // Each tile's weight rows come from memory for the first group and from
+  // the caches for the others.
+  const auto tile_rows = [&](int64_t r, auto rows) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t j = g * kGroupActs;
+      GroupTile<decltype(rows)::value>(
+          weights + r * cols, cols, xi + g * pairs * kGroupActs, pairs,
+          Min<int64_t>(kGroupActs, n - j), y + j * ldy + r, ldy);
+    }
+  };
+  int64_t r = row_begin;
+  for (; r + 8 <= row_end; r += 8)
+    tile_rows(r, std::integral_constant<int, 8>());
+  for (; r < row_end; ++r) tile_rows(r, std::integral_constant<int, 1>());
+}
+
 }  // namespace
 
 void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
@@ -192,6 +289,9 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
 
 void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
                 int64_t row_begin, int64_t row_end, float* y) {
+  if (n <= kGroupRowsMax) {
+    return GroupRows(xb, ldx, n, w, row_begin, row_end, y);
+  }
   const uint16_t* weights = static_cast<const uint16_t*>(w.data);
   const int64_t cols = w.cols, ldy = w.rows;
   const PanelBlocking b = PanelBlockingFor(cols);

@@ -126,7 +126,7 @@ int64_t DirectProductRows(WeightType type) {
   }
 }
 
-int64_t Bf16ProductRows() { return 16; }
+int64_t Bf16ProductRows() { return 8; }
 
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {

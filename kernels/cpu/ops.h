@@ -32,13 +32,14 @@ enum class ActivationPrecision {
   // to bf16 (to nearest even) first, as llama.cpp's CPU kernels and GPU
   // servers do: each product of two bf16 is exact and the sums are
   // float32, so what is lost is the activations' rounding (2^-9 relative
-  // at most), for twice the multiply-adds per instruction (faster prefill).
+  // at most), for twice the multiply-adds per instruction (faster prefill
+  // and batched decode).
   // Other products multiply float32.
   kBf16,
 };
 
 // The fewest activation rows a product rounds to bf16 under kBf16: below
-// it the float32 kernels, which read each weight once, were as fast
+// it the float32 kernels, bound by memory there, were as fast
 // (docs/PERFORMANCE.md).
 int64_t Bf16ProductRows();
 

@@ -563,13 +563,19 @@ TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
 
 TEST_P(Bf16ActivationsTest, MatchesReferenceOfRoundedActivations) {
   std::mt19937 rng(53);
-  const bool native = UseAvx512Bf16();
   ThreadPool pool(3);
-  const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},     {2, 13, 45},
-                               {3, 4, 32},    {4, 9, 31},     {5, 129, 200},
-                               {7, 37, 95},   {8, 16, 64},    {17, 96, 63},
-                               {64, 45, 103}, {100, 21, 77},  {37, 50, 700},
-                               {9, 31, 1030}, {200, 13, 520}, {6, 203, 3001}};
+  // Activation rows on both sides of Bf16ProductRows(), of the groups of 8
+  // and of 32 (group kernel / panels) and of the panels' 12-row tiles;
+  // weight rows on both sides of the 8-row group tiles and the 32-row
+  // panels (and of 16, the vector); columns on both sides of 32 and odd (a
+  // last column pair of one), and more columns and rows than one packed
+  // block holds.
+  const int64_t shapes[][3] = {
+      {1, 7, 33},      {7, 9, 64},     {8, 8, 1},     {8, 17, 33},
+      {9, 31, 1030},   {15, 13, 45},   {16, 16, 32},  {17, 96, 63},
+      {24, 33, 31},    {25, 47, 95},   {32, 41, 257}, {33, 40, 66},
+      {37, 50, 700},   {64, 45, 103},  {100, 21, 77}, {200, 13, 520},
+      {30, 203, 3001}, {45, 1100, 600}};
   std::vector<TestMatrix> mats;
   std::vector<std::vector<float>> xs, ys, ys_single;
   std::vector<MatMulJob> jobs;
