@@ -26,7 +26,7 @@ ABSL_FLAG(std::string, activation_precision, "f32",
           "Precision of the activations in the CPU's products of bf16 "
           "weights: f32 (exact to float32) or bf16 (rounded to bf16, as "
           "llama.cpp and GPU servers do, where the CPU multiplies bf16 "
-          "natively (AVX512-BF16): about twice the prefill product speed).");
+          "natively (AVX512-BF16): faster prefill and batched decode).");
 ABSL_FLAG(int, weight_group_size, 32,
           "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,

@@ -37,8 +37,9 @@ struct Conversion {
   bool attention;
   int32_t group;
   bool lm_head = false;
-  // The CPU backend's (kBf16 rounds the activations of products of 16 or
-  // more rows of bf16 weights, where the CPU has AVX512-BF16).
+  // The CPU backend's (kBf16 rounds the activations of products of
+  // kernels::Bf16ProductRows() or more rows of bf16 weights, where the CPU
+  // has AVX512-BF16).
   kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 
@@ -142,10 +143,9 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
     if (c.precision == kernels::ActivationPrecision::kBf16) {
       // Rounding the activations (2^-9) costs about what int8 weights do;
       // it flips a near-tie router choice of mixtral's (case 4), which sets
-      // its maximum, hence the median. Where no product rounds (cases 0-2
-      // are shorter than Bf16ProductRows, or the CPU lacks AVX512-BF16),
-      // the float path's exactness holds, which the maximum over the other
-      // conversions' rows shows.
+      // its maximum, hence the median. Where no product rounds (cases 0
+      // and 1 are shorter than Bf16ProductRows(), or the CPU lacks
+      // AVX512-BF16) the float path is used.
       EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
       // And where the CPU has it, the rounding is in effect.
       if (kernels::UseAvx512Bf16()) {

@@ -67,7 +67,7 @@ class BenchTest(unittest.TestCase):
                 self.assertEqual(paths["decode_products"], {"avx2": 1.0})
 
     def test_bf16_activations(self):
-        # Prefill products of 16 or more rows of bf16 weights (here those of
+        # Prefill products of 8 or more rows of bf16 weights (here those of
         # attention) round their activations to bf16 where the CPU has
         # AVX512-BF16, beside their own ceiling; nothing else changes path. Anything but f32 or bf16 is
         # refused, naming the flag.
