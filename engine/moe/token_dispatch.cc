@@ -64,10 +64,8 @@ absl::Status TokenDispatchExecutor::Run(
       !s.ok()) {
     return ExchangeError(layer, "AllGather of row counts", s);
   }
-  std::vector<uint64_t> rows_from(ranks);
-  for (int p = 0; p < ranks; ++p) {
-    rows_from[p] = rows_matrix[static_cast<size_t>(p) * ranks + rank];
-  }
+  const std::vector<uint64_t> rows_from =
+      parallel::CountMatrix{rows_matrix}.RecvCounts(ranks, rank);
   const std::vector<uint64_t> to_offsets = Offsets(rows_to);
   const std::vector<uint64_t> from_offsets = Offsets(rows_from);
   const uint64_t sent_rows = to_offsets.back();

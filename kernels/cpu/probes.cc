@@ -25,6 +25,24 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 // Keeps results alive so the loops are not optimised away.
 std::atomic<float> sink{0.f};
 
+// Median over `repetitions` of the FLOP/s of `loop` (returning a float
+// that keeps its work alive) run once on every thread, each run doing
+// `flops_per_thread`.
+template <typename Loop>
+double MedianFlopRate(ThreadPool* pool, int repetitions,
+                      double flops_per_thread, const Loop& loop) {
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  std::vector<double> rates;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    ParallelFor(pool, threads, [&](int64_t) {
+      sink.store(loop(), std::memory_order_relaxed);
+    });
+    rates.push_back(flops_per_thread * threads / Seconds(start));
+  }
+  return Median(rates);
+}
+
 }  // namespace
 
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
@@ -74,46 +92,27 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
 }
 
 double MeasurePeakFlops(ThreadPool* pool, int repetitions) {
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
   constexpr int64_t kIterations = 20'000'000;
-  std::vector<double> rates;
-  for (int rep = 0; rep < repetitions; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    ParallelFor(pool, threads, [&](int64_t) {
-      float s = 0.f;
-      if (UseAvx2()) {
-        s = avx2::FmaLoop(kIterations);
-      } else {
-        float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-        for (int64_t i = 0; i < kIterations * 24; ++i) {
-          acc[i % 8] = acc[i % 8] * 0.999999f + 1e-7f;
-        }
-        for (float a : acc) s += a;
-      }
-      sink.store(s, std::memory_order_relaxed);
-    });
-    // 12 chains x 8 lanes x 2 FLOPs per iteration (the scalar loop does the
-    // same count as single FLOP pairs).
-    rates.push_back(192.0 * kIterations * threads / Seconds(start));
-  }
-  return Median(rates);
+  // 12 chains x 8 lanes x 2 FLOPs per iteration (the scalar loop does the
+  // same count as single FLOP pairs).
+  return MedianFlopRate(pool, repetitions, 192.0 * kIterations, [] {
+    if (UseAvx2()) return avx2::FmaLoop(kIterations);
+    float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int64_t i = 0; i < kIterations * 24; ++i) {
+      acc[i % 8] = acc[i % 8] * 0.999999f + 1e-7f;
+    }
+    float s = 0.f;
+    for (float a : acc) s += a;
+    return s;
+  });
 }
 
 double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions) {
   if (!UseAvx512Bf16()) return 0;
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
   constexpr int64_t kIterations = 10'000'000;
-  std::vector<double> rates;
-  for (int rep = 0; rep < repetitions; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    ParallelFor(pool, threads, [&](int64_t) {
-      sink.store(avx512bf16::Bf16DotLoop(kIterations),
-                 std::memory_order_relaxed);
-    });
-    // 12 chains x 16 lanes x 2 pairs x 2 FLOPs per iteration.
-    rates.push_back(768.0 * kIterations * threads / Seconds(start));
-  }
-  return Median(rates);
+  // 12 chains x 16 lanes x 2 pairs x 2 FLOPs per iteration.
+  return MedianFlopRate(pool, repetitions, 768.0 * kIterations,
+                        [] { return avx512bf16::Bf16DotLoop(kIterations); });
 }
 
 }  // namespace ringmoe::kernels
