@@ -38,10 +38,11 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 
 absl::StatusCode OutcomeCode(const grpc::CallbackServerContext& context,
                              grpc::StatusCode finished_with) {
-  if (context.IsCancelled()) {
-    return absl::Now() >= DeadlineOf(context)
-               ? absl::StatusCode::kDeadlineExceeded
-               : absl::StatusCode::kCancelled;
+  // Not context.IsCancelled(): it is also true when the client's cancel
+  // crossed a final status already sent, which the client received.
+  if (finished_with == grpc::StatusCode::CANCELLED &&
+      absl::Now() >= DeadlineOf(context)) {
+    return absl::StatusCode::kDeadlineExceeded;
   }
   return static_cast<absl::StatusCode>(finished_with);
 }

@@ -27,7 +27,8 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 
 // The status a finished call reports in ringmoe_requests_total: the one it
-// was finished with, unless the client cancelled or the deadline passed.
+// was finished with (CANCELLED when the client cancelled before the final
+// status went out), DEADLINE_EXCEEDED for a cancel at the call's deadline.
 absl::StatusCode OutcomeCode(const grpc::CallbackServerContext& context,
                              grpc::StatusCode finished_with);
 

@@ -107,11 +107,13 @@ class StreamChannel {
   }
 
   // Finishes as soon as the write in flight (if any) completes, dropping the
-  // queue: the client is gone or the call was cancelled.
+  // queue: the client is gone or the call was cancelled. `status` replaces
+  // a finish status not yet handed to the reactor (the client never sees
+  // it); one already sent stays, as the client saw it.
   void Abort(grpc::Status status) {
     absl::MutexLock lock(&mu_);
     DropPendingLocked();
-    if (finish_requested_) return;
+    if (finish_called_) return;
     finish_requested_ = true;
     status_ = std::move(status);
     PumpLocked();
@@ -138,7 +140,8 @@ class StreamChannel {
     reactor_ = nullptr;
   }
 
-  // The status the call was (or will be) finished with.
+  // The status the call was (or will be) finished with: what the client
+  // is told.
   grpc::StatusCode final_code() const {
     absl::MutexLock lock(&mu_);
     return status_.error_code();

@@ -81,6 +81,34 @@ TEST(StreamChannelTest, FailedWriteFinishesCancelledAndDetachDropsPushes) {
   EXPECT_EQ(r.written, std::vector<std::string>{"a"});
 }
 
+TEST(StreamChannelTest, AbortReplacesOnlyAStatusNotYetSent) {
+  // Finished while a write is in flight: the OK status is not out yet, so
+  // a cancel now is what the client sees.
+  FakeReactor queued;
+  Channel before(&queued);
+  before.Push("a");
+  before.Push("b");
+  before.Finish(grpc::Status::OK);
+  before.Abort(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  EXPECT_FALSE(queued.finished);
+  before.OnWriteDone(true);
+  EXPECT_TRUE(queued.finished);
+  EXPECT_EQ(queued.code, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(before.final_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(queued.written, std::vector<std::string>{"a"});
+
+  // The status already went out: a cancel crossing it changes nothing.
+  FakeReactor sent;
+  Channel after(&sent);
+  after.Push("a");
+  after.OnWriteDone(true);
+  after.Finish(grpc::Status::OK);
+  EXPECT_TRUE(sent.finished);
+  after.Abort(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  EXPECT_EQ(sent.code, grpc::StatusCode::OK);
+  EXPECT_EQ(after.final_code(), grpc::StatusCode::OK);
+}
+
 TEST(StreamChannelTest, AClientThatDoesNotReadIsCutOffAtTheLimit) {
   StreamBuffers::SetLimits(/*per_stream=*/100, /*total=*/250);
   const int64_t overflows = StreamBuffers::overflows();
