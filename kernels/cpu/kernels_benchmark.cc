@@ -9,6 +9,7 @@
 //     --benchmark_format=json --benchmark_repetitions=3 \
 //     --benchmark_report_aggregates_only=true
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "base/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/numeric.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/probes.h"
 
@@ -60,21 +62,44 @@ Matrix MakeMxfp4(int64_t rows, int64_t cols, std::mt19937* rng,
   return m;
 }
 
-// An fp8 matrix as DeepSeek-V3 ships them: random codes (NaN excluded) of
-// magnitude like the others' weights, 128 x 128 blocks of scales.
+// An fp8 matrix as DeepSeek-V3 ships them: normally distributed weights
+// rounded to the nearest e4m3 code after dividing each 128 x 128 block by
+// its largest magnitude / 448 (so, as in the real checkpoints, few codes
+// are subnormal: the AVX512-BF16 kernel widens chunks holding one another
+// way).
 constexpr int32_t kFp8Block = 128;
 Matrix MakeFp8(int64_t rows, int64_t cols, std::mt19937* rng,
                WeightCopies* out) {
   constexpr int32_t kBlock = kFp8Block;
-  out->block_scales.assign(
-      ((rows + kBlock - 1) / kBlock) * ((cols + kBlock - 1) / kBlock),
-      1.f / 4096);
+  const int64_t block_cols = (cols + kBlock - 1) / kBlock;
+  out->block_scales.assign(((rows + kBlock - 1) / kBlock) * block_cols, 0.f);
+  std::vector<float> weights(rows * cols);
+  std::normal_distribution<float> normal(0.f, 0.02f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    weights[i] = normal(*rng);
+    float& amax = out->block_scales[i / cols / kBlock * block_cols +
+                                    i % cols / kBlock];
+    amax = std::max(amax, std::abs(weights[i]));
+  }
+  for (float& s : out->block_scales) s /= 448.f;
+  // The non-negative codes' values, ascending (0x7f is NaN).
+  std::vector<float> magnitudes(0x7f);
+  for (int c = 0; c < 0x7f; ++c) {
+    magnitudes[c] = Fp8E4M3ToF32(static_cast<uint8_t>(c));
+  }
   out->data.emplace_back(new uint8_t[rows * cols]);
   out->scales.emplace_back(new uint16_t[1]);
-  std::uniform_int_distribution<int> code(0, 254);
   for (int64_t i = 0; i < rows * cols; ++i) {
-    const int c = code(*rng);
-    out->data.back()[i] = static_cast<uint8_t>((c & 0x7f) == 0x7f ? 0 : c);
+    const float v =
+        std::abs(weights[i]) /
+        out->block_scales[i / cols / kBlock * block_cols + i % cols / kBlock];
+    const auto up =
+        std::lower_bound(magnitudes.begin(), magnitudes.end() - 1, v);
+    const auto code = up != magnitudes.begin() && v - up[-1] < *up - v
+                          ? up - 1 - magnitudes.begin()
+                          : up - magnitudes.begin();
+    out->data.back()[i] =
+        static_cast<uint8_t>(code | (weights[i] < 0 ? 0x80 : 0));
   }
   Matrix m{out->data.back().get(), WeightType::kFp8E4M3, rows, cols};
   m.block_scales = out->block_scales.data();
