@@ -77,8 +77,8 @@ Matrix MakeFp8(int64_t rows, int64_t cols, std::mt19937* rng,
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (int64_t i = 0; i < rows * cols; ++i) {
     weights[i] = normal(*rng);
-    float& amax = out->block_scales[i / cols / kBlock * block_cols +
-                                    i % cols / kBlock];
+    float& amax =
+        out->block_scales[i / cols / kBlock * block_cols + i % cols / kBlock];
     amax = std::max(amax, std::abs(weights[i]));
   }
   for (float& s : out->block_scales) s /= 448.f;
