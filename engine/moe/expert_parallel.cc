@@ -1,7 +1,5 @@
 #include "engine/moe/expert_parallel.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 
 namespace ringmoe::moe {
@@ -44,7 +42,8 @@ absl::Status ExpertParallelExecutor::Run(
       shares_.push_back(share);
       floats_of[share.rank] += rows * t.out.cols;
       if (share.rank != rank) continue;
-      mine.push_back({t.expert, t.x.Rows(first, rows), t.out.Rows(first, rows)});
+      mine.push_back(
+          {t.expert, t.x.Rows(first, rows), t.out.Rows(first, rows)});
       CountRows(t.expert, rank, rows);
     }
   }
@@ -55,31 +54,38 @@ absl::Status ExpertParallelExecutor::Run(
   }
   if (ranks == 1) return absl::OkStatus();
 
-  // Every rank knows every rank's shares, so blocks are the largest total
-  // (AllGather's blocks are of one size); each holds its rank's shares'
-  // rows in share order.
-  const int64_t block = *std::max_element(floats_of.begin(), floats_of.end());
-  send_.resize(block);
-  received_.resize(block * ranks);
+  // Every rank knows every rank's shares, so each knows the size of every
+  // block; a block holds its rank's shares' rows in share order.
+  std::vector<uint64_t> bytes_of(ranks);
+  int64_t total = 0;
+  for (int p = 0; p < ranks; ++p) {
+    bytes_of[p] = floats_of[p] * sizeof(float);
+    total += floats_of[p];
+  }
+  send_.resize(floats_of[rank]);
+  received_.resize(total);
   float* at = send_.data();
   for (const ExpertTask& t : mine) {
     backend.CopyToHost(t.out, at);
     at += t.out.size();
   }
-  if (absl::Status status = communicator_.AllGather(
-          parallel::AsBytes(send_), parallel::AsWritableBytes(received_));
+  if (absl::Status status = communicator_.AllGatherV(
+          parallel::AsBytes(send_), parallel::AsWritableBytes(received_),
+          bytes_of);
       !status.ok()) {
     return absl::Status(
         status.code(),
-        absl::StrCat("layer ", layer, ": exchanging expert outputs (AllGather ",
-                     "of ", block * sizeof(float), " bytes from each of ",
-                     ranks, " ranks) on rank ", rank, ": ", status.message()));
+        absl::StrCat("layer ", layer,
+                     ": exchanging expert outputs (AllGatherV ", "of ",
+                     total * sizeof(float), " bytes from ", ranks,
+                     " ranks) on rank ", rank, ": ", status.message()));
   }
   std::vector<const float*> next(ranks);
-  for (int p = 0; p < ranks; ++p) next[p] = received_.data() + p * block;
+  next[0] = received_.data();
+  for (int p = 1; p < ranks; ++p) next[p] = next[p - 1] + floats_of[p - 1];
   for (const Share& share : shares_) {
-    const backend::Tensor out = tasks[share.task].out.Rows(share.first,
-                                                           share.rows);
+    const backend::Tensor out =
+        tasks[share.task].out.Rows(share.first, share.rows);
     if (share.rank != rank) backend.CopyFromHost(next[share.rank], out);
     next[share.rank] += out.size();
   }

@@ -7,14 +7,15 @@
 // rank runs its shares through an inner executor — resident, streamed
 // through its own memory ring, hybrid on its device — together with the
 // `alongside` MLPs (shared experts), which every rank runs itself; then one
-// AllGather per MoE layer gives every rank every share's output rows. Each
-// output row is computed once, by one replica, from the same input row and
-// stored weights as in one process, and the MoE block combines them in its
-// own fixed order. An MLP's output rows do not depend on which tasks share
-// its loop, but the CPU products' summation order depends on how many rows
-// a product has: with one replica per expert results are bitwise those of
-// one process whatever the number of ranks; a share split from a
-// replicated expert's rows may differ in the last bits.
+// AllGatherV per MoE layer gives every rank every share's output rows (each
+// rank sends only its own rows, no padding). Each output row is computed
+// once, by one replica, from the same input row and stored weights as in
+// one process, and the MoE block combines them in its own fixed order. An MLP's
+// output rows do not depend on which tasks share its loop, but the CPU
+// products' summation order depends on how many rows a product has: with one
+// replica per expert results are bitwise those of one process whatever the
+// number of ranks; a share split from a replicated expert's rows may differ in
+// the last bits.
 //
 // Replicated attention spends every rank's time on the whole batch's
 // attention; TokenDispatchExecutor (token_dispatch.h) is the data-parallel
@@ -122,7 +123,7 @@ class ExpertParallelExecutor : public DistributedExpertExecutor {
 
   std::vector<Share> shares_;  // kept between layers
   // Host staging of the exchange, kept between layers: this rank's output
-  // rows (one AllGather block), and every rank's block in rank order.
+  // rows (its AllGatherV block), and every rank's block in rank order.
   std::vector<float> send_;
   std::vector<float> received_;
 };

@@ -1,5 +1,5 @@
 // ExpertParallelExecutor on one process: every rank of a job simulated in
-// turn through a scripted communicator. A rank's AllGather block depends
+// turn through a scripted communicator. A rank's AllGatherV block depends
 // only on its own experts, so a first pass records each rank's blocks and a
 // second pass hands every rank the blocks of the others: each rank must
 // then end with every task's output bitwise as ResidentExperts computes it.
@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/moe/random_mlp.h"
+#include "engine/parallel/collective_args.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,7 +25,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-// Rank `rank` of `size`: AllGather records what this rank sends (by call)
+// Rank `rank` of `size`: AllGatherV records what this rank sends (by call)
 // and fills the other ranks' blocks from `peer_blocks` (by call, then rank)
 // where given, else with NaNs; `fail` makes every collective fail.
 class ScriptedCommunicator : public parallel::Communicator {
@@ -46,23 +47,30 @@ class ScriptedCommunicator : public parallel::Communicator {
   absl::Status Broadcast(int, absl::Span<uint8_t>) override {
     return absl::UnimplementedError("Broadcast");
   }
-  absl::Status AllGather(absl::Span<const uint8_t> send,
-                         absl::Span<uint8_t> recv) override {
+  absl::Status AllGather(absl::Span<const uint8_t>,
+                         absl::Span<uint8_t>) override {
+    return absl::UnimplementedError("AllGather");
+  }
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override {
     if (fail) return absl::DeadlineExceededError("rank 1 did not arrive");
-    EXPECT_EQ(recv.size(), send.size() * size_);
+    EXPECT_TRUE(
+        parallel::CheckAllGatherV(size_, rank_, send, recv, recv_counts).ok());
     const int call = static_cast<int>(sent.size());
     sent.emplace_back(send.begin(), send.end());
+    uint8_t* block = recv.data();
     for (int p = 0; p < size_; ++p) {
-      uint8_t* block = recv.data() + p * send.size();
       const auto given = peer_blocks.find({call, p});
       if (p == rank_) {
         std::memcpy(block, send.data(), send.size());
       } else if (given != peer_blocks.end()) {
-        EXPECT_EQ(given->second.size(), send.size());
-        std::memcpy(block, given->second.data(), send.size());
+        EXPECT_EQ(given->second.size(), recv_counts[p]);
+        std::memcpy(block, given->second.data(), recv_counts[p]);
       } else {
-        std::memset(block, 0xff, send.size());  // NaNs
+        std::memset(block, 0xff, recv_counts[p]);  // NaNs
       }
+      block += recv_counts[p];
     }
     return absl::OkStatus();
   }
@@ -138,7 +146,7 @@ class ExpertParallelTest : public ::testing::Test {
     return tasks;
   }
 
-  // Runs layer 2 twice (two AllGathers) as `rank` of `size` on `comm`;
+  // Runs layer 2 twice (two AllGatherVs) as `rank` of `size` on `comm`;
   // the outputs of the second run.
   // `placement` defaults to contiguous ranges; `replica_rows` receives
   // the executor's count.
@@ -203,8 +211,16 @@ TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
                             want_shared.size() * 4),
                 0)
           << "rank " << r << " of " << size;
-      // One AllGather per Run; none in a job of one.
+      // One AllGatherV per Run; none in a job of one.
       EXPECT_EQ(comm.sent.size(), size == 1 ? 0u : 2u);
+    }
+    // Every output row crosses once: each rank sends its own rows only.
+    for (size_t call = 0; call < first[0].sent.size(); ++call) {
+      size_t bytes = 0;
+      for (const ScriptedCommunicator& comm : first) {
+        bytes += comm.sent[call].size();
+      }
+      EXPECT_EQ(bytes, want.size() * sizeof(float)) << size << " ranks";
     }
   }
 }
@@ -296,7 +312,7 @@ TEST_F(ExpertParallelTest, FailedExchangeNamesLayerAndCollective) {
   const absl::Status status = executor.Run(2, Tasks(&out), {}, backend_);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(absl::StrContains(status.message(), "layer 2")) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "AllGather")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "AllGatherV")) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "rank 1 did not arrive"))
       << status;
 }

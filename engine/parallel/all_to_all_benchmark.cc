@@ -10,8 +10,8 @@
 //     (HierarchicalCommunicator over it, ranks grouped K to a pretend node;
 //     the collectives it makes of its base are counted too).
 //   - Replicated attention (ExpertParallelExecutor): every rank has the
-//     same tokens and one AllGather gives every rank every output row
-//     (hierarchical forwards AllGather to its base, so only flat is run).
+//     same tokens and one AllGatherV gives every rank every output row
+//     (hierarchical forwards AllGatherV to its base, so only flat is run).
 //
 // Routing is synthetic: each token picks top-k distinct experts uniformly
 // at random (seeded; per rank under data-parallel attention, the same on
@@ -163,7 +163,7 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag,
 
 // A Communicator that forwards to `base` and records, for each call since
 // Reset(), its wall time and the bytes it hands for each rank (the logical
-// blocks: an AllGather's block counts once per other rank, whatever
+// blocks: an AllGather(V)'s block counts once per other rank, whatever
 // algorithm the base uses).
 class RecordingCommunicator : public Communicator {
  public:
@@ -213,6 +213,13 @@ class RecordingCommunicator : public Communicator {
     std::vector<uint64_t> to(size(), send.size());
     return Record("AllGather", std::move(to),
                   [&] { return base_.AllGather(send, recv); });
+  }
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override {
+    std::vector<uint64_t> to(size(), send.size());
+    return Record("AllGatherV", std::move(to),
+                  [&] { return base_.AllGatherV(send, recv, recv_counts); });
   }
   absl::Status Barrier() override {
     return Record("Barrier", std::vector<uint64_t>(size(), 0),
@@ -639,7 +646,7 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
     json one = Summary(per_collective[c]);
     one["collective"] = collective_names[c];
     one["what"] =
-        config.replicated ? "output rows AllGather" : kDispatchNames[c];
+        config.replicated ? "output rows AllGatherV" : kDispatchNames[c];
     per.push_back(one);
   }
   latency["collectives"] = per;
@@ -649,7 +656,7 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   json bytes_by = json::object(), messages_by = json::object();
   for (int c = 0; c < num_collectives; ++c) {
     const std::string what =
-        config.replicated ? "output rows AllGather" : kDispatchNames[c];
+        config.replicated ? "output rows AllGatherV" : kDispatchNames[c];
     bytes_by[what] = total[kBytes0 + c] / tokens_total;
     messages_by[what] = total[kMessages0 + c] / rank_reps;
     logical_bytes += total[kBytes0 + c];

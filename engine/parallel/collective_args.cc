@@ -5,15 +5,15 @@
 namespace ringmoe::parallel {
 namespace {
 
-// The sum of AllToAllV's `counts`, or an error naming `what` when it
+// The sum of `collective`'s `counts`, or an error naming `what` when it
 // overflows.
-absl::Status SumCounts(absl::string_view what,
+absl::Status SumCounts(absl::string_view collective, absl::string_view what,
                        absl::Span<const uint64_t> counts, uint64_t* sum) {
   *sum = 0;
   for (uint64_t count : counts) {
     if (count > UINT64_MAX - *sum) {
       return absl::InvalidArgumentError(
-          absl::StrCat("AllToAllV: ", what, " overflow 64 bits"));
+          absl::StrCat(collective, ": ", what, " overflow 64 bits"));
     }
     *sum += count;
   }
@@ -45,9 +45,10 @@ absl::Status CheckAllToAllV(int world_size, int rank,
   }
   uint64_t send_total = 0;
   uint64_t recv_total = 0;
-  absl::Status status = SumCounts("send counts", send_counts, &send_total);
+  absl::Status status =
+      SumCounts("AllToAllV", "send counts", send_counts, &send_total);
   if (!status.ok()) return status;
-  status = SumCounts("recv counts", recv_counts, &recv_total);
+  status = SumCounts("AllToAllV", "recv counts", recv_counts, &recv_total);
   if (!status.ok()) return status;
   if (send_total != send.size() || recv_total != recv.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -77,6 +78,34 @@ absl::Status CheckAllGather(int world_size, absl::Span<const uint8_t> send,
     return absl::InvalidArgumentError(
         absl::StrCat("AllGather: recv must hold ", world_size, " blocks of ",
                      send.size(), " bytes; got ", recv.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllGatherV(int world_size, int rank,
+                             absl::Span<const uint8_t> send,
+                             absl::Span<uint8_t> recv,
+                             absl::Span<const uint64_t> recv_counts) {
+  if (recv_counts.size() != static_cast<size_t>(world_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllGatherV: ", recv_counts.size(), " counts for ",
+                     world_size, " ranks"));
+  }
+  uint64_t total = 0;
+  if (absl::Status s =
+          SumCounts("AllGatherV", "recv counts", recv_counts, &total);
+      !s.ok()) {
+    return s;
+  }
+  if (total != recv.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllGatherV: the counts add up to ", total,
+                     " bytes; recv holds ", recv.size()));
+  }
+  if (recv_counts[rank] != send.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllGatherV: rank ", rank, " sends ", send.size(),
+        " bytes but its own block is counted as ", recv_counts[rank]));
   }
   return absl::OkStatus();
 }

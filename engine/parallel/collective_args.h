@@ -25,6 +25,11 @@ absl::Status CheckAllToAllV(int world_size, int rank,
 absl::Status CheckBroadcast(int world_size, int root);
 absl::Status CheckAllGather(int world_size, absl::Span<const uint8_t> send,
                             absl::Span<uint8_t> recv);
+// `rank` is the caller's: its own block must be its send's size.
+absl::Status CheckAllGatherV(int world_size, int rank,
+                             absl::Span<const uint8_t> send,
+                             absl::Span<uint8_t> recv,
+                             absl::Span<const uint64_t> recv_counts);
 
 // Where each rank's block starts in a buffer of blocks of `counts` bytes in
 // rank order (exclusive prefix sums).

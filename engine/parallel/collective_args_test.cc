@@ -74,6 +74,30 @@ TEST(CollectiveArgsTest, AllGatherReceivesOneBlockPerRank) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(CollectiveArgsTest, AllGatherVCountsMatchTheBuffersAndTheSend) {
+  std::vector<uint8_t> send(5), recv(12);
+  const std::vector<uint64_t> counts = {4, 5, 0, 3};
+  EXPECT_TRUE(CheckAllGatherV(4, 1, send, absl::MakeSpan(recv), counts).ok());
+  // Rank 0 counts its own block as 4 bytes: it sends 5.
+  absl::Status status =
+      CheckAllGatherV(4, 0, send, absl::MakeSpan(recv), counts);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("rank 0 sends 5 bytes"),
+            absl::string_view::npos)
+      << status;
+  // The counts must sum to recv, one per rank.
+  std::vector<uint8_t> longer(13);
+  EXPECT_EQ(CheckAllGatherV(4, 1, send, absl::MakeSpan(longer), counts).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckAllGatherV(3, 1, send, absl::MakeSpan(recv), counts).code(),
+            StatusCode::kInvalidArgument);
+  const std::vector<uint64_t> overflowing = {UINT64_MAX, 5, 1, 0};
+  status = CheckAllGatherV(4, 1, send, absl::MakeSpan(recv), overflowing);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("overflow"), absl::string_view::npos)
+      << status;
+}
+
 TEST(CollectiveArgsTest, BlockOffsetsArePrefixSums) {
   EXPECT_EQ(BlockOffsets(std::vector<uint64_t>{3, 0, 5, 1}),
             (std::vector<uint64_t>{0, 3, 3, 8}));

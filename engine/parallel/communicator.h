@@ -153,6 +153,16 @@ class Communicator {
   virtual absl::Status AllGather(absl::Span<const uint8_t> send,
                                  absl::Span<uint8_t> recv) = 0;
 
+  // Every rank's `send`, of any size, gathered on every rank: `recv` is the
+  // concatenation, in rank order, of recv_counts[p] bytes from each rank p.
+  // recv_counts has size() entries (zeros allowed), sums to recv.size(), is
+  // the same on every rank, and recv_counts[p] equals send.size() on rank
+  // p (every rank knows every block's size, e.g. from the step's plan), so
+  // no rank sends more than its own bytes to each peer.
+  virtual absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                                  absl::Span<uint8_t> recv,
+                                  absl::Span<const uint64_t> recv_counts) = 0;
+
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier() = 0;
 

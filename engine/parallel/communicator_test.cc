@@ -167,6 +167,29 @@ TEST(CommunicatorTest, AllGatherPutsBlocksInRankOrder) {
   }
 }
 
+TEST(CommunicatorTest, AllGatherVPutsRaggedBlocksInRankOrder) {
+  const int size = job->size();
+  // Blocks of different sizes per rank, zero included, and one large.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint64_t> counts;
+    for (int p = 0; p < size; ++p) {
+      counts.push_back(round == 2 && p == size - 1
+                           ? 300001
+                           : static_cast<uint64_t>((p * 37 + round * 11) % 50));
+    }
+    std::vector<uint8_t> expected;
+    for (int p = 0; p < size; ++p) {
+      const std::vector<uint8_t> theirs = Payload(2 + round, p, -1, counts[p]);
+      expected.insert(expected.end(), theirs.begin(), theirs.end());
+    }
+    const std::vector<uint8_t> mine =
+        Payload(2 + round, job->rank(), -1, counts[job->rank()]);
+    std::vector<uint8_t> recv(expected.size(), 0xEE);
+    ASSERT_TRUE(job->AllGatherV(mine, absl::MakeSpan(recv), counts).ok());
+    ASSERT_EQ(recv, expected) << "round " << round;
+  }
+}
+
 TEST(CommunicatorTest, BarrierWaitsForTheLastRank) {
   // The last rank enters late; no rank may leave before it entered. The
   // ranks share this machine's clock, so their times compare directly.
@@ -213,6 +236,22 @@ TEST(CommunicatorTest, RefusesRootsOutsideTheJob) {
   const absl::Status status = (*other)->Broadcast((*other)->size(), {});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("root"), absl::string_view::npos) << status;
+}
+
+TEST(CommunicatorTest, AllGatherVRefusesCountsThatDisagreeWithTheSend) {
+  auto other = CreateJobCommunicator(absl::Seconds(30));
+  ASSERT_TRUE(other.ok()) << other.status();
+  Communicator& comm = **other;
+  // Every rank counts its own block as 2 bytes but sends 3.
+  const std::vector<uint64_t> counts(comm.size(), 2);
+  const std::vector<uint8_t> send(3);
+  std::vector<uint8_t> recv(2 * comm.size());
+  const absl::Status status =
+      comm.AllGatherV(send, absl::MakeSpan(recv), counts);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("AllGatherV"), absl::string_view::npos)
+      << status;
+  EXPECT_EQ(comm.Barrier().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

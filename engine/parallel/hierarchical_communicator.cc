@@ -319,6 +319,13 @@ absl::Status HierarchicalCommunicator::AllGather(absl::Span<const uint8_t> send,
   return Fail(base_->AllGather(send, recv));
 }
 
+absl::Status HierarchicalCommunicator::AllGatherV(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> recv_counts) {
+  if (absl::Status s = CheckUsable("AllGatherV"); !s.ok()) return s;
+  return Fail(base_->AllGatherV(send, recv, recv_counts));
+}
+
 absl::Status HierarchicalCommunicator::Barrier() {
   if (absl::Status s = CheckUsable("Barrier"); !s.ok()) return s;
   return Fail(base_->Barrier());

@@ -32,9 +32,10 @@
 // order. The base's per-message limits (MpiCommunicator: 2^31 - 1 bytes)
 // apply to the aggregated messages, which are larger than the flat ones.
 //
-// AllToAll, Broadcast, AllGather (so the engine's gather of counts), Barrier,
-// Abort, rank, size and timeout are the base's, forwarded: their messages
-// are a few bytes per peer, or not the all-to-all's.
+// AllToAll, Broadcast, AllGather (so the engine's gather of counts),
+// AllGatherV (replicated attention's outputs), Barrier, Abort, rank, size
+// and timeout are the base's, forwarded: their messages are a few bytes per
+// peer, or not the all-to-all's.
 //
 // Memory: the blocks are packed and unpacked with memcpy in staging
 // buffers of host memory, so the base must move host memory
@@ -158,6 +159,9 @@ class HierarchicalCommunicator : public Communicator {
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override;
   absl::Status Barrier() override;
   [[noreturn]] void Abort(const absl::Status& status) override;
 

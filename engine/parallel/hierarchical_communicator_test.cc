@@ -320,6 +320,9 @@ TEST(HierarchicalCommunicatorTest, OneRankCopiesAndForwards) {
   std::vector<uint8_t> gathered(3);
   ASSERT_TRUE((*comm)->AllGather(send, absl::MakeSpan(gathered)).ok());
   EXPECT_EQ(gathered, send);
+  gathered.assign(3, 0);
+  ASSERT_TRUE((*comm)->AllGatherV(send, absl::MakeSpan(gathered), counts).ok());
+  EXPECT_EQ(gathered, send);
   EXPECT_TRUE((*comm)->Barrier().ok());
 }
 
@@ -389,6 +392,10 @@ class FailingCommunicator : public SingleRankCommunicator {
       std::copy(send.begin(), send.end(), recv.begin() + at);
     }
     return absl::OkStatus();
+  }
+  absl::Status AllGatherV(absl::Span<const uint8_t>, absl::Span<uint8_t>,
+                          absl::Span<const uint64_t>) override {
+    return absl::UnimplementedError("AllGatherV");
   }
 
   int gathers = 0;

@@ -77,6 +77,16 @@ absl::Status MeteredCommunicator::AllGather(absl::Span<const uint8_t> send,
   return Count(status, start, send.size() * peers, send.size() * peers);
 }
 
+absl::Status MeteredCommunicator::AllGatherV(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> recv_counts) {
+  const absl::Time start = absl::Now();
+  const absl::Status status = inner_.AllGatherV(send, recv, recv_counts);
+  const uint64_t peers = size() - 1;
+  return Count(status, start, send.size() * peers,
+               PeerBytes(recv_counts, rank()));
+}
+
 absl::Status MeteredCommunicator::Barrier() {
   const absl::Time start = absl::Now();
   return Count(inner_.Barrier(), start, 0, 0);

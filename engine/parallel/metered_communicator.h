@@ -56,6 +56,9 @@ class MeteredCommunicator : public Communicator {
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override;
   absl::Status Barrier() override;
   [[noreturn]] void Abort(const absl::Status& status) override;
 

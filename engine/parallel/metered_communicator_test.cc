@@ -33,6 +33,10 @@ class FakeCommunicator : public Communicator {
                          absl::Span<uint8_t>) override {
     return Done();
   }
+  absl::Status AllGatherV(absl::Span<const uint8_t>, absl::Span<uint8_t>,
+                          absl::Span<const uint64_t>) override {
+    return Done();
+  }
   absl::Status AllToAllVWithMatrix(absl::Span<const uint8_t>,
                                    absl::Span<uint8_t>,
                                    const CountMatrix& counts) override {
@@ -91,18 +95,27 @@ TEST(MeteredCommunicatorTest, CountsPayloadToAndFromOtherRanks) {
   EXPECT_EQ(t.bytes_sent, 30u + 10u);
   EXPECT_EQ(t.bytes_received, 27u + 10u);
 
+  // Ragged blocks: this rank's 5 bytes to each of two peers; the peers'
+  // blocks of 3 and 0 bytes in.
+  const std::vector<uint64_t> gathered = {3, 5, 0};
+  std::vector<uint8_t> ragged(8);
+  ASSERT_TRUE(metered.AllGatherV(block, absl::MakeSpan(ragged), gathered).ok());
+  t = metered.traffic();
+  EXPECT_EQ(t.bytes_sent, 40u + 10u);
+  EXPECT_EQ(t.bytes_received, 37u + 3u);
+
   std::vector<uint8_t> buffer(8);
   ASSERT_TRUE(metered.Broadcast(/*root=*/0, absl::MakeSpan(buffer)).ok());
   t = metered.traffic();
-  EXPECT_EQ(t.bytes_sent, 40u);
-  EXPECT_EQ(t.bytes_received, 37u + 8u);
+  EXPECT_EQ(t.bytes_sent, 50u);
+  EXPECT_EQ(t.bytes_received, 40u + 8u);
   ASSERT_TRUE(metered.Broadcast(/*root=*/1, absl::MakeSpan(buffer)).ok());
   ASSERT_TRUE(metered.Barrier().ok());
   t = metered.traffic();
-  EXPECT_EQ(t.bytes_sent, 40u + 16u);
-  EXPECT_EQ(t.bytes_received, 45u);
-  EXPECT_EQ(t.collectives, 6u);
-  EXPECT_EQ(inner.calls, 6);
+  EXPECT_EQ(t.bytes_sent, 50u + 16u);
+  EXPECT_EQ(t.bytes_received, 48u);
+  EXPECT_EQ(t.collectives, 7u);
+  EXPECT_EQ(inner.calls, 7);
 }
 
 TEST(MeteredCommunicatorTest, ForwardsAllToAllVWithMatrixAsSuch) {

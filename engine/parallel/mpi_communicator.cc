@@ -218,7 +218,7 @@ absl::Status MpiCommunicator::AllToAll(absl::Span<const uint8_t> send,
   if (args.ok()) args = CheckPerMessageBytes("AllToAll", send.size() / size_);
   if (!args.ok()) return Refuse(args);
   const std::vector<uint64_t> counts(size_, send.size() / size_);
-  return Exchange("AllToAll", send, counts, recv, counts);
+  return Exchange("AllToAll", send, counts, BlockOffsets(counts), recv, counts);
 }
 
 absl::Status MpiCommunicator::AllToAllV(
@@ -232,15 +232,16 @@ absl::Status MpiCommunicator::AllToAllV(
                                 std::max(send_counts[p], recv_counts[p]));
   }
   if (!args.ok()) return Refuse(args);
-  return Exchange("AllToAllV", send, send_counts, recv, recv_counts);
+  return Exchange("AllToAllV", send, send_counts, BlockOffsets(send_counts),
+                  recv, recv_counts);
 }
 
 absl::Status MpiCommunicator::Exchange(absl::string_view collective,
                                        absl::Span<const uint8_t> send,
                                        absl::Span<const uint64_t> send_counts,
+                                       absl::Span<const uint64_t> send_offsets,
                                        absl::Span<uint8_t> recv,
                                        absl::Span<const uint64_t> recv_counts) {
-  const std::vector<uint64_t> send_offsets = BlockOffsets(send_counts);
   const std::vector<uint64_t> recv_offsets = BlockOffsets(recv_counts);
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
@@ -305,6 +306,25 @@ absl::Status MpiCommunicator::AllGather(absl::Span<const uint8_t> send,
     return Fail(MpiError(Where("AllGather", rank_, size_), -1, code));
   }
   return Wait("AllGather", requests, {-1});
+}
+
+absl::Status MpiCommunicator::AllGatherV(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> recv_counts) {
+  if (absl::Status s = CheckUsable("AllGatherV"); !s.ok()) return s;
+  absl::Status args = CheckAllGatherV(size_, rank_, send, recv, recv_counts);
+  if (args.ok()) args = CheckPerMessageBytes("AllGatherV", send.size());
+  for (int p = 0; p < size_ && args.ok(); ++p) {
+    args = CheckPerMessageBytes("AllGatherV", recv_counts[p]);
+  }
+  if (!args.ok()) return Refuse(args);
+  // Point to point, as the all-to-alls: Open MPI's MPI_Iallgatherv may
+  // route a block through other ranks, and each peer's failure is then
+  // its own.
+  const std::vector<uint64_t> send_counts(size_, send.size());
+  const std::vector<uint64_t> send_offsets(size_, 0);
+  return Exchange("AllGatherV", send, send_counts, send_offsets, recv,
+                  recv_counts);
 }
 
 absl::Status MpiCommunicator::Barrier() {

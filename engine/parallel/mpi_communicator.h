@@ -61,10 +61,13 @@ class MpiCommunicator : public Communicator {
                          absl::Span<const uint64_t> send_counts,
                          absl::Span<uint8_t> recv,
                          absl::Span<const uint64_t> recv_counts) override;
-  // Broadcast and AllGather: at most 2^31 - 1 bytes per block.
+  // Broadcast, AllGather and AllGatherV: at most 2^31 - 1 bytes per block.
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override;
   absl::Status Barrier() override;
 
   // MPI_Abort on every rank of the job, after printing `status`.
@@ -88,10 +91,14 @@ class MpiCommunicator : public Communicator {
   // a thread allowed to call MPI.
   absl::Status CheckUsable(absl::string_view collective) const;
 
-  // The all-to-alls' messages, after their arguments were checked.
+  // The sends and receives of AllToAll(V) and AllGatherV, after their
+  // arguments were checked: send_counts[p] bytes from send_offsets[p] in
+  // `send` to rank p (AllGatherV sends the same bytes to every rank),
+  // recv_counts[p] from rank p in rank order into `recv`.
   absl::Status Exchange(absl::string_view collective,
                         absl::Span<const uint8_t> send,
                         absl::Span<const uint64_t> send_counts,
+                        absl::Span<const uint64_t> send_offsets,
                         absl::Span<uint8_t> recv,
                         absl::Span<const uint64_t> recv_counts);
 

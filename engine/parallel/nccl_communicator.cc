@@ -197,7 +197,7 @@ absl::Status NcclCommunicator::AllToAll(absl::Span<const uint8_t> send,
     return Refuse(s);
   }
   const std::vector<uint64_t> counts(size_, send.size() / size_);
-  return Exchange("AllToAll", send, counts, recv, counts);
+  return Exchange("AllToAll", send, counts, BlockOffsets(counts), recv, counts);
 }
 
 absl::Status NcclCommunicator::AllToAllV(
@@ -207,14 +207,15 @@ absl::Status NcclCommunicator::AllToAllV(
   absl::Status args =
       CheckAllToAllV(size_, rank_, send, send_counts, recv, recv_counts);
   if (!args.ok()) return Refuse(args);
-  return Exchange("AllToAllV", send, send_counts, recv, recv_counts);
+  return Exchange("AllToAllV", send, send_counts, BlockOffsets(send_counts),
+                  recv, recv_counts);
 }
 
 absl::Status NcclCommunicator::Exchange(
     absl::string_view collective, absl::Span<const uint8_t> send,
-    absl::Span<const uint64_t> send_counts, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> send_counts,
+    absl::Span<const uint64_t> send_offsets, absl::Span<uint8_t> recv,
     absl::Span<const uint64_t> recv_counts) {
-  const std::vector<uint64_t> send_offsets = BlockOffsets(send_counts);
   const std::vector<uint64_t> recv_offsets = BlockOffsets(recv_counts);
   if (send_counts[rank_] > 0) {
     const cudaError_t error = cudaMemcpyAsync(
@@ -261,6 +262,20 @@ absl::Status NcclCommunicator::AllGather(absl::Span<const uint8_t> send,
       Enqueued("AllGather", ncclAllGather(send.data(), recv.data(), send.size(),
                                           ncclUint8, comm_, stream_)));
   return Wait("AllGather");
+}
+
+absl::Status NcclCommunicator::AllGatherV(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> recv_counts) {
+  RETURN_IF_ERROR(Begin("AllGatherV"));
+  absl::Status args = CheckAllGatherV(size_, rank_, send, recv, recv_counts);
+  if (!args.ok()) return Refuse(args);
+  // NCCL has no ragged all-gather: the same bytes sent to every peer in
+  // one group.
+  const std::vector<uint64_t> send_counts(size_, send.size());
+  const std::vector<uint64_t> send_offsets(size_, 0);
+  return Exchange("AllGatherV", send, send_counts, send_offsets, recv,
+                  recv_counts);
 }
 
 absl::Status NcclCommunicator::Barrier() {

@@ -59,6 +59,9 @@ class NcclCommunicator : public Communicator {
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override;
   // An all-reduce (maximum) of one word: every rank must contribute before
   // any gets the result.
   absl::Status Barrier() override;
@@ -86,11 +89,14 @@ class NcclCommunicator : public Communicator {
   // (initialisation, finalisation) or timeout() passes.
   absl::Status WaitUntilIdle(absl::string_view what);
 
-  // The AllToAll(V)'s sends and receives, after their arguments were
-  // checked.
+  // The sends and receives of AllToAll(V) and AllGatherV, after their
+  // arguments were checked: send_counts[p] bytes from send_offsets[p] in
+  // `send` to rank p (AllGatherV sends the same bytes to every rank),
+  // recv_counts[p] from rank p in rank order into `recv`.
   absl::Status Exchange(absl::string_view collective,
                         absl::Span<const uint8_t> send,
                         absl::Span<const uint64_t> send_counts,
+                        absl::Span<const uint64_t> send_offsets,
                         absl::Span<uint8_t> recv,
                         absl::Span<const uint64_t> recv_counts);
 

@@ -64,6 +64,18 @@ absl::Status SingleRankCommunicator::AllGather(absl::Span<const uint8_t> send,
   return absl::OkStatus();
 }
 
+absl::Status SingleRankCommunicator::AllGatherV(
+    absl::Span<const uint8_t> send, absl::Span<uint8_t> recv,
+    absl::Span<const uint64_t> recv_counts) {
+  if (absl::Status s = CheckUsable("AllGatherV"); !s.ok()) return s;
+  if (absl::Status s = CheckAllGatherV(1, 0, send, recv, recv_counts);
+      !s.ok()) {
+    return Fail(s);
+  }
+  Copy(recv, send);
+  return absl::OkStatus();
+}
+
 absl::Status SingleRankCommunicator::Barrier() {
   return CheckUsable("Barrier");
 }

@@ -27,6 +27,9 @@ class SingleRankCommunicator : public Communicator {
   absl::Status Broadcast(int root, absl::Span<uint8_t> buffer) override;
   absl::Status AllGather(absl::Span<const uint8_t> send,
                          absl::Span<uint8_t> recv) override;
+  absl::Status AllGatherV(absl::Span<const uint8_t> send,
+                          absl::Span<uint8_t> recv,
+                          absl::Span<const uint64_t> recv_counts) override;
   absl::Status Barrier() override;
 
   // Prints `status` and exits the process with status 1.

@@ -24,6 +24,9 @@ TEST(SingleRankCommunicatorTest, EveryCollectiveCopiesToItself) {
   recv.assign(4, 0);
   ASSERT_TRUE(comm.AllGather(send, absl::MakeSpan(recv)).ok());
   EXPECT_EQ(recv, send);
+  recv.assign(4, 0);
+  ASSERT_TRUE(comm.AllGatherV(send, absl::MakeSpan(recv), counts).ok());
+  EXPECT_EQ(recv, send);
   std::vector<uint8_t> buffer = send;
   ASSERT_TRUE(comm.Broadcast(0, absl::MakeSpan(buffer)).ok());
   EXPECT_EQ(buffer, send);
@@ -32,6 +35,7 @@ TEST(SingleRankCommunicatorTest, EveryCollectiveCopiesToItself) {
   const std::vector<uint64_t> zero = {0};
   EXPECT_TRUE(comm.AllToAllV({}, zero, {}, zero).ok());
   EXPECT_TRUE(comm.AllGather({}, {}).ok());
+  EXPECT_TRUE(comm.AllGatherV({}, {}, zero).ok());
 }
 
 TEST(SingleRankCommunicatorTest, UnusableAfterARefusedCall) {

@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -88,9 +88,9 @@ TEST(StepMessageTest, RefusesMalformed) {
   h.kind = 9;
   EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
   h = EncodeStepHeader(m);
-  EXPECT_FALSE(
-      DecodeStepMessage(h, absl::MakeConstSpan(payload).first(payload.size() - 4))
-          .ok());
+  EXPECT_FALSE(DecodeStepMessage(
+                   h, absl::MakeConstSpan(payload).first(payload.size() - 4))
+                   .ok());
   h.num_chunks = 1u << 30;
   EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
   h = EncodeStepHeader(m);
@@ -224,6 +224,10 @@ class StoppingPeerCommunicator : public parallel::Communicator {
     std::memcpy(recv.data(), send.data(), send.size());
     std::memcpy(recv.data() + send.size(), send.data(), send.size());
     return absl::OkStatus();
+  }
+  absl::Status AllGatherV(absl::Span<const uint8_t>, absl::Span<uint8_t>,
+                          absl::Span<const uint64_t>) override {
+    return absl::UnimplementedError("AllGatherV");
   }
   absl::Status Barrier() override { return absl::OkStatus(); }
   [[noreturn]] void Abort(const absl::Status&) override { std::abort(); }
