@@ -119,17 +119,17 @@ class StreamChannel {
     PumpLocked();
   }
 
-  // The reactor's OnWriteDone.
+  // The reactor's OnWriteDone. A failed write means the client is gone:
+  // no status reaches it any more, so a finish status not yet sent (none
+  // is while a write is in flight) becomes CANCELLED.
   void OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       DropPendingLocked();
-      if (!finish_requested_) {
-        finish_requested_ = true;
-        status_ =
-            grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
+      finish_requested_ = true;
+      status_ =
+          grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     }
     PumpLocked();
   }

@@ -107,6 +107,17 @@ TEST(StreamChannelTest, AbortReplacesOnlyAStatusNotYetSent) {
   after.Abort(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   EXPECT_EQ(sent.code, grpc::StatusCode::OK);
   EXPECT_EQ(after.final_code(), grpc::StatusCode::OK);
+
+  // Finished while a write is in flight, and the write fails: the client
+  // is gone before the OK status could go out.
+  FakeReactor gone;
+  Channel failed(&gone);
+  failed.Push("a");
+  failed.Finish(grpc::Status::OK);
+  failed.OnWriteDone(false);
+  EXPECT_TRUE(gone.finished);
+  EXPECT_EQ(gone.code, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(failed.final_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST(StreamChannelTest, AClientThatDoesNotReadIsCutOffAtTheLimit) {
