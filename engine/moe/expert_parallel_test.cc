@@ -62,6 +62,9 @@ class ScriptedCommunicator : public parallel::Communicator {
     uint8_t* block = recv.data();
     for (int p = 0; p < size_; ++p) {
       const auto given = peer_blocks.find({call, p});
+      // A rank with no rows sends nothing (and memcpy of a null pointer is
+      // undefined even for 0 bytes).
+      if (recv_counts[p] == 0) continue;
       if (p == rank_) {
         std::memcpy(block, send.data(), send.size());
       } else if (given != peer_blocks.end()) {
