@@ -6,7 +6,8 @@
 # hierarchical all-to-all sends at most as many row messages between nodes
 # per node pair as the flat one, and at most one per AllToAllV; its counts
 # travel once per layer, in the executor's gather, so a layer costs its
-# base 1 + 2 x 3 collectives and no more control messages than flat).
+# base 1 + 2 x 3 collectives and no more control messages than flat;
+# replicated attention's AllGatherV sends exactly its minimum).
 #
 # Usage: all_to_all_benchmark_test.sh MPIRUN_TEST_SH BENCHMARK
 set -uo pipefail
@@ -80,6 +81,13 @@ for path, ranks, hierarchical in ((sys.argv[1], 2, False),
             check(ratio >= 1, f"{name}: below the minimum ({ratio})")
             if c["all_to_all"] == "flat":
                 check(ratio < 1.1, f"{name}: flat bytes {ratio} x minimum")
+        else:
+            # One AllGatherV: each rank sends its own experts' rows to each
+            # other rank, nothing more (no padding to the largest share).
+            check(abs(b["measured"] - b["replicated_minimum"])
+                  <= 1e-9 * b["replicated_minimum"],
+                  f"{name}: replicated bytes {b['measured']} against the "
+                  f"minimum {b['replicated_minimum']}")
         m = c["messages_per_layer_per_rank"]
         check(0 < m["flat"]["total"] <= 3 * (ranks - 1),
               f"{name}: flat messages {m['flat']['total']}")
