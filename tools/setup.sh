@@ -13,6 +13,8 @@ packages=(
   libopenmpi-dev libpcre2-dev libicu-dev pkgconf libcivetweb-dev
   # Tests and clients: Python grpcio, a real Prometheus, Node for @grpc/grpc-js.
   python3 python3-numpy python3-grpcio python3-grpc-tools python3-yaml
+  # The chat templates' reference (transformers renders them with jinja2).
+  python3-jinja2
   prometheus curl nlohmann-json3-dev
   # tests/isa: every kernel path on emulated CPUs (qemu-x86_64 -cpu MODEL).
   qemu-user

@@ -22,6 +22,8 @@ constexpr char kUsage[] =
     "  tokenize  (--model DIR | --tokenizer FILE) (--text TEXT | --jsonl "
     "FILE)\n"
     "            [--add_special_tokens=false]\n"
+    "  tokenize  ... --decode (--ids 1,2,3 | --jsonl FILE) "
+    "[--skip_special_tokens]\n"
     "  chat-template --tokenizer_dir DIR [--chat_template FILE] --jsonl FILE\n"
     "            render each line's conversation with the chat template\n"
     "  bench     --model DIR [--prompt_tokens P --gen_tokens G --batch B]\n"

@@ -94,6 +94,42 @@ def main():
             if bad:
                 print("FAIL tokenize %s %s: %d of %d lines differ" % (name, flag, bad, len(want)))
                 failures += 1
+    # `ringmoe tokenize --decode`: the decode goldens, special tokens kept
+    # and skipped; an id that is not an integer is refused by line.
+    for name in ["mistral", "qwen3", "deepseek_v3"]:
+        with open(os.path.join(TOKENIZERS, name, "decode.jsonl")) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        subset = os.path.join(os.environ["TEST_TMPDIR"], name + "_ids.jsonl")
+        with open(subset, "w") as f:
+            f.writelines(json.dumps({"ids": c["ids"]}) + "\n" for c in lines)
+        for flag, field in [("--skip_special_tokens=false", "decoded"),
+                            ("--skip_special_tokens=true", "decoded_skip_special")]:
+            out = subprocess.run(
+                [RINGMOE, "tokenize", "--tokenizer",
+                 os.path.join(TOKENIZERS, name, "tokenizer.json"), "--decode", "--jsonl",
+                 subset, flag], capture_output=True, text=True, check=True).stdout
+            got = [json.loads(line)["text"] for line in out.split("\n") if line]
+            want = [c[field] for c in lines]
+            bad = sum(1 for g, w in zip(got, want) if g != w) + abs(len(got) - len(want))
+            if bad:
+                print("FAIL tokenize --decode %s %s: %d of %d lines differ"
+                      % (name, flag, bad, len(want)))
+                failures += 1
+    with open(os.path.join(os.environ["TEST_TMPDIR"], "bad_ids.jsonl"), "w") as f:
+        f.write('{"ids": [1, 2]}\n{"ids": [1, "two"]}\n')
+    bad = subprocess.run([RINGMOE, "tokenize", "--model", ADDER, "--decode", "--jsonl",
+                          os.path.join(os.environ["TEST_TMPDIR"], "bad_ids.jsonl")],
+                         capture_output=True, text=True)
+    if bad.returncode == 0 or "bad_ids.jsonl:2" not in bad.stderr:
+        print("FAIL tokenize --decode of a string id: rc=%d stderr=%s"
+              % (bad.returncode, bad.stderr))
+        failures += 1
+    out = subprocess.run([RINGMOE, "tokenize", "--model", ADDER, "--decode", "--ids",
+                          "1,28705,28770,28787,28806", "--skip_special_tokens"],
+                         capture_output=True, text=True, check=True).stdout
+    if json.loads(out) != {"text": "37+"}:
+        print("FAIL tokenize --decode --ids: %s" % out)
+        failures += 1
     out = subprocess.run([RINGMOE, "tokenize", "--model", ADDER, "--text", "37+485="],
                          capture_output=True, text=True, check=True).stdout
     if json.loads(out)["ids"] != [1, 28705, 28770, 28787, 28806, 28781, 28783, 28782, 28746]:

@@ -21,6 +21,24 @@ ADDER = "tests/testdata/moe-adder"
 TINY_MODELS = ["mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe"]
 
 
+NODE_DIR = "tests/integration/node"
+
+
+def node_modules(package=os.path.join("@grpc", "grpc-js")):
+    """The npm packages of NODE_DIR: the checkout's (installed by
+    tools/setup.sh) when they hold `package`, else a fresh `npm ci` from the
+    committed lock file into the test's temp dir."""
+    source = os.path.dirname(os.path.realpath(os.path.join(NODE_DIR, "package.json")))
+    if os.path.isdir(os.path.join(source, "node_modules", package)):
+        return os.path.join(source, "node_modules")
+    work = tmpdir()
+    for f in ("package.json", "package-lock.json"):
+        shutil.copy(os.path.join(NODE_DIR, f), work)
+    subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=work, check=True,
+                   timeout=600)
+    return os.path.join(work, "node_modules")
+
+
 def tmpdir():
     return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 

@@ -3,32 +3,17 @@ registry) streams greedy generations from the real server, one at a time and
 16 at once, and must get the golden tokens of every case."""
 import json
 import os
-import shutil
 import subprocess
 import unittest
 
 import harness
 
-NODE_DIR = "tests/integration/node"
-
-
-def node_modules():
-    """The npm packages: the checkout's (installed by tools/setup.sh), else a
-    fresh `npm ci` from the committed lock file into the test's temp dir."""
-    source = os.path.dirname(os.path.realpath(os.path.join(NODE_DIR, "package.json")))
-    if os.path.isdir(os.path.join(source, "node_modules", "@grpc", "grpc-js")):
-        return os.path.join(source, "node_modules")
-    work = harness.tmpdir()
-    for f in ("package.json", "package-lock.json"):
-        shutil.copy(os.path.join(NODE_DIR, f), work)
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=work, check=True,
-                   timeout=600)
-    return os.path.join(work, "node_modules")
+NODE_DIR = harness.NODE_DIR
 
 
 class NodeClientTest(unittest.TestCase):
     def test_node_grpc_js_streams_golden_tokens(self):
-        modules = node_modules()
+        modules = harness.node_modules()
         model = "qwen2_moe"
         cases = harness.golden_cases(model)
         jobs = [{"input_ids": cases[j % 5][0], "max_tokens": 16} for j in range(16)]

@@ -9,7 +9,6 @@ import time
 import unittest
 
 import harness
-import node_client_test
 
 TEMPLATE = "tools/moe_adder_chat_template.jinja"
 
@@ -45,7 +44,7 @@ class OpenAiApiTest(unittest.TestCase):
         return error
 
     def test_openai_npm_client(self):
-        modules = node_client_test.node_modules()
+        modules = harness.node_modules()
         out = subprocess.run(
             ["node", "tests/integration/node/openai_client.js", self.server.http + "/v1",
              "moe-adder"], capture_output=True, text=True, timeout=300,
