@@ -178,9 +178,13 @@ class RobustnessTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_sigterm_drains_streams_and_refuses_new_work(self):
-        server = harness.Server(TINY).start()
+        # The drain must outlast the health polls below even when this
+        # machine is busy with other tests: 4 streams of 1000 tokens on a
+        # model whose context holds them (300 on the 512-token mixtral could
+        # finish, and the server exit, before the first poll got through).
+        server = harness.Server(os.path.join(harness.TINY, "deepseek_v3")).start()
         c = Client(server.target, timeout=120)
-        streams = [c.generate(input_ids=[1, 2, 3], max_tokens=300, ignore_eos=True,
+        streams = [c.generate(input_ids=[1, 2, 3], max_tokens=1000, ignore_eos=True,
                               temperature=0) for _ in range(4)]
         for s in streams:
             next(s)  # each is running
@@ -196,7 +200,7 @@ class RobustnessTest(unittest.TestCase):
         for s in streams:
             rest = list(s)
             self.assertEqual(rest[-1].finish_reason, 2)  # LENGTH: ran to the end
-            self.assertEqual(rest[-1].usage.completion_tokens, 300)
+            self.assertEqual(rest[-1].usage.completion_tokens, 1000)
         c.close()
         self.assertEqual(server.stop(), 0, server.read_log())
 
