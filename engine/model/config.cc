@@ -218,10 +218,6 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
                      ") is not a multiple of num_key_value_heads (",
                      spec->num_kv_heads, ")"));
   }
-  if (spec->head_dim <= 0 || spec->head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim must be positive and even, got ", spec->head_dim));
-  }
   // Found by fuzzing: unbounded sizes made ModelSpec's widths and the
   // loader's tensor sizes (products of two or three of them) overflow int64.
   for (const auto& [name, value] :
@@ -235,6 +231,14 @@ absl::Status ParseCommon(const nlohmann::json& config, ModelSpec* spec) {
 }
 
 absl::Status CheckArchitectureFields(const ModelSpec& spec) {
+  // Checked once the architecture has set it: MLA's per-head width is
+  // qk_nope_head_dim + qk_rope_head_dim (only the rope part rotates, and
+  // ParseMla checks that it is even), whatever hidden_size /
+  // num_attention_heads would give.
+  if (spec.head_dim <= 0 || (!spec.mla.has_value() && spec.head_dim % 2 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim must be positive and even, got ", spec.head_dim));
+  }
   if (spec.experts_per_token > spec.num_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_experts_per_tok (", spec.experts_per_token,

@@ -324,6 +324,33 @@ TEST(ConfigTest, DeepseekV3LatentAttentionAndGroupedSigmoidRouting) {
   EXPECT_EQ(fp8->fp8.block_cols, 32);
 }
 
+// MLA's heads are qk_nope_head_dim + qk_rope_head_dim wide whatever
+// hidden_size / num_attention_heads is (transformers' DeepSeek configs carry
+// no head_dim): a hidden size that 3 heads do not divide, or an odd
+// nope + rope, is a valid config.
+TEST(ConfigTest, DeepseekHeadWidthIsNopePlusRope) {
+  auto spec = ParseEdited("deepseek_v3", [](nlohmann::json& j) {
+    j["hidden_size"] = 160;
+    j["num_attention_heads"] = 3;
+    j["num_key_value_heads"] = 3;
+    j["qk_nope_head_dim"] = 15;
+  });
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->head_dim, 23);
+  EXPECT_EQ(spec->mla->qk_head_dim(), 23);
+  // Without MLA the rotary head must still be even.
+  auto mixtral = ParseEdited("mixtral", [](nlohmann::json& j) {
+    j["hidden_size"] = 160;
+    j["num_attention_heads"] = 3;
+    j["num_key_value_heads"] = 3;
+  });
+  ASSERT_FALSE(mixtral.ok());
+  EXPECT_NE(mixtral.status().message().find(
+                "head_dim must be positive and even, got 53"),
+            std::string::npos)
+      << mixtral.status();
+}
+
 TEST(ConfigTest, GptOssSinksWindowsBiasedRouterAndClampedSwiglu) {
   for (const char* dir : {"gpt_oss", "gpt_oss_bf16"}) {
     auto spec = LoadModelConfig(std::string(kTiny) + dir);

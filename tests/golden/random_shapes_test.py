@@ -1,0 +1,131 @@
+"""The engine on shapes, seeds and lengths the golden files do not hold:
+random Mixtral, gpt-oss (MXFP4) and DeepSeek-V3 (FP8, MLA) checkpoints from
+tools/make_synthetic_moe.py (odd head counts, head widths from 8 to 48, MLA
+heads of odd width, windows of 1 to 64 tokens, top-1 to top-6 routing over
+1 to 4 groups, shared experts or none, dense first layers), prompts of 1 to
+200 tokens. `ringmoe logits` must be within 1e-4 (relative to each
+position's largest logit, the goldens' criterion) of reference_models.py's
+float64 forward at every position, and `ringmoe generate` (prefill, then
+one decode step per token) must pick the reference's greedy tokens up to the
+first near-tie. The reference is first held to every shipped golden of its
+architectures, so a mistake there fails here rather than agreeing with the
+engine."""
+import json
+import os
+import random
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_models  # noqa: E402
+
+RINGMOE = os.environ["RINGMOE_CLI"]
+TINY = "tests/testdata/moe-tiny"
+TOLERANCE = 1e-4
+GREEDY_TOKENS = 12
+
+# make_synthetic_moe.py flags per model; each also gets --vocab and --seed.
+MODELS = [
+    ("mixtral", dict(hidden=96, layers=2, experts=5, top_k=2, intermediate=40, heads=6,
+                     kv_heads=2), {}),
+    ("mixtral", dict(hidden=64, layers=3, experts=3, top_k=1, intermediate=24, heads=2,
+                     kv_heads=1), {"sliding_window": 6}),
+    ("gpt_oss", dict(hidden=64, layers=3, experts=6, top_k=3, intermediate=96, heads=4,
+                     kv_heads=1, head_dim=16, sliding_window=5), {}),
+    ("gpt_oss", dict(hidden=96, layers=4, experts=4, top_k=4, intermediate=160, heads=2,
+                     kv_heads=2, head_dim=48, sliding_window=1), {}),
+    ("gpt_oss", dict(hidden=32, layers=2, experts=3, top_k=1, intermediate=32, heads=8,
+                     kv_heads=4, head_dim=8, sliding_window=64), {}),
+    ("deepseek_v3", dict(hidden=160, layers=3, experts=8, top_k=3, intermediate=48, heads=3,
+                         q_lora_rank=96, kv_lora_rank=40, nope=24, rope=16, v_dim=20,
+                         shared_experts=1, groups=4, topk_groups=2, first_dense=1,
+                         dense_intermediate=200), {}),
+    ("deepseek_v3", dict(hidden=256, layers=2, experts=12, top_k=6, intermediate=64, heads=5,
+                         q_lora_rank=136, kv_lora_rank=160, nope=8, rope=4, v_dim=32,
+                         shared_experts=2, groups=3, topk_groups=2, first_dense=0,
+                         dense_intermediate=64), {}),
+    ("deepseek_v3", dict(hidden=96, layers=2, experts=8, top_k=2, intermediate=40, heads=3,
+                         q_lora_rank=64, kv_lora_rank=24, nope=15, rope=6, v_dim=11,
+                         shared_experts=1, groups=2, topk_groups=1, first_dense=1,
+                         dense_intermediate=72), {}),
+]
+PROMPT_LENGTHS = [1, 9, 70, 200]
+
+
+def relative_errors(got, want):
+    return np.abs(got - want).max(-1) / np.abs(want).max(-1)
+
+
+class RandomShapesTest(unittest.TestCase):
+    def test_reference_reproduces_the_shipped_goldens(self):
+        for name in ["mixtral", "gpt_oss", "gpt_oss_bf16", "deepseek_v3", "deepseek_v3_fp8",
+                     "deepseek_v2_lite"]:
+            with self.subTest(model=name):
+                directory = os.path.join(TINY, name)
+                config, tensors = reference_models.load_model(directory)
+                golden = reference_models.read_tensors(os.path.join(directory, "golden.safetensors"))
+                case = 0
+                while "case%d.input_ids" % case in golden:
+                    want = golden["case%d.logits" % case].astype(np.float64)
+                    got = reference_models.forward(config, tensors,
+                                                   golden["case%d.input_ids" % case])
+                    self.assertLess(relative_errors(got, want).max(), 1e-6, (name, case))
+                    case += 1
+                self.assertGreater(case, 0)
+
+    def test_random_checkpoints_match_the_reference(self):
+        work = os.environ.get("TEST_TMPDIR", "/tmp")
+        for index, (arch, flags, config_edits) in enumerate(MODELS):
+            vocab = 100 + 37 * index
+            directory = os.path.join(work, "%s_%d" % (arch, index))
+            command = ["/usr/bin/python3", "tools/make_synthetic_moe.py", "--arch", arch, "--out",
+                       directory, "--vocab", str(vocab), "--seed", str(index + 1)]
+            for key, value in flags.items():
+                command += ["--" + key, str(value)]
+            subprocess.run(command, check=True, capture_output=True, timeout=300)
+            if config_edits:
+                path = os.path.join(directory, "config.json")
+                with open(path) as f:
+                    config = json.load(f)
+                config.update(config_edits)
+                with open(path, "w") as f:
+                    json.dump(config, f, indent=2)
+            config, tensors = reference_models.load_model(directory)
+            rng = random.Random(index)
+            label = "%s %s %s" % (arch, flags, config_edits)
+            for length in PROMPT_LENGTHS:
+                with self.subTest(model=label, prompt_tokens=length):
+                    ids = [rng.randrange(vocab) for _ in range(length)]
+                    out = os.path.join(directory, "logits.safetensors")
+                    run = subprocess.run(
+                        [RINGMOE, "logits", "--model", directory, "--input_ids",
+                         ",".join(map(str, ids)), "--out", out],
+                        capture_output=True, text=True, timeout=300)
+                    self.assertEqual(run.returncode, 0, run.stderr)
+                    got = next(iter(reference_models.read_tensors(out).values()))
+                    got = got.astype(np.float64).reshape(length, -1)
+                    want = reference_models.forward(config, tensors, ids)
+                    self.assertLessEqual(relative_errors(got, want).max(), TOLERANCE)
+            with self.subTest(model=label, greedy=True):
+                prompt = [rng.randrange(vocab) for _ in range(25)]
+                run = subprocess.run(
+                    [RINGMOE, "generate", "--model", directory, "--input_ids",
+                     ",".join(map(str, prompt)), "--max_tokens", str(GREEDY_TOKENS), "--json"],
+                    capture_output=True, text=True, timeout=300)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                got = json.loads(run.stdout)["ids"]
+                sequence = list(prompt)
+                for step, token in enumerate(got):
+                    logits = reference_models.forward(config, tensors, sequence)[-1]
+                    best, runner_up = np.sort(logits)[-1], np.sort(logits)[-2]
+                    if best - runner_up <= 10 * TOLERANCE * np.abs(logits).max():
+                        break  # a near-tie: either token is right
+                    self.assertEqual(token, int(logits.argmax()), "step %d" % step)
+                    sequence.append(token)
+
+
+if __name__ == "__main__":
+    unittest.main()
