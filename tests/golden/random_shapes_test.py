@@ -51,6 +51,12 @@ MODELS = [
                          q_lora_rank=64, kv_lora_rank=24, nope=15, rope=6, v_dim=11,
                          shared_experts=1, groups=2, topk_groups=1, first_dense=1,
                          dense_intermediate=72), {}),
+    # One head, one routed expert per token (its weight still normalised to
+    # 1 before the scaling factor, as transformers' DeepseekV3MoE does).
+    ("deepseek_v3", dict(hidden=80, layers=2, experts=4, top_k=1, intermediate=16, heads=1,
+                         q_lora_rank=16, kv_lora_rank=8, nope=16, rope=2, v_dim=16,
+                         shared_experts=0, groups=1, topk_groups=1, first_dense=0,
+                         dense_intermediate=48), {}),
 ]
 PROMPT_LENGTHS = [1, 9, 70, 200]
 

@@ -331,7 +331,7 @@ def deepseek(config, tensors, ids):
                 choice = np.where(np.repeat(kept, experts // groups), choice, -np.inf)
             top = np.argsort(-choice, kind="stable")[:k]
             weights = scores[top]
-            if config.get("norm_topk_prob") and k > 1:
+            if config.get("norm_topk_prob"):
                 weights = weights / (weights.sum() + 1e-20)
             weights = weights * config.get("routed_scaling_factor", 1.0)
             for e, weight in zip(top, weights):
