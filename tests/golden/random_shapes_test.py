@@ -1,6 +1,7 @@
 """The engine on shapes, seeds and lengths the golden files do not hold:
 random Mixtral, gpt-oss (MXFP4) and DeepSeek-V3 (FP8, MLA) checkpoints from
-tools/make_synthetic_moe.py (odd head counts, head widths from 8 to 48, MLA
+tools/make_synthetic_moe.py and Qwen2-MoE, Qwen3-MoE and OLMoE ones written
+here (odd head counts, head widths from 8 to 48, MLA
 heads of odd width, windows of 1 to 64 tokens, top-1 to top-6 routing over
 1 to 4 groups, shared experts or none, dense first layers), prompts of 1 to
 200 tokens. `ringmoe logits` must be within 1e-4 (relative to each
@@ -58,7 +59,84 @@ MODELS = [
                          shared_experts=0, groups=1, topk_groups=1, first_dense=0,
                          dense_intermediate=48), {}),
 ]
+# Written by write_llama_moe below (make_synthetic_moe.py makes only the
+# three above): architecture and shapes.
+LLAMA_MOE_MODELS = [
+    ("Qwen2MoeForCausalLM", dict(hidden=48, layers=2, experts=6, top_k=2, intermediate=40,
+                                 heads=6, kv_heads=3, head_dim=8, shared=56)),
+    ("Qwen3MoeForCausalLM", dict(hidden=64, layers=3, experts=5, top_k=3, intermediate=24,
+                                 heads=4, kv_heads=1, head_dim=24)),
+    ("OlmoeForCausalLM", dict(hidden=72, layers=2, experts=4, top_k=1, intermediate=32,
+                              heads=3, kv_heads=3, head_dim=24)),
+]
 PROMPT_LENGTHS = [1, 9, 70, 200]
+
+
+def write_llama_moe(directory, arch, shape, vocab, seed):
+    """A random checkpoint of Qwen2-MoE, Qwen3-MoE or OLMoE in Hugging Face's
+    names and config keys, BF16 (rounded to nearest even), as the moe-tiny
+    README describes them."""
+    rng = np.random.default_rng(seed)
+    h, d = shape["hidden"], shape["head_dim"]
+    q_width, kv_width = shape["heads"] * d, shape["kv_heads"] * d
+    tensors = {"model.embed_tokens.weight": rng.normal(0, 0.05, (vocab, h)),
+               "model.norm.weight": 1 + rng.normal(0, 0.1, h),
+               "lm_head.weight": rng.normal(0, h ** -0.5, (vocab, h))}
+    for layer in range(shape["layers"]):
+        p = "model.layers.%d." % layer
+        for name, rows, cols in [("q", q_width, h), ("k", kv_width, h), ("v", kv_width, h),
+                                 ("o", h, q_width)]:
+            tensors[p + "self_attn.%s_proj.weight" % name] = rng.normal(0, cols ** -0.5,
+                                                                        (rows, cols))
+            if arch == "Qwen2MoeForCausalLM" and name != "o":
+                tensors[p + "self_attn.%s_proj.bias" % name] = rng.normal(0, 0.1, rows)
+        if arch == "Qwen3MoeForCausalLM":
+            tensors[p + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.1, d)
+            tensors[p + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.1, d)
+        if arch == "OlmoeForCausalLM":
+            tensors[p + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.1, q_width)
+            tensors[p + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.1, kv_width)
+        tensors[p + "input_layernorm.weight"] = 1 + rng.normal(0, 0.1, h)
+        tensors[p + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.1, h)
+        tensors[p + "mlp.gate.weight"] = rng.normal(0, 2 * h ** -0.5, (shape["experts"], h))
+        mlps = [("mlp.experts.%d." % e, shape["intermediate"]) for e in range(shape["experts"])]
+        if "shared" in shape:
+            mlps.append(("mlp.shared_expert.", shape["shared"]))
+            tensors[p + "mlp.shared_expert_gate.weight"] = rng.normal(0, h ** -0.5, (1, h))
+        for prefix, inner in mlps:
+            tensors[p + prefix + "gate_proj.weight"] = rng.normal(0, h ** -0.5, (inner, h))
+            tensors[p + prefix + "up_proj.weight"] = rng.normal(0, h ** -0.5, (inner, h))
+            tensors[p + prefix + "down_proj.weight"] = rng.normal(0, inner ** -0.5, (h, inner))
+    header, blobs, offset = {}, [], 0
+    for name, value in tensors.items():
+        bits = np.asarray(value, np.float32).view(np.uint32).astype(np.uint64)
+        bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(np.shape(value)),
+                        "data_offsets": [offset, offset + len(bf16)]}
+        blobs.append(bf16)
+        offset += len(bf16)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little") + encoded + b"".join(blobs))
+    config = {"architectures": [arch], "hidden_size": h, "num_hidden_layers": shape["layers"],
+              "num_attention_heads": shape["heads"], "num_key_value_heads": shape["kv_heads"],
+              "head_dim": d, "vocab_size": vocab, "max_position_embeddings": 512,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+              "tie_word_embeddings": False, "num_experts": shape["experts"],
+              "num_experts_per_tok": shape["top_k"], "bos_token_id": 1, "eos_token_id": 2,
+              "norm_topk_prob": arch == "Qwen3MoeForCausalLM"}
+    if arch == "OlmoeForCausalLM":
+        config["intermediate_size"] = shape["intermediate"]
+    else:
+        config.update({"moe_intermediate_size": shape["intermediate"],
+                       "intermediate_size": 4 * h, "decoder_sparse_step": 1,
+                       "mlp_only_layers": [], "use_sliding_window": False})
+    if "shared" in shape:
+        config["shared_expert_intermediate_size"] = shape["shared"]
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
 
 
 def relative_errors(got, want):
@@ -67,8 +145,8 @@ def relative_errors(got, want):
 
 class RandomShapesTest(unittest.TestCase):
     def test_reference_reproduces_the_shipped_goldens(self):
-        for name in ["mixtral", "gpt_oss", "gpt_oss_bf16", "deepseek_v3", "deepseek_v3_fp8",
-                     "deepseek_v2_lite"]:
+        for name in ["mixtral", "mixtral_sharded", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss",
+                     "gpt_oss_bf16", "deepseek_v3", "deepseek_v3_fp8", "deepseek_v2_lite"]:
             with self.subTest(model=name):
                 directory = os.path.join(TINY, name)
                 config, tensors = reference_models.load_model(directory)
@@ -84,14 +162,19 @@ class RandomShapesTest(unittest.TestCase):
 
     def test_random_checkpoints_match_the_reference(self):
         work = os.environ.get("TEST_TMPDIR", "/tmp")
-        for index, (arch, flags, config_edits) in enumerate(MODELS):
+        models = [(arch, flags, edits, False) for arch, flags, edits in MODELS]
+        models += [(arch, shape, {}, True) for arch, shape in LLAMA_MOE_MODELS]
+        for index, (arch, flags, config_edits, written_here) in enumerate(models):
             vocab = 100 + 37 * index
             directory = os.path.join(work, "%s_%d" % (arch, index))
-            command = ["/usr/bin/python3", "tools/make_synthetic_moe.py", "--arch", arch, "--out",
-                       directory, "--vocab", str(vocab), "--seed", str(index + 1)]
-            for key, value in flags.items():
-                command += ["--" + key, str(value)]
-            subprocess.run(command, check=True, capture_output=True, timeout=300)
+            if written_here:
+                write_llama_moe(directory, arch, flags, vocab, index + 1)
+            else:
+                command = ["/usr/bin/python3", "tools/make_synthetic_moe.py", "--arch", arch,
+                           "--out", directory, "--vocab", str(vocab), "--seed", str(index + 1)]
+                for key, value in flags.items():
+                    command += ["--" + key, str(value)]
+                subprocess.run(command, check=True, capture_output=True, timeout=300)
             if config_edits:
                 path = os.path.join(directory, "config.json")
                 with open(path) as f:

@@ -1,5 +1,6 @@
 """A second forward pass, in float64 numpy, for the architectures whose
-semantics the moe-tiny README spells out (Mixtral, gpt-oss, DeepSeek-V2/V3):
+semantics the moe-tiny README spells out (Mixtral, Qwen2-MoE, Qwen3-MoE,
+OLMoE, gpt-oss, DeepSeek-V2/V3):
 written from that text and transformers' modeling files, sharing nothing with
 the C++ engine, and held to the shipped float64 goldens (random_shapes_test)
 before it judges anything else. Weights are read from the checkpoint as
@@ -130,15 +131,23 @@ def attend(q, k, v, scale, window=0, sinks=None):
     return (e / denominator) @ v
 
 
-def mixtral(config, tensors, ids):
-    """MixtralForCausalLM: GQA with rotate-half RoPE, optional sliding
-    window, softmax router renormalised over the top k, SwiGLU experts."""
+def llama_moe(config, tensors, ids):
+    """Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE: GQA with rotate-half RoPE
+    (q/k/v biases where the checkpoint has them; q/k RMSNorm per head where
+    its weight is head_dim wide, over the whole projection where it is
+    wider), an optional sliding window, a softmax router whose top-k
+    probabilities are renormalised where the architecture says so, SwiGLU
+    experts and Qwen2-MoE's sigmoid-gated shared expert."""
     w = Weights(config, tensors)
+    mixtral_names = config["architectures"][0] == "MixtralForCausalLM"
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or hidden // heads
     eps, k = config["rms_norm_eps"], config["num_experts_per_tok"]
+    renormalise = True if mixtral_names else bool(config.get("norm_topk_prob"))
     window = config.get("sliding_window") or 0
+    if config.get("use_sliding_window") is False:
+        window = 0
     n = len(ids)
     inv = config.get("rope_theta", 10000.0) ** (-np.arange(0, head_dim, 2) / head_dim)
     angles = np.arange(n)[:, None] * inv[None, :]
@@ -148,25 +157,49 @@ def mixtral(config, tensors, ids):
     for layer in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % layer
         h = rms_norm(x, w(p + "input_layernorm.weight"), eps)
-        q = rotate_half((h @ w(p + "self_attn.q_proj.weight").T).reshape(n, heads, head_dim),
-                        cos, sin)
-        kk = rotate_half((h @ w(p + "self_attn.k_proj.weight").T).reshape(n, kv_heads, head_dim),
-                         cos, sin)
-        v = (h @ w(p + "self_attn.v_proj.weight").T).reshape(n, kv_heads, head_dim)
+
+        def project(name, count):
+            y = h @ w(p + "self_attn.%s_proj.weight" % name).T
+            if p + "self_attn.%s_proj.bias" % name in w:
+                y = y + w(p + "self_attn.%s_proj.bias" % name)
+            norm = p + "self_attn.%s_norm.weight" % name
+            if norm in w and w(norm).shape[0] != head_dim:  # the whole vector
+                y = rms_norm(y, w(norm), eps)
+            y = y.reshape(n, count, head_dim)
+            if norm in w and w(norm).shape[0] == head_dim:  # each head
+                y = rms_norm(y, w(norm), eps)
+            return y
+
+        q = rotate_half(project("q", heads), cos, sin)
+        kk = rotate_half(project("k", kv_heads), cos, sin)
+        v = project("v", kv_heads)
         out = np.stack([attend(q[:, a], kk[:, a // (heads // kv_heads)],
                                v[:, a // (heads // kv_heads)], head_dim ** -0.5, window)
                         for a in range(heads)], axis=1)
         x = x + out.reshape(n, heads * head_dim) @ w(p + "self_attn.o_proj.weight").T
         h = rms_norm(x, w(p + "post_attention_layernorm.weight"), eps)
-        probabilities = softmax_rows(h @ w(p + "block_sparse_moe.gate.weight").T)
+        moe_prefix = p + ("block_sparse_moe." if mixtral_names else "mlp.")
+        probabilities = softmax_rows(h @ w(moe_prefix + "gate.weight").T)
         moe = np.zeros_like(x)
         for t in range(n):
             top = np.argsort(-probabilities[t], kind="stable")[:k]
-            weights = probabilities[t, top] / probabilities[t, top].sum()
+            weights = probabilities[t, top]
+            if renormalise:
+                weights = weights / weights.sum()
             for e, weight in zip(top, weights):
-                q_ = p + "block_sparse_moe.experts.%d." % e
-                act = silu(w(q_ + "w1.weight") @ h[t]) * (w(q_ + "w3.weight") @ h[t])
-                moe[t] += weight * (w(q_ + "w2.weight") @ act)
+                expert = moe_prefix + "experts.%d." % e
+                if mixtral_names:
+                    act = silu(w(expert + "w1.weight") @ h[t]) * (w(expert + "w3.weight") @ h[t])
+                    moe[t] += weight * (w(expert + "w2.weight") @ act)
+                else:
+                    act = silu(w(expert + "gate_proj.weight") @ h[t]) * \
+                        (w(expert + "up_proj.weight") @ h[t])
+                    moe[t] += weight * (w(expert + "down_proj.weight") @ act)
+        shared = p + "mlp.shared_expert."
+        if shared + "gate_proj.weight" in w:
+            act = silu(h @ w(shared + "gate_proj.weight").T) * (h @ w(shared + "up_proj.weight").T)
+            gate = 1 / (1 + np.exp(-(h @ w(p + "mlp.shared_expert_gate.weight").T)))
+            moe = moe + gate * (act @ w(shared + "down_proj.weight").T)
         x = x + moe
     return rms_norm(x, w("model.norm.weight"), eps) @ w("lm_head.weight").T
 
@@ -341,7 +374,10 @@ def deepseek(config, tensors, ids):
 
 
 FORWARD = {
-    "MixtralForCausalLM": mixtral,
+    "MixtralForCausalLM": llama_moe,
+    "Qwen2MoeForCausalLM": llama_moe,
+    "Qwen3MoeForCausalLM": llama_moe,
+    "OlmoeForCausalLM": llama_moe,
     "GptOssForCausalLM": gpt_oss,
     "DeepseekV3ForCausalLM": deepseek,
     "DeepseekV2ForCausalLM": deepseek,
