@@ -8,12 +8,15 @@ heads of odd width, windows of 1 to 64 tokens, top-1 to top-6 routing over
 position's largest logit, the goldens' criterion) of reference_models.py's
 float64 forward at every position, and `ringmoe generate` (prefill, then
 one decode step per token) must pick the reference's greedy tokens up to the
-first near-tie. The reference is first held to every shipped golden of its
+first near-tie. With the smallest RAM budget that runs (experts streamed
+through the memory ring) the logits must be bitwise the resident ones, and
+on three threads within the same tolerance. The reference is first held to every shipped golden of its
 architectures, so a mistake there fails here rather than agreeing with the
 engine."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import unittest
@@ -70,6 +73,7 @@ LLAMA_MOE_MODELS = [
                               heads=3, kv_heads=3, head_dim=24)),
 ]
 PROMPT_LENGTHS = [1, 9, 70, 200]
+STREAMED_PROMPT_TOKENS = 70
 
 
 def write_llama_moe(directory, arch, shape, vocab, seed):
@@ -198,6 +202,37 @@ class RandomShapesTest(unittest.TestCase):
                     got = got.astype(np.float64).reshape(length, -1)
                     want = reference_models.forward(config, tensors, ids)
                     self.assertLessEqual(relative_errors(got, want).max(), TOLERANCE)
+                    if length != STREAMED_PROMPT_TOKENS:
+                        continue
+                    # The smallest RAM budget that runs (the refusal of a
+                    # 1-byte budget names it): experts stream through the
+                    # memory ring, bitwise the resident result; three
+                    # threads split the work differently, within the
+                    # tolerance.
+                    ring = ["--ring_slots", "3", "--prefetch_depth", "2"]
+                    refused = subprocess.run(
+                        [RINGMOE, "logits", "--model", directory, "--input_ids", "1", "--out",
+                         os.path.join(directory, "unused.safetensors"), "--host_memory_budget",
+                         "1", *ring], capture_output=True, text=True, timeout=300)
+                    smallest = re.search(r"smallest budget that works is (\d+)", refused.stderr)
+                    self.assertIsNotNone(smallest, refused.stderr)
+                    for extra, bitwise in [(["--host_memory_budget", smallest.group(1), *ring],
+                                            True),
+                                           (["--threads", "3"], False)]:
+                        other = os.path.join(directory, "other.safetensors")
+                        run = subprocess.run(
+                            [RINGMOE, "logits", "--model", directory, "--input_ids",
+                             ",".join(map(str, ids)), "--out", other, *extra],
+                            capture_output=True, text=True, timeout=300)
+                        self.assertEqual(run.returncode, 0, run.stderr)
+                        with open(out, "rb") as a, open(other, "rb") as b:
+                            same = a.read() == b.read()
+                        if bitwise:
+                            self.assertTrue(same, extra)
+                        else:
+                            values = next(iter(reference_models.read_tensors(other).values()))
+                            values = values.astype(np.float64).reshape(length, -1)
+                            self.assertLessEqual(relative_errors(values, want).max(), TOLERANCE)
             with self.subTest(model=label, greedy=True):
                 prompt = [rng.randrange(vocab) for _ in range(25)]
                 run = subprocess.run(
