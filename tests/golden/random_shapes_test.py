@@ -1,6 +1,7 @@
 """The engine on shapes, seeds and lengths the golden files do not hold:
 random Mixtral, gpt-oss (MXFP4) and DeepSeek-V3 (FP8, MLA) checkpoints from
-tools/make_synthetic_moe.py and Qwen2-MoE, Qwen3-MoE and OLMoE ones written
+tools/make_synthetic_moe.py (one of them turned into DeepSeek-V2 by its
+config) and Qwen2-MoE, Qwen3-MoE and OLMoE ones written
 here (odd head counts, head widths from 8 to 48, MLA
 heads of odd width, windows of 1 to 64 tokens, top-1 to top-6 routing over
 1 to 4 groups, shared experts or none, dense first layers), prompts of 1 to
@@ -55,6 +56,16 @@ MODELS = [
                          q_lora_rank=64, kv_lora_rank=24, nope=15, rope=6, v_dim=11,
                          shared_experts=1, groups=2, topk_groups=1, first_dense=1,
                          dense_intermediate=72), {}),
+    # DeepSeek-V2's routing on the same kind of checkpoint (its V3 selection
+    # bias left unused): softmax scores, the groups with the best single
+    # expert kept, weights not renormalised.
+    ("deepseek_v3", dict(hidden=128, layers=2, experts=12, top_k=4, intermediate=32, heads=2,
+                         q_lora_rank=64, kv_lora_rank=32, nope=16, rope=8, v_dim=16,
+                         shared_experts=2, groups=4, topk_groups=2, first_dense=1,
+                         dense_intermediate=96),
+     {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+      "scoring_func": "softmax", "topk_method": "group_limited_greedy",
+      "norm_topk_prob": False, "routed_scaling_factor": 1.5}),
     # One head, one routed expert per token (its weight still normalised to
     # 1 before the scaling factor, as transformers' DeepseekV3MoE does).
     ("deepseek_v3", dict(hidden=80, layers=2, experts=4, top_k=1, intermediate=16, heads=1,

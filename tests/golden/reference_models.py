@@ -354,7 +354,8 @@ def deepseek(config, tensors, ids):
                 scores = 1 / (1 + np.exp(-logits[t]))
             else:
                 scores = softmax_rows(logits[t])
-            choice = scores + (w(bias_name) if bias_name in w else 0)
+            # The selection bias belongs to V3's noaux_tc (V2 has none).
+            choice = scores + (w(bias_name) if method == "noaux_tc" else 0)
             if method in ("noaux_tc", "group_limited_greedy"):
                 per_group = choice.reshape(groups, experts // groups)
                 group_scores = (np.sort(per_group, -1)[:, -2:].sum(-1) if method == "noaux_tc"
