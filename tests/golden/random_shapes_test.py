@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
-RINGMOE = os.environ["RINGMOE_CLI"]
+RINGMOE = os.environ.get("RINGMOE_CLI", "clients/cli/ringmoe")
 TINY = "tests/testdata/moe-tiny"
 TOLERANCE = 1e-4
 GREEDY_TOKENS = 12
@@ -154,6 +154,19 @@ def write_llama_moe(directory, arch, shape, vocab, seed):
         json.dump(config, f, indent=2)
 
 
+def expect_greedy(test, config, tensors, prompt, tokens):
+    """Each of `tokens` (greedy after `prompt`) is the reference's argmax,
+    up to the first step whose best two logits are too close to tell."""
+    sequence = list(prompt)
+    for step, token in enumerate(tokens):
+        logits = reference_models.forward(config, tensors, sequence)[-1]
+        best, runner_up = np.sort(logits)[-1], np.sort(logits)[-2]
+        if best - runner_up <= 10 * TOLERANCE * np.abs(logits).max():
+            return  # a near-tie: either token is right
+        test.assertEqual(token, int(logits.argmax()), "step %d after %s" % (step, prompt))
+        sequence.append(token)
+
+
 def relative_errors(got, want):
     return np.abs(got - want).max(-1) / np.abs(want).max(-1)
 
@@ -251,15 +264,7 @@ class RandomShapesTest(unittest.TestCase):
                      ",".join(map(str, prompt)), "--max_tokens", str(GREEDY_TOKENS), "--json"],
                     capture_output=True, text=True, timeout=300)
                 self.assertEqual(run.returncode, 0, run.stderr)
-                got = json.loads(run.stdout)["ids"]
-                sequence = list(prompt)
-                for step, token in enumerate(got):
-                    logits = reference_models.forward(config, tensors, sequence)[-1]
-                    best, runner_up = np.sort(logits)[-1], np.sort(logits)[-2]
-                    if best - runner_up <= 10 * TOLERANCE * np.abs(logits).max():
-                        break  # a near-tie: either token is right
-                    self.assertEqual(token, int(logits.argmax()), "step %d" % step)
-                    sequence.append(token)
+                expect_greedy(self, config, tensors, prompt, json.loads(run.stdout)["ids"])
 
 
 if __name__ == "__main__":
