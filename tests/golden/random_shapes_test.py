@@ -154,6 +154,27 @@ def write_llama_moe(directory, arch, shape, vocab, seed):
         json.dump(config, f, indent=2)
 
 
+def write_checkpoint(directory, arch, shape, vocab, seed, config_edits=None):
+    """A random checkpoint: `arch` a make_synthetic_moe.py --arch (its flags
+    in `shape`) or a class name write_llama_moe knows; `config_edits`
+    override config.json's keys."""
+    if arch.endswith("ForCausalLM"):
+        write_llama_moe(directory, arch, shape, vocab, seed)
+    else:
+        command = ["/usr/bin/python3", "tools/make_synthetic_moe.py", "--arch", arch, "--out",
+                   directory, "--vocab", str(vocab), "--seed", str(seed)]
+        for key, value in shape.items():
+            command += ["--" + key, str(value)]
+        subprocess.run(command, check=True, capture_output=True, timeout=300)
+    if config_edits:
+        path = os.path.join(directory, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config.update(config_edits)
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
+
+
 def expect_greedy(test, config, tensors, prompt, tokens):
     """Each of `tokens` (greedy after `prompt`) is the reference's argmax,
     up to the first step whose best two logits are too close to tell."""
@@ -190,26 +211,11 @@ class RandomShapesTest(unittest.TestCase):
 
     def test_random_checkpoints_match_the_reference(self):
         work = os.environ.get("TEST_TMPDIR", "/tmp")
-        models = [(arch, flags, edits, False) for arch, flags, edits in MODELS]
-        models += [(arch, shape, {}, True) for arch, shape in LLAMA_MOE_MODELS]
-        for index, (arch, flags, config_edits, written_here) in enumerate(models):
+        models = MODELS + [(arch, shape, {}) for arch, shape in LLAMA_MOE_MODELS]
+        for index, (arch, flags, config_edits) in enumerate(models):
             vocab = 100 + 37 * index
             directory = os.path.join(work, "%s_%d" % (arch, index))
-            if written_here:
-                write_llama_moe(directory, arch, flags, vocab, index + 1)
-            else:
-                command = ["/usr/bin/python3", "tools/make_synthetic_moe.py", "--arch", arch,
-                           "--out", directory, "--vocab", str(vocab), "--seed", str(index + 1)]
-                for key, value in flags.items():
-                    command += ["--" + key, str(value)]
-                subprocess.run(command, check=True, capture_output=True, timeout=300)
-            if config_edits:
-                path = os.path.join(directory, "config.json")
-                with open(path) as f:
-                    config = json.load(f)
-                config.update(config_edits)
-                with open(path, "w") as f:
-                    json.dump(config, f, indent=2)
+            write_checkpoint(directory, arch, flags, vocab, index + 1, config_edits)
             config, tensors = reference_models.load_model(directory)
             rng = random.Random(index)
             label = "%s %s %s" % (arch, flags, config_edits)

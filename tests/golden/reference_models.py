@@ -95,13 +95,21 @@ def mxfp4(blocks, scales):
 
 
 class Weights:
+    """The checkpoint's tensors in float64, each decoded once (experts are
+    asked for once per token)."""
+
     def __init__(self, config, tensors):
-        self.config, self.tensors = config, tensors
+        self.config, self.tensors, self.decoded = config, tensors, {}
 
     def __contains__(self, name):
         return name in self.tensors
 
     def __call__(self, name):
+        if name not in self.decoded:
+            self.decoded[name] = self.decode(name)
+        return self.decoded[name]
+
+    def decode(self, name):
         w = self.tensors[name]
         if name + "_scale_inv" in self.tensors:  # FP8 with block scales
             rows, cols = self.config["quantization_config"]["weight_block_size"]
