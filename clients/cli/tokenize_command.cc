@@ -8,9 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
 #include "engine/runtime/engine_flags.h"
@@ -71,19 +69,10 @@ absl::StatusOr<std::vector<int32_t>> Int32Ids(const nlohmann::json& ids) {
 int RunDecode(const tokenizer::Tokenizer& tok, const std::string& jsonl) {
   const bool skip = absl::GetFlag(FLAGS_skip_special_tokens);
   if (jsonl.empty()) {
-    nlohmann::json ids = nlohmann::json::array();
-    for (absl::string_view part :
-         absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipEmpty())) {
-      int64_t id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        return Fail("tokenize", absl::InvalidArgumentError(absl::StrCat(
-                                    "--ids: `", part, "` is not an integer")));
-      }
-      ids.push_back(id);
-    }
-    absl::StatusOr<std::vector<int32_t>> checked = Int32Ids(ids);
-    if (!checked.ok()) return Fail("tokenize", checked.status());
-    PrintText(tok.Decode(*checked, skip));
+    absl::StatusOr<std::vector<int32_t>> ids =
+        ParseIdList(absl::GetFlag(FLAGS_ids));
+    if (!ids.ok()) return Fail("tokenize", ids.status());
+    PrintText(tok.Decode(*ids, skip));
     return 0;
   }
   absl::Status status =
