@@ -10,7 +10,7 @@
 #       repository root; tests and bench without an argument, one part per
 #       call keeps each within the device tool's time limit; hybrid: the
 #       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
-#       alone) runs every
+#       alone; resident: the resident benchmarks alone) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -105,6 +105,13 @@ run_tests() {
 # Benchmarks on synthetic checkpoints of real shapes, written here: every
 # weight resident, then hybrid under a third of the model's size.
 run_benchmarks() {
+  run_resident_benchmarks
+  run_hybrid_benchmark
+}
+
+# Every weight resident, the MoE layers routed on the device and, for
+# comparison in the same process, on the host.
+run_resident_benchmarks() {
   local models=/tmp/gpu-check-models arch
   mkdir -p "$models"
   for arch in mixtral deepseek_v3 gpt_oss; do
@@ -113,9 +120,8 @@ run_benchmarks() {
         --out "$models/$arch" >"$out/make_$arch.log" 2>&1
     check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
       --model $models/$arch --device cuda:0 --batches 1,32 \
-      >$out/bench_$arch.json"
+      --routing device,host >$out/bench_$arch.json"
   done
-  run_hybrid_benchmark
 }
 
 # The synthetic Mixtral (about 2.2 GB, 0.6 GB of it what every token needs)
@@ -189,6 +195,7 @@ run() {
       run_hybrid_benchmark
       ;;
     hybrid_bench) run_hybrid_benchmark ;;
+    resident) run_resident_benchmarks ;;
     nccl)
       check nccl_communicator_test "$bin/nccl_communicator_test"
       memcheck_nccl
@@ -206,7 +213,7 @@ case ${1:-} in
   build) build ;;
   run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run [tests|bench|hybrid|hybrid_bench|nccl]" >&2
+    echo "usage: $0 build|run [tests|bench|hybrid|hybrid_bench|resident|nccl]" >&2
     exit 2
     ;;
 esac

@@ -68,6 +68,21 @@ struct MlpTask {
   Tensor out;
 };
 
+// The routed experts of one MoE layer, from its router's logits.
+struct RoutedExpertsJob {
+  Tensor x;       // [n, hidden]: the MoE block's normalised input
+  Tensor logits;  // [n, experts.size()]: router logits, bias added
+  int64_t top_k = 0;
+  const model::RoutingSpec* routing = nullptr;
+  // [experts.size()] in host memory, or null (RoutingSpec::selection_bias).
+  const float* selection_bias = nullptr;
+  // Every expert of the layer, in this backend's weight memory. They and
+  // the selection bias must not change while the backend lives (a device
+  // backend keeps a table of them).
+  absl::Span<const MlpWeights> experts;
+  Tensor out;  // [n, hidden]
+};
+
 // Where a rotary embedding applies in each row of a tensor: `count` vectors
 // of `dim` dimensions, vector i starting at column offset + i * stride.
 // Pairs are (j, j + dim/2) (rotate-half, Llama) or (2j, 2j + 1)
@@ -207,6 +222,16 @@ class Backend {
                                const Vector& gate, const Tensor& y) = 0;
 
   virtual void Attend(const AttentionJob& job) = 0;
+
+  // out[t] = Σ weight · expert(x[t]) over token t's top_k experts in
+  // ascending expert order, the experts and weights moe::Router's for the
+  // logits: what routing on the host, RunMlps and AddScaledRows compute,
+  // up to the rounding of the routing scores, without the host learning
+  // the routing, so a device backend need not synchronise. Returns false,
+  // doing nothing, where the backend does not (the CPU backend, whose host
+  // routes anyway; a device backend past the bounds of its kernels): the
+  // caller then routes on the host.
+  virtual bool RunRoutedExperts(const RoutedExpertsJob& job) { return false; }
 
   // Multi-head latent attention around Attend, with kv_b ([heads *
   // (qk_nope_head_dim + v_head_dim), kv_lora_rank]) absorbed: each head's

@@ -1,11 +1,12 @@
 // Every Backend operation on every backend this build and machine offer
 // ("cpu", the CPU-backed "standin" device, and "cuda:0" where a GPU is
-// present in a CUDA build; skipped elsewhere), against double-precision references on ragged shapes. The
-// tests go through the interface alone: tensors in the backend's memory
-// (written and read through CopyFromHost and CopyToHost), weights and
-// vectors uploaded, KV blocks pointing into a backend tensor, so the same
-// test holds a device backend to what the CPU backend does. Outputs start
-// as NaN, so an element an operation fails to write fails its comparison.
+// present in a CUDA build; skipped elsewhere), against double-precision
+// references on ragged shapes. The tests go through the interface alone:
+// tensors in the backend's memory (written and read through CopyFromHost and
+// CopyToHost), weights and vectors uploaded, KV blocks pointing into a backend
+// tensor, so the same test holds a device backend to what the CPU backend does.
+// Outputs start as NaN, so an element an operation fails to write fails its
+// comparison.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -19,6 +20,8 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/backend_test_util.h"
+#include "engine/model/model_spec.h"
+#include "engine/moe/routing.h"
 #include "gtest/gtest.h"
 
 namespace ringmoe::backend {
@@ -31,6 +34,8 @@ constexpr double kTolerance = 1e-5;
 constexpr double kMlpTolerance = 1e-4;
 // Softmax over hundreds of positions.
 constexpr double kAttentionTolerance = 2e-5;
+// Steps of more tokens route on the host (cuda::kMaxRoutedTokens).
+constexpr int64_t kMaxRoutedTokens = 64;
 
 // A step of several sequences in a paged cache.
 struct AttentionCase {
@@ -371,6 +376,156 @@ TEST_P(BackendConformanceTest, RunMlpsMatchesADoubleReference) {
                    kMlpTolerance, absl::StrCat(what, " mlp ", i));
       }
       EXPECT_GT(clamped, 0) << what;
+    }
+  }
+}
+
+// A MoE layer's routed experts routed and run by the backend from router
+// logits, for every routing scheme the architectures use (Mixtral's and
+// Qwen's softmax top-k with and without renormalisation, gpt-oss's top-k
+// then softmax with fused, biased, clamped experts, DeepSeek-V3's grouped
+// sigmoid routing with a selection bias and scaling, DeepSeek-V2's
+// group-limited greedy), every weight format, ragged widths and token
+// counts: a backend that runs the job (a GPU's) matches the host Router's
+// choice and the double-precision MLPs, combined in expert order, and
+// counts the distinct experts' bytes; the CPU backends decline it.
+TEST_P(BackendConformanceTest, RunRoutedExpertsMatchesHostRouting) {
+  std::mt19937 rng(29);
+  const bool runs_on_device = GetParam().rfind("cuda:", 0) == 0;
+  struct Case {
+    const char* name;
+    int64_t experts, top_k;
+    model::RoutingSpec routing;
+    bool fused_clamped_biased;
+    WeightFormat format;
+    int64_t hidden, inter;
+  };
+  model::RoutingSpec mixtral;
+  model::RoutingSpec qwen;
+  qwen.renormalize = false;
+  model::RoutingSpec gpt_oss;
+  gpt_oss.order = model::RouterOrder::kTopKThenSoftmax;
+  gpt_oss.router_bias = true;
+  model::RoutingSpec deepseek_v3;
+  deepseek_v3.scoring = model::RouterScoring::kSigmoid;
+  deepseek_v3.num_groups = 4;
+  deepseek_v3.topk_groups = 2;
+  deepseek_v3.group_scoring = model::GroupScoring::kTopTwoSum;
+  deepseek_v3.scaling_factor = 2.5;
+  deepseek_v3.selection_bias = true;
+  model::RoutingSpec deepseek_v2;
+  deepseek_v2.num_groups = 4;
+  deepseek_v2.topk_groups = 3;
+  deepseek_v2.renormalize = false;
+  deepseek_v2.scaling_factor = 16.0;
+  const Case cases[] = {
+      {"mixtral", 8, 2, mixtral, false, {WeightType::kBF16}, 64, 48},
+      {"qwen", 12, 3, qwen, false, {WeightType::kInt4, 32}, 40, 24},
+      {"gpt_oss", 6, 2, gpt_oss, true, {WeightType::kMxfp4}, 64, 40},
+      {"deepseek_v3",
+       16,
+       4,
+       deepseek_v3,
+       false,
+       {WeightType::kFp8E4M3, 0, 16, 32},
+       64,
+       32},
+      {"deepseek_v2",
+       16,
+       6,
+       deepseek_v2,
+       false,
+       {WeightType::kInt8, 64},
+       36,
+       20},
+      {"f32", 5, 5, mixtral, false, {WeightType::kF32}, 24, 16},
+  };
+  for (const Case& c : cases) {
+    std::vector<Mlp> mlps(c.experts);
+    std::vector<MlpWeights> experts(c.experts);
+    for (int64_t e = 0; e < c.experts; ++e) {
+      Mlp& m = mlps[e];
+      m.hidden = c.hidden;
+      m.intermediate = c.inter;
+      MlpWeights& w = experts[e];
+      if (c.fused_clamped_biased) {
+        m.gate_up = MakeTestWeight(c.format, 2 * c.inter, c.hidden, &rng);
+        w.gate_up = Upload(m.gate_up.weight);
+        m.gate_up_bias = Random(2 * c.inter, &rng);
+        w.gate_up_bias = Upload(m.gate_up_bias);
+        m.down_bias = Random(c.hidden, &rng);
+        w.activation.kind = GatedActivation::Kind::kClampedSwiglu;
+      } else {
+        m.gate = MakeTestWeight(c.format, c.inter, c.hidden, &rng);
+        m.up = MakeTestWeight(c.format, c.inter, c.hidden, &rng);
+        w.gate = Upload(m.gate.weight);
+        w.up = Upload(m.up.weight);
+      }
+      m.down = MakeTestWeight(c.format, c.hidden, c.inter, &rng);
+      w.down = Upload(m.down.weight);
+      if (!m.down_bias.empty()) w.down_bias = Upload(m.down_bias);
+      m.weights = w;
+    }
+    const std::vector<float> selection_bias = Random(c.experts, &rng, 0.3f);
+    for (const int64_t n :
+         {int64_t{1}, int64_t{5}, int64_t{37}, kMaxRoutedTokens + 1}) {
+      const std::string what =
+          absl::StrCat(c.name, " ", FormatName(c.format), " ", n, " tokens");
+      const std::vector<float> x_host = Random(n * c.hidden, &rng);
+      const std::vector<float> logits_host = Random(n * c.experts, &rng, 2.f);
+      const Backend::Buffer x = Put(x_host, n, c.hidden);
+      const Backend::Buffer logits = Put(logits_host, n, c.experts);
+      const Backend::Buffer out = Poisoned(n, c.hidden);
+      RoutedExpertsJob job;
+      job.x = x;
+      job.logits = logits;
+      job.top_k = c.top_k;
+      job.routing = &c.routing;
+      job.selection_bias =
+          c.routing.selection_bias ? selection_bias.data() : nullptr;
+      job.experts = experts;
+      job.out = out;
+      Work work;
+      backend().set_work(&work);
+      const bool ran = backend().RunRoutedExperts(job);
+      backend().set_work(nullptr);
+      EXPECT_EQ(ran, runs_on_device && n <= kMaxRoutedTokens) << what;
+      if (!ran) {
+        // Declined: nothing written.
+        for (const float v : Get(out)) ASSERT_TRUE(std::isnan(v)) << what;
+        continue;
+      }
+      const moe::Routing routing =
+          moe::Router(c.experts, c.top_k, c.routing)
+              .Route(logits_host.data(), n, job.selection_bias);
+      // Every expert's MLP on every token, then each token's experts in
+      // ascending order.
+      std::vector<std::vector<double>> by_expert(c.experts);
+      std::vector<bool> used(c.experts, false);
+      std::vector<double> want(n * c.hidden, 0.0);
+      int clamped = 0;
+      for (int64_t e = 0; e < c.experts; ++e) {
+        mlps[e].x = x_host;
+        mlps[e].n = n;
+        by_expert[e] = ReferenceMlp(mlps[e], &clamped);
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t j = 0; j < c.top_k; ++j) {
+          const int32_t e = routing.experts[t * c.top_k + j];
+          used[e] = true;
+          for (int64_t d = 0; d < c.hidden; ++d) {
+            want[t * c.hidden + d] += routing.weights[t * c.top_k + j] *
+                                      by_expert[e][t * c.hidden + d];
+          }
+        }
+      }
+      ExpectNear(Get(out), want, kMlpTolerance, what);
+      const int64_t distinct = std::count(used.begin(), used.end(), true);
+      const int64_t expert_bytes =
+          StoredBytes(experts[0].gate) + StoredBytes(experts[0].up) +
+          StoredBytes(experts[0].gate_up) + StoredBytes(experts[0].down);
+      EXPECT_EQ(work.weight_bytes, distinct * expert_bytes) << what;
+      EXPECT_EQ(work.flops, 2.0 * n * c.top_k * 3 * c.inter * c.hidden) << what;
     }
   }
 }

@@ -86,6 +86,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return fail("cudaHostAlloc", cudaGetErrorString(e));
   }
   backend->staging_capacity_ = kInitialStagingBytes;
+  if (cudaError_t e = cudaMalloc(&backend->d_routed_bytes_,
+                                 sizeof(*backend->d_routed_bytes_));
+      e != cudaSuccess) {
+    return fail("cudaMalloc", cudaGetErrorString(e));
+  }
+  if (cudaError_t e = cudaMemset(backend->d_routed_bytes_, 0,
+                                 sizeof(*backend->d_routed_bytes_));
+      e != cudaSuccess) {
+    return fail("cudaMemset", cudaGetErrorString(e));
+  }
   return backend;
 }
 
@@ -94,6 +104,11 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   ReleaseArguments();
   for (void* p : uploads_) cudaFree(p);
+  for (auto& [key, table] : expert_tables_) {
+    cudaFree(table.d_experts);
+    cudaFree(table.d_selection_bias);
+  }
+  cudaFree(d_routed_bytes_);
   if (staging_ != nullptr) cudaFreeHost(staging_);
   if (cublas_ != nullptr) cuda::LoadCublas()->destroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -248,6 +263,28 @@ void CudaBackend::CopyFromHost(const float* src, const Tensor& dst) {
     Check(cudaMemcpyAsync(dst.data, pinned, bytes, cudaMemcpyHostToDevice,
                           stream_),
           "copying from the host");
+  }
+}
+
+void CudaBackend::set_work(Work* work) {
+  CollectRoutedWork();
+  work_ = work;
+}
+
+void CudaBackend::CollectRoutedWork() {
+  if (!routed_bytes_pending_) return;
+  routed_bytes_pending_ = false;
+  Bind();
+  unsigned long long bytes = 0;
+  Check(cudaMemcpyAsync(&bytes, d_routed_bytes_, sizeof(bytes),
+                        cudaMemcpyDeviceToHost, stream_),
+        "reading the routed experts' work");
+  Synchronize();
+  Check(cudaMemsetAsync(d_routed_bytes_, 0, sizeof(bytes), stream_),
+        "resetting the routed experts' work");
+  if (work_ != nullptr) {
+    work_->weight_bytes += static_cast<int64_t>(bytes);
+    work_->weight_bytes_by_kernel["cuda"] += static_cast<int64_t>(bytes);
   }
 }
 
@@ -451,6 +488,144 @@ void CudaBackend::Attend(const AttentionJob& job) {
       work_->flops += 4.0 * job.heads * job.head_dim * (end - first);
     }
   }
+}
+
+const CudaBackend::ExpertTable* CudaBackend::TableFor(
+    const RoutedExpertsJob& job) {
+  const absl::Span<const MlpWeights> experts = job.experts;
+  const auto key =
+      std::make_tuple(experts.data(), experts.size(), experts.front().down.data,
+                      experts.back().down.data, job.selection_bias);
+  if (const auto it = expert_tables_.find(key); it != expert_tables_.end()) {
+    return &it->second;
+  }
+  const MlpWeights& first = experts.front();
+  const auto same_shape = [](const Weight& a, const Weight& b) {
+    return a.type == b.type && a.rows == b.rows && a.cols == b.cols &&
+           a.group_size == b.group_size && a.block_rows == b.block_rows &&
+           a.block_cols == b.block_cols;
+  };
+  const auto same_activation = [](const GatedActivation& a,
+                                  const GatedActivation& b) {
+    return a.kind == b.kind && a.alpha == b.alpha && a.limit == b.limit;
+  };
+  ExpertTable table;
+  table.fused = first.fused();
+  table.type = first.down.type;
+  table.intermediate = first.intermediate();
+  table.vectorized_gate_up = table.vectorized_down = true;
+  // The kernels read gate, up and down as one type.
+  if ((table.fused ? first.gate_up.type : first.gate.type) != table.type ||
+      (!table.fused && first.up.type != table.type)) {
+    return nullptr;
+  }
+  std::vector<cuda::DeviceExpert> host(experts.size());
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const MlpWeights& m = experts[e];
+    if (m.fused() != table.fused || !same_shape(m.down, first.down) ||
+        !same_activation(m.activation, first.activation) ||
+        m.gate_up_bias.empty() != first.gate_up_bias.empty() ||
+        m.down_bias.empty() != first.down_bias.empty() ||
+        (table.fused && !same_shape(m.gate_up, first.gate_up)) ||
+        (!table.fused &&
+         (!same_shape(m.gate, first.gate) || !same_shape(m.up, first.up)))) {
+      return nullptr;
+    }
+    cuda::DeviceExpert& d = host[e];
+    if (table.fused) {
+      d.gate_up = AsDevice(m.gate_up);
+      table.vectorized_gate_up &= cuda::CanDecodeVectorized(d.gate_up);
+    } else {
+      d.gate = AsDevice(m.gate);
+      d.up = AsDevice(m.up);
+      table.vectorized_gate_up &=
+          cuda::CanDecodeVectorized(d.gate) && cuda::CanDecodeVectorized(d.up);
+    }
+    d.down = AsDevice(m.down);
+    table.vectorized_down &= cuda::CanDecodeVectorized(d.down);
+    d.gate_up_bias = m.gate_up_bias.empty() ? nullptr : m.gate_up_bias.data;
+    d.down_bias = m.down_bias.empty() ? nullptr : m.down_bias.data;
+  }
+  table.expert_bytes = static_cast<uint64_t>(
+      StoredBytes(first.gate) + StoredBytes(first.up) +
+      StoredBytes(first.gate_up) + StoredBytes(first.down));
+  const size_t table_bytes = host.size() * sizeof(cuda::DeviceExpert);
+  const size_t bias_bytes =
+      job.selection_bias == nullptr ? 0 : experts.size() * sizeof(float);
+  if (cudaError_t e = cudaMalloc(&table.d_experts, table_bytes);
+      e != cudaSuccess) {
+    Check(e, "allocating an expert table");
+    return nullptr;
+  }
+  Check(cudaMemcpy(table.d_experts, host.data(), table_bytes,
+                   cudaMemcpyHostToDevice),
+        "uploading an expert table");
+  if (bias_bytes > 0) {
+    if (cudaError_t e = cudaMalloc(&table.d_selection_bias, bias_bytes);
+        e != cudaSuccess) {
+      cudaFree(table.d_experts);
+      Check(e, "allocating a selection bias");
+      return nullptr;
+    }
+    Check(cudaMemcpy(table.d_selection_bias, job.selection_bias, bias_bytes,
+                     cudaMemcpyHostToDevice),
+          "uploading a selection bias");
+  }
+  return &expert_tables_.emplace(key, table).first->second;
+}
+
+bool CudaBackend::RunRoutedExperts(const RoutedExpertsJob& job) {
+  const int64_t n = job.x.rows, num_experts = job.experts.size();
+  const model::RoutingSpec& routing = *job.routing;
+  if (n <= 0 || n > cuda::kMaxRoutedTokens || num_experts == 0 ||
+      num_experts > cuda::kMaxRoutedExperts || job.top_k <= 0 ||
+      job.top_k > cuda::kMaxRoutedTopK || job.top_k > num_experts ||
+      routing.num_groups <= 0 || num_experts % routing.num_groups != 0 ||
+      reinterpret_cast<uintptr_t>(job.x.data) % 16 != 0) {
+    return false;
+  }
+  Bind();
+  const ExpertTable* table = TableFor(job);
+  if (table == nullptr) return false;
+  cuda::RoutedExpertsParams p;
+  p.d_x = job.x.data;
+  p.d_logits = job.logits.data;
+  p.n = n;
+  p.hidden = job.x.cols;
+  p.intermediate = table->intermediate;
+  p.routing.num_experts = static_cast<int32_t>(num_experts);
+  p.routing.top_k = static_cast<int32_t>(job.top_k);
+  p.routing.sigmoid = routing.scoring == model::RouterScoring::kSigmoid;
+  p.routing.top_k_first = routing.order == model::RouterOrder::kTopKThenSoftmax;
+  p.routing.num_groups = static_cast<int32_t>(routing.num_groups);
+  p.routing.topk_groups = static_cast<int32_t>(routing.topk_groups);
+  p.routing.group_sum_of_two =
+      routing.group_scoring == model::GroupScoring::kTopTwoSum;
+  p.routing.renormalize = routing.renormalize;
+  p.routing.scaling_factor = static_cast<float>(routing.scaling_factor);
+  p.routing.d_selection_bias = table->d_selection_bias;
+  p.d_experts = table->d_experts;
+  p.type = table->type;
+  p.fused = table->fused;
+  p.activation = AsParams(job.experts.front().activation);
+  p.vectorized_gate_up = table->vectorized_gate_up;
+  p.vectorized_down = table->vectorized_down;
+  p.expert_bytes = table->expert_bytes;
+  p.d_out = job.out.data;
+  if (work_ != nullptr) {
+    p.d_weight_bytes = d_routed_bytes_;
+    routed_bytes_pending_ = true;
+    work_->flops += 2.0 * n * job.top_k * 3 * table->intermediate * p.hidden;
+  }
+  const size_t scratch_bytes = cuda::RoutedExpertsScratchBytes(
+      n, job.top_k, num_experts, p.hidden, p.intermediate);
+  float* scratch = Allocate(static_cast<int64_t>((scratch_bytes + 3) / 4));
+  p.d_scratch = scratch;
+  if (scratch != nullptr) {
+    Check(cuda::LaunchRoutedExperts(p, stream_), "routed experts");
+  }
+  Free(scratch);
+  return true;
 }
 
 void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,

@@ -11,8 +11,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,7 +36,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override;
   MemorySpace weight_memory() const override { return MemorySpace::kDevice; }
-  void set_work(Work* work) override { work_ = work; }
+  void set_work(Work* work) override;
   absl::Status TakeError() override;
 
   absl::StatusOr<Weight> Upload(const Weight& host) override;
@@ -68,6 +70,7 @@ class CudaBackend : public Backend {
                        const Tensor& y) override;
 
   void Attend(const AttentionJob& job) override;
+  bool RunRoutedExperts(const RoutedExpertsJob& job) override;
   void AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
                         const model::MlaSpec& mla, int64_t heads,
                         const Tensor& absorbed) override;
@@ -112,6 +115,25 @@ class CudaBackend : public Backend {
   void RunProduct(const Tensor& x, const Weight& w, const Tensor& y);
   void CountProduct(const Weight& w, int64_t n);
 
+  // A layer's experts as the routed-experts kernels read them: a device
+  // table, uploaded at the layer's first job and kept.
+  struct ExpertTable {
+    cuda::DeviceExpert* d_experts = nullptr;
+    float* d_selection_bias = nullptr;
+    kernels::WeightType type = kernels::WeightType::kF32;
+    bool fused = false;
+    bool vectorized_gate_up = false;
+    bool vectorized_down = false;
+    int64_t intermediate = 0;
+    uint64_t expert_bytes = 0;
+  };
+  // The job's table; null when its experts differ in type, layout or
+  // shape (the host routes then).
+  const ExpertTable* TableFor(const RoutedExpertsJob& job);
+  // Adds the weight bytes the routed-experts kernels counted on the
+  // device to work_.
+  void CollectRoutedWork();
+
   int device_;
   memory_ring::MemoryBudget budget_;  // weights, ring slots, expert cache
   cudaStream_t stream_ = nullptr;
@@ -125,6 +147,15 @@ class CudaBackend : public Backend {
   size_t staging_capacity_ = 0;
   size_t staging_used_ = 0;
   std::vector<void*> arguments_;  // device copies awaiting release
+  // By the experts' span, first and last down matrix and selection bias.
+  std::map<std::tuple<const MlpWeights*, size_t, const void*, const void*,
+                      const float*>,
+           ExpertTable>
+      expert_tables_;
+  // Weight bytes of routed experts run while work_ was set, counted on the
+  // device (the host never learns which experts ran).
+  unsigned long long* d_routed_bytes_ = nullptr;
+  bool routed_bytes_pending_ = false;
 };
 
 }  // namespace ringmoe::backend

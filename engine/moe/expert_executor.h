@@ -54,6 +54,15 @@ class ExpertExecutor {
 
   // The step ends (also after a failure: drops whatever it still holds).
   virtual void EndStep() = 0;
+
+  // Every expert of `layer` when all of them lie, for good, in the weight
+  // memory of the backend the layer runs on: the MoE block may then route
+  // and run them there without Run (Backend::RunRoutedExperts). Empty
+  // otherwise.
+  virtual absl::Span<const backend::MlpWeights> ExpertsInBackendMemory(
+      int layer) const {
+    return {};
+  }
 };
 
 // Every expert resident in the model's weights.
@@ -70,6 +79,10 @@ class ResidentExperts : public ExpertExecutor {
                    absl::Span<const backend::MlpTask> alongside,
                    backend::Backend& backend) override;
   void EndStep() override {}
+  absl::Span<const backend::MlpWeights> ExpertsInBackendMemory(
+      int layer) const override {
+    return weights_.layers[layer].experts;
+  }
 
  private:
   const model::ModelWeights& weights_;

@@ -8,14 +8,70 @@
 
 namespace ringmoe::moe {
 
+namespace {
+
+// The router's logits ([n, num_experts], its bias added) for x.
+backend::Backend::Buffer RouterLogits(backend::Backend& backend,
+                                      const backend::Tensor& x,
+                                      const model::ModelSpec& spec,
+                                      const model::LayerWeights& layer) {
+  backend::Backend::Buffer logits = backend.NewTensor(x.rows, spec.num_experts);
+  backend.MatMul({{x, &layer.router, logits}});
+  if (!layer.router_bias.empty()) backend.AddBias(logits, layer.router_bias);
+  return logits;
+}
+
+// out += the shared expert's output `shared` (gated where the layer has a
+// gate).
+void AddSharedExpert(backend::Backend& backend, const backend::Tensor& shared,
+                     const backend::Tensor& x, const model::LayerWeights& layer,
+                     const backend::Tensor& out) {
+  if (layer.shared_expert_gate.empty()) {
+    backend.Add(out, shared);
+  } else {
+    backend.AddSigmoidGated(shared, x, layer.shared_expert_gate, out);
+  }
+}
+
+// The routed experts routed and run by the backend itself; false when it
+// cannot (the caller routes on the host).
+bool RunOnBackend(const backend::Tensor& x, const model::ModelSpec& spec,
+                  const model::LayerWeights& layer, int layer_index,
+                  const FeedForwardContext& context,
+                  const backend::Tensor& out) {
+  if (!context.route_on_backend || context.usage != nullptr) return false;
+  const absl::Span<const backend::MlpWeights> experts =
+      context.experts->ExpertsInBackendMemory(layer_index);
+  if (experts.empty()) return false;
+  backend::Backend& backend = *context.backend;
+  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
+  backend::RoutedExpertsJob job;
+  job.x = x;
+  job.logits = logits;
+  job.top_k = spec.experts_per_token;
+  job.routing = &spec.routing;
+  job.selection_bias =
+      layer.expert_score_bias.empty() ? nullptr : layer.expert_score_bias.data;
+  job.experts = experts;
+  job.out = out;
+  if (!backend.RunRoutedExperts(job)) return false;
+  if (layer.has_shared_expert) {
+    const backend::Backend::Buffer shared =
+        backend.NewTensor(x.rows, spec.hidden_size);
+    const backend::MlpTask task{&layer.shared_expert, x, shared};
+    backend.RunMlps({&task, 1});
+    AddSharedExpert(backend, shared, x, layer, out);
+  }
+  return true;
+}
+
+}  // namespace
+
 Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
                     const model::ModelSpec& spec,
                     const model::LayerWeights& layer) {
   const int64_t n = x.rows;
-  const backend::Backend::Buffer logits =
-      backend.NewTensor(n, spec.num_experts);
-  backend.MatMul({{x, &layer.router, logits}});
-  if (!layer.router_bias.empty()) backend.AddBias(logits, layer.router_bias);
+  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
   std::vector<float> host(n * spec.num_experts);
   backend.CopyToHost(logits, host.data());
   const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
@@ -34,6 +90,9 @@ absl::Status RunFeedForward(const backend::Tensor& x,
   if (!layer.is_moe) {
     const backend::MlpTask dense{&layer.dense_mlp, x, out};
     backend.RunMlps({&dense, 1});
+    return absl::OkStatus();
+  }
+  if (RunOnBackend(x, spec, layer, layer_index, context, out)) {
     return absl::OkStatus();
   }
   const Routing routing = RouteTokens(backend, x, spec, layer);
@@ -75,11 +134,7 @@ absl::Status RunFeedForward(const backend::Tensor& x,
 
   backend.SetZero(out);
   backend.AddScaledRows(expert_out, token_of, weight_of, out);
-  if (layer.has_shared_expert && layer.shared_expert_gate.empty()) {
-    backend.Add(out, shared);
-  } else if (layer.has_shared_expert) {
-    backend.AddSigmoidGated(shared, x, layer.shared_expert_gate, out);
-  }
+  if (layer.has_shared_expert) AddSharedExpert(backend, shared, x, layer, out);
   return absl::OkStatus();
 }
 

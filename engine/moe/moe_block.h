@@ -32,6 +32,10 @@ struct FeedForwardContext {
   backend::Backend* backend = nullptr;  // runs everything else; required
   ExpertExecutor* experts = nullptr;    // runs the routed experts; required
   ExpertUsage* usage = nullptr;         // counts tokens per expert; may be null
+  // Layers whose experts all lie in the backend's weight memory are routed
+  // and run there (Backend::RunRoutedExperts: no synchronisation with the
+  // host) unless false or `usage` counts tokens on the host.
+  bool route_on_backend = true;
 };
 
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the

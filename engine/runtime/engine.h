@@ -54,6 +54,10 @@ struct EngineOptions {
   PlacementMode placement = PlacementMode::kAuto;
   // Path costs for the placement policy; measured at start-up when absent.
   std::optional<PathCosts> placement_costs;
+  // MoE layers whose experts all lie in the backend's weight memory (a GPU
+  // holding every expert) route and run them there, with no host
+  // synchronisation per layer; false routes every layer on the host.
+  bool route_on_device = true;
   // Threads for the forward pass, the caller's included; 0 = all cores.
   int threads = 0;
   // Conversion (quantization) of the weights on load.

@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, placement, "auto",
           "start-up), cpu (where their weights lie), stream (copied to the "
           "GPU through the ring), gpu (none may be outside: refuse a budget "
           "too small).");
+ABSL_FLAG(bool, route_on_device, true,
+          "With --device=cuda:N: MoE layers whose experts are all in device "
+          "memory route and run them on the GPU, with no wait for the host "
+          "between layers; false routes every layer on the host.");
 ABSL_FLAG(int, ring_slots, 3,
           "Memory ring: slots (K >= 2), each holding one section of a layer's "
           "streamed experts.");
@@ -135,6 +139,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
         absl::StrCat("--", placement.status().message()));
   }
   options.placement = *placement;
+  options.route_on_device = absl::GetFlag(FLAGS_route_on_device);
   StreamingOptions& ring = options.streaming;
   if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
       !budget.empty()) {

@@ -9,11 +9,14 @@
 // host-to-device bandwidth together (the CPU and the copy engine in
 // parallel); --host_memory_budget adds the third tier (experts beyond it
 // stream from disk); each hybrid run carries its placement model, as
-// calibrated at start-up and as the run left it.
+// calibrated at start-up and as the run left it. --routing runs each
+// configuration with the MoE layers routed on the device and/or on the
+// host.
 // Prints one JSON object. Needs no tokenizer, so GPU machines run it from
 // tools/gpu_check.sh's bundle.
 //
 //   forward_benchmark --model DIR --device cuda:0 --batches 1,32
+//       --routing device,host
 //   forward_benchmark --model DIR --device cuda:0 --device_memory_budget 1GiB
 //       --placements auto,cpu,stream
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
@@ -46,6 +50,9 @@ ABSL_FLAG(std::string, device_memory_budget, "",
           "Device memory for weights; empty: every weight resident.");
 ABSL_FLAG(std::string, placements, "auto",
           "With a budget: the --placement values to run, in turn.");
+ABSL_FLAG(std::string, routing, "device",
+          "Where MoE layers whose experts are all in device memory route, in "
+          "turn: device and/or host (--route_on_device), e.g. device,host.");
 ABSL_FLAG(std::string, host_memory_budget, "",
           "With a device budget: pinned RAM for the experts outside device "
           "memory; the rest stream from disk. Empty: no limit.");
@@ -245,24 +252,37 @@ int Run() {
   if (options.streaming.memory_budget > 0) {
     out["host_memory_budget"] = options.streaming.memory_budget;
   }
-  for (const runtime::PlacementMode mode : placements) {
-    options.placement = mode;
-    absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
-        runtime::Engine::Load(options);
-    if (!engine.ok()) return Fail(engine.status());
-    const runtime::PlacementPolicy* policy = (*engine)->placement_policy();
-    const std::string calibrated = policy ? policy->Describe() : "";
-    absl::StatusOr<nlohmann::json> run = Measure(**engine, ceilings, batches);
-    if (!run.ok()) return Fail(run.status());
-    (*run)["placement"] = runtime::PlacementModeName(mode);
-    (*run)["plan"] = (*engine)->placement().Summary();
-    // The path costs at start-up and as the run left them (auto refines
-    // them from measured layers).
-    if (policy != nullptr) {
-      (*run)["placement_model"] = {{"calibrated", calibrated},
-                                   {"refined", policy->Describe()}};
+  std::vector<bool> route_on_device;
+  for (absl::string_view r :
+       absl::StrSplit(absl::GetFlag(FLAGS_routing), ',')) {
+    if (r != "device" && r != "host") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--routing: device or host, not ", r)));
     }
-    out["runs"].push_back(*run);
+    route_on_device.push_back(r == "device");
+  }
+  for (const runtime::PlacementMode mode : placements) {
+    for (const bool on_device : route_on_device) {
+      options.placement = mode;
+      options.route_on_device = on_device;
+      absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+          runtime::Engine::Load(options);
+      if (!engine.ok()) return Fail(engine.status());
+      const runtime::PlacementPolicy* policy = (*engine)->placement_policy();
+      const std::string calibrated = policy ? policy->Describe() : "";
+      absl::StatusOr<nlohmann::json> run = Measure(**engine, ceilings, batches);
+      if (!run.ok()) return Fail(run.status());
+      (*run)["placement"] = runtime::PlacementModeName(mode);
+      (*run)["routing"] = on_device ? "device" : "host";
+      (*run)["plan"] = (*engine)->placement().Summary();
+      // The path costs at start-up and as the run left them (auto refines
+      // them from measured layers).
+      if (policy != nullptr) {
+        (*run)["placement_model"] = {{"calibrated", calibrated},
+                                     {"refined", policy->Describe()}};
+      }
+      out["runs"].push_back(*run);
+    }
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -32,13 +32,15 @@ class CountWork {
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
                          const model::ModelWeights& weights,
                          backend::Backend* backend,
-                         moe::ExpertExecutor* experts, moe::ExpertUsage* usage)
+                         moe::ExpertExecutor* experts, moe::ExpertUsage* usage,
+                         bool route_on_backend)
     : spec_(spec),
       weights_(weights),
       backend_(backend),
       resident_experts_(weights),
       experts_(experts != nullptr ? experts : &resident_experts_),
       usage_(usage),
+      route_on_backend_(route_on_backend),
       rope_(spec) {
   for (const model::LayerWeights& layer : weights_.layers) {
     attention_.push_back(MakeAttention(spec_, layer));
@@ -174,9 +176,9 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
           static_cast<int>(l + 1),
           moe::RouteTokens(backend, normed, spec_, weights_.layers[l + 1]));
     }
-    absl::Status status =
-        moe::RunFeedForward(normed, spec_, layer, static_cast<int>(l),
-                            {backend_, experts_, usage_}, delta);
+    absl::Status status = moe::RunFeedForward(
+        normed, spec_, layer, static_cast<int>(l),
+        {backend_, experts_, usage_, route_on_backend_}, delta);
     if (!status.ok()) {
       // The sequences' new KV positions hold partial results: callers must
       // release the sequences of a failed step.

@@ -38,10 +38,10 @@ class ModelRunner {
  public:
   // `spec`, `weights`, `backend` (runs the step; required), `experts` (null:
   // every expert resident in `weights`) and `usage` (null: not counted)
-  // must outlive the runner.
+  // must outlive the runner. `route_on_backend`: FeedForwardContext's.
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
               backend::Backend* backend, moe::ExpertExecutor* experts = nullptr,
-              moe::ExpertUsage* usage = nullptr);
+              moe::ExpertUsage* usage = nullptr, bool route_on_backend = true);
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
@@ -78,6 +78,7 @@ class ModelRunner {
   moe::ResidentExperts resident_experts_;
   moe::ExpertExecutor* experts_;  // never null
   moe::ExpertUsage* usage_;
+  bool route_on_backend_;
   Rope rope_;
   std::vector<std::unique_ptr<Attention>> attention_;  // one per layer
 };

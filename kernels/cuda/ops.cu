@@ -3,6 +3,7 @@
 // multi-head latent attention's absorbed projections.
 #include <algorithm>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -21,13 +22,6 @@ unsigned GridFor(int64_t work) {
   for (int64_t i =                                                      \
            static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
        i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
 
 // The sum of v over the block (blockDim.x a multiple of 32, at most 1024),
 // returned to every thread.
@@ -70,14 +64,7 @@ __global__ void GatedActivationKernel(const float* gate, const float* up,
                                       int64_t stride, int64_t count,
                                       GatedActivationParams act, float* out) {
   FOR_EACH_INDEX(j, count) {
-    float g = gate[j * stride], u = up[j * stride];
-    if (act.clamped_swiglu) {
-      g = fminf(g, act.limit);
-      u = fminf(fmaxf(u, -act.limit), act.limit);
-      out[j] = (u + 1.f) * g / (1.f + expf(-act.alpha * g));
-    } else {
-      out[j] = g / (1.f + expf(-g)) * u;
-    }
+    out[j] = GatedActivation(gate[j * stride], up[j * stride], act);
   }
 }
 

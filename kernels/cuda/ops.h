@@ -45,6 +45,9 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
                           float* d_y, float* d_scratch, cublasHandle_t cublas,
                           cudaStream_t stream);
 int64_t ProductScratchFloats(const DeviceWeight& w);
+// Whether the kernels may read `w` eight values per load (rows of whole
+// groups of eight, 16-byte aligned).
+bool CanDecodeVectorized(const DeviceWeight& w);
 
 // d_out[i, :] = row d_tokens[i] of `table`, widened to float32.
 cudaError_t LaunchEmbed(const DeviceWeight& table, const int32_t* d_tokens,
@@ -100,6 +103,70 @@ cudaError_t LaunchAddSigmoidGated(const float* d_src, const float* d_x,
                                   const float* d_gate, int64_t rows,
                                   int64_t x_cols, int64_t cols, float* d_y,
                                   cudaStream_t stream);
+
+// One routed expert's MLP in device memory: gate and up ([inter, hidden]
+// each) or gate_up ([2 * inter, hidden], rows gate 0, up 0, gate 1, ...,
+// with its optional bias), then down ([hidden, inter], optional bias).
+struct DeviceExpert {
+  DeviceWeight gate, up, gate_up, down;
+  const float* gate_up_bias = nullptr;  // [2 * inter] or null
+  const float* down_bias = nullptr;     // [hidden] or null
+};
+
+// How router logits pick a token's experts and their weights: the device
+// counterpart of moe::Router (engine/moe/routing.h states each step),
+// with the same ties (to the lower index).
+struct DeviceRouting {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  bool sigmoid = false;      // scores: sigmoid of each logit, else softmax
+  bool top_k_first = false;  // chosen by logit, softmax over the chosen
+  int32_t num_groups = 1;
+  int32_t topk_groups = 1;
+  bool group_sum_of_two = false;  // group score: its two best, else max
+  bool renormalize = true;
+  float scaling_factor = 1.f;
+  const float* d_selection_bias = nullptr;  // [num_experts] or null
+};
+
+// Bounds of LaunchRoutedExperts: decode-sized steps (more tokens go
+// through products with host-known row counts, which cuBLAS runs).
+inline constexpr int64_t kMaxRoutedTokens = 64;
+inline constexpr int64_t kMaxRoutedExperts = 1024;
+inline constexpr int64_t kMaxRoutedTopK = 32;
+
+struct RoutedExpertsParams {
+  const float* d_x = nullptr;       // [n, hidden]
+  const float* d_logits = nullptr;  // [n, num_experts], router bias added
+  int64_t n = 0;                    // <= kMaxRoutedTokens
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  DeviceRouting routing;
+  // [num_experts], all of one weight type, layout and shape.
+  const DeviceExpert* d_experts = nullptr;
+  kernels::WeightType type = kernels::WeightType::kF32;
+  bool fused = false;  // gate_up, else gate and up
+  GatedActivationParams activation;
+  // Whether every expert's gate/up (resp. down) matrices CanDecode8.
+  bool vectorized_gate_up = false;
+  bool vectorized_down = false;
+  // Stored bytes of one expert's matrices, added to *d_weight_bytes
+  // (when not null) for each distinct expert the step runs.
+  uint64_t expert_bytes = 0;
+  unsigned long long* d_weight_bytes = nullptr;
+  void* d_scratch = nullptr;  // RoutedExpertsScratchBytes
+  float* d_out = nullptr;     // [n, hidden]
+};
+size_t RoutedExpertsScratchBytes(int64_t n, int64_t top_k, int64_t num_experts,
+                                 int64_t hidden, int64_t intermediate);
+// The routed experts of one MoE layer without the host: each token's
+// experts and weights routed from its logits, its rows grouped by expert
+// (each expert's weights read once for all of its tokens), every expert's
+// MLP, and d_out[t] = Σ weight · expert(x[t]) over the token's experts in
+// ascending expert order (what moe::GroupByExpert, the MLPs and
+// LaunchAddScaledRows compute from a host routing).
+cudaError_t LaunchRoutedExperts(const RoutedExpertsParams& p,
+                                cudaStream_t stream);
 
 // Causal attention over a paged KV cache. Token i (of sequence
 // d_sequence_of[i], at position d_position_of[i]) attends positions

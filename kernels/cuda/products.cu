@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cublas_loader.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -13,13 +14,6 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 // Floats of dequantised weight per cuBLAS tile: whole rows, at most this.
 constexpr int64_t kTileFloats = int64_t{1} << 24;
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
 
 template <WeightType kType>
 __global__ void FusedProductKernel(DeviceWeight w, const float* __restrict__ x,
@@ -101,13 +95,15 @@ cudaError_t Sgemm(cublasHandle_t cublas, const float* a, int64_t rows,
   if (api == nullptr) return cudaErrorSharedObjectInitFailed;
   const cublasStatus_t status =
       api->sgemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-                  static_cast<int>(n), static_cast<int>(cols), &one, a,
-                  static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
-                  static_cast<int>(ldy));
+                 static_cast<int>(n), static_cast<int>(cols), &one, a,
+                 static_cast<int>(cols), x, static_cast<int>(cols), &zero, y,
+                 static_cast<int>(ldy));
   return status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
 }  // namespace
+
+bool CanDecodeVectorized(const DeviceWeight& w) { return CanDecode8(w); }
 
 int64_t ProductScratchFloats(const DeviceWeight& w) {
   return w.type == WeightType::kF32 ? 0 : TileRows(w) * w.cols;

@@ -1,0 +1,509 @@
+// The routed experts of a MoE layer on the device, routing included, so a
+// decode step never waits for the host between layers: route (a warp per
+// token), group the (token, expert) pairs by expert (one block), the gate
+// and up products with the activation and the down products (a block per
+// expert and eight weight rows, a warp per row, each expert's weights read
+// once for up to eight of its rows at a time), and the weighted combine.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_decode.cuh"
+
+namespace ringmoe::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowsPerPass = 8;
+constexpr int kGroupThreads = 1024;
+
+size_t Aligned(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
+
+// Where LaunchRoutedExperts keeps its intermediate results in the scratch.
+struct Scratch {
+  int32_t* pair_expert;   // [P]: token t's j-th expert at t * top_k + j
+  float* pair_weight;     // [P]
+  int32_t* pair_row;      // [P]: the pair's row in expert order
+  int32_t* row_token;     // [P]: the token of each row in expert order
+  int32_t* slot_expert;   // [S]: the distinct experts, ascending
+  int32_t* slot_first;    // [S]: their first row
+  int32_t* slot_rows;     // [S]
+  int32_t* active_slots;  // [1]
+  float* hidden;          // [P, intermediate]
+  float* expert_out;      // [P, hidden]
+
+  // `base` null: only `bytes` is meaningful.
+  Scratch(void* base, int64_t pairs, int64_t slots, int64_t hidden_size,
+          int64_t intermediate) {
+    bytes = 0;
+    const auto take = [&](size_t size) {
+      const uintptr_t at = reinterpret_cast<uintptr_t>(base) + bytes;
+      bytes += Aligned(size);
+      return reinterpret_cast<char*>(at);
+    };
+    pair_expert = reinterpret_cast<int32_t*>(take(pairs * 4));
+    pair_weight = reinterpret_cast<float*>(take(pairs * 4));
+    pair_row = reinterpret_cast<int32_t*>(take(pairs * 4));
+    row_token = reinterpret_cast<int32_t*>(take(pairs * 4));
+    slot_expert = reinterpret_cast<int32_t*>(take(slots * 4));
+    slot_first = reinterpret_cast<int32_t*>(take(slots * 4));
+    slot_rows = reinterpret_cast<int32_t*>(take(slots * 4));
+    active_slots = reinterpret_cast<int32_t*>(take(4));
+    hidden = reinterpret_cast<float*>(take(pairs * intermediate * 4));
+    expert_out = reinterpret_cast<float*>(take(pairs * hidden_size * 4));
+  }
+  size_t bytes;
+};
+
+int64_t Slots(int64_t pairs, int64_t num_experts) {
+  return std::min(pairs, num_experts);
+}
+
+// Whether (v, i) ranks before (best_v, best_i): higher value, ties to the
+// lower index; best_i < 0 is no candidate yet.
+__device__ __forceinline__ bool Better(float v, int i, float best_v,
+                                       int best_i) {
+  return i >= 0 && (best_i < 0 || v > best_v || (v == best_v && i < best_i));
+}
+
+// One warp per token. Shared memory: scores and selection scores [E],
+// group scores [G], then eligibility flags [E] and kept groups [G].
+__global__ void RouteKernel(const float* __restrict__ logits, DeviceRouting r,
+                            int32_t* __restrict__ pair_expert,
+                            float* __restrict__ pair_weight) {
+  extern __shared__ float shared[];
+  const int experts = r.num_experts, groups = r.num_groups;
+  float* score = shared;
+  float* select = score + experts;
+  float* group_score = select + experts;
+  int* eligible = reinterpret_cast<int*>(group_score + groups);
+  int* kept_group = eligible + experts;
+  const int lane = threadIdx.x;
+  const int64_t t = blockIdx.x;
+  const float* l = logits + t * experts;
+
+  const bool softmax = !r.top_k_first && !r.sigmoid;
+  float max_logit = -INFINITY;
+  if (softmax) {
+    for (int e = lane; e < experts; e += 32) max_logit = fmaxf(max_logit, l[e]);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      max_logit =
+          fmaxf(max_logit, __shfl_xor_sync(0xffffffffu, max_logit, offset));
+    }
+  }
+  float sum = 0.f;
+  for (int e = lane; e < experts; e += 32) {
+    float s = l[e];
+    if (softmax) {
+      s = expf(s - max_logit);
+      sum += s;
+    } else if (!r.top_k_first) {
+      s = 1.f / (1.f + expf(-s));
+    }
+    score[e] = s;
+  }
+  const float inverse = softmax ? 1.f / WarpSum(sum) : 1.f;
+  for (int e = lane; e < experts; e += 32) {
+    if (softmax) score[e] *= inverse;
+    select[e] = score[e] + (r.d_selection_bias ? r.d_selection_bias[e] : 0.f);
+    eligible[e] = 1;
+  }
+  __syncwarp();
+
+  if (groups > 1) {
+    const int per_group = experts / groups;
+    for (int g = lane; g < groups; g += 32) {
+      const float* s = select + g * per_group;
+      float first = -INFINITY, second = -INFINITY;
+      for (int i = 0; i < per_group; ++i) {
+        if (s[i] > first) {
+          second = first;
+          first = s[i];
+        } else if (s[i] > second) {
+          second = s[i];
+        }
+      }
+      group_score[g] =
+          r.group_sum_of_two && per_group > 1 ? first + second : first;
+      kept_group[g] = 0;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      for (int j = 0; j < r.topk_groups; ++j) {
+        int best = -1;
+        for (int g = 0; g < groups; ++g) {
+          if (!kept_group[g] &&
+              Better(group_score[g], g, best < 0 ? 0.f : group_score[best],
+                     best)) {
+            best = g;
+          }
+        }
+        if (best >= 0) kept_group[best] = 1;
+      }
+    }
+    __syncwarp();
+    for (int e = lane; e < experts; e += 32) {
+      eligible[e] = kept_group[e / per_group];
+    }
+    __syncwarp();
+  }
+
+  // The top_k eligible experts, best first; lane 0 keeps them.
+  int chosen[kMaxRoutedTopK];
+  for (int j = 0; j < r.top_k; ++j) {
+    float best_v = 0.f;
+    int best_i = -1;
+    for (int e = lane; e < experts; e += 32) {
+      if (eligible[e] && Better(select[e], e, best_v, best_i)) {
+        best_v = select[e];
+        best_i = e;
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+      const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+      if (Better(v, i, best_v, best_i)) {
+        best_v = v;
+        best_i = i;
+      }
+    }
+    chosen[j] = best_i;
+    if (best_i >= 0 && lane == (best_i & 31)) eligible[best_i] = 0;
+    __syncwarp();
+  }
+  if (lane != 0) return;
+  float weight[kMaxRoutedTopK];
+  for (int j = 0; j < r.top_k; ++j) {
+    weight[j] = chosen[j] >= 0 ? score[chosen[j]] : 0.f;
+  }
+  if (r.top_k_first) {
+    float max_w = weight[0];
+    for (int j = 1; j < r.top_k; ++j) max_w = fmaxf(max_w, weight[j]);
+    float total = 0.f;
+    for (int j = 0; j < r.top_k; ++j) {
+      weight[j] = expf(weight[j] - max_w);
+      total += weight[j];
+    }
+    const float inv = 1.f / total;
+    for (int j = 0; j < r.top_k; ++j) weight[j] *= inv;
+  }
+  float total = 0.f;
+  for (int j = 0; j < r.top_k; ++j) total += weight[j];
+  for (int j = 0; j < r.top_k; ++j) {
+    float w = weight[j];
+    if (r.renormalize) w /= total + 1e-20f;
+    pair_expert[t * r.top_k + j] = max(chosen[j], 0);
+    pair_weight[t * r.top_k + j] = w * r.scaling_factor;
+  }
+}
+
+// Exclusive prefix sums over the block (kGroupThreads threads) of a and b,
+// and their totals.
+__device__ void BlockExclusiveScan2(int a, int b, int* a_before, int* b_before,
+                                    int* a_total, int* b_total) {
+  __shared__ int warp_a[32], warp_b[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int ia = a, ib = b;
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int va = __shfl_up_sync(0xffffffffu, ia, offset);
+    const int vb = __shfl_up_sync(0xffffffffu, ib, offset);
+    if (lane >= offset) {
+      ia += va;
+      ib += vb;
+    }
+  }
+  if (lane == 31) {
+    warp_a[warp] = ia;
+    warp_b[warp] = ib;
+  }
+  __syncthreads();
+  int sa = 0, sb = 0, ta = 0, tb = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    if (w < warp) {
+      sa += warp_a[w];
+      sb += warp_b[w];
+    }
+    ta += warp_a[w];
+    tb += warp_b[w];
+  }
+  *a_before = sa + ia - a;
+  *b_before = sb + ib - b;
+  *a_total = ta;
+  *b_total = tb;
+}
+
+__global__ void GroupKernel(int pairs, int top_k, int experts, Scratch s,
+                            uint64_t expert_bytes,
+                            unsigned long long* weight_bytes) {
+  __shared__ int count[kMaxRoutedExperts];
+  __shared__ int first_row[kMaxRoutedExperts];
+  const int e = threadIdx.x;
+  if (e < experts) count[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    atomicAdd(&count[s.pair_expert[i]], 1);
+  }
+  __syncthreads();
+  const int rows = e < experts ? count[e] : 0;
+  int rows_before, slots_before, total_rows, total_slots;
+  BlockExclusiveScan2(rows, rows > 0 ? 1 : 0, &rows_before, &slots_before,
+                      &total_rows, &total_slots);
+  if (e < experts) first_row[e] = rows_before;
+  if (rows > 0) {
+    s.slot_expert[slots_before] = e;
+    s.slot_first[slots_before] = rows_before;
+    s.slot_rows[slots_before] = rows;
+  }
+  if (threadIdx.x == 0) {
+    *s.active_slots = total_slots;
+    if (weight_bytes != nullptr) {
+      atomicAdd(weight_bytes,
+                static_cast<unsigned long long>(total_slots) * expert_bytes);
+    }
+  }
+  __syncthreads();
+  // Tokens ascending within an expert: the pairs come in token order.
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int expert = s.pair_expert[i];
+    int rank = 0;
+    for (int j = 0; j < i; ++j) rank += s.pair_expert[j] == expert;
+    const int row = first_row[expert] + rank;
+    s.pair_row[i] = row;
+    s.row_token[row] = i / top_k;
+  }
+}
+
+// Row r of `w`, dotted with up to kRowsPerPass activation rows, accumulated
+// into acc (each lane its share of the columns).
+template <WeightType kType>
+__device__ __forceinline__ void DotRows(const DeviceWeight& w, int64_t r,
+                                        const float* const* x, int m,
+                                        bool vectorized, float* acc) {
+  const int lane = threadIdx.x & 31;
+  if (vectorized) {
+    for (int64_t c = lane * 8; c < w.cols; c += 32 * 8) {
+      float v[8];
+      Decode8<kType>(w, r, c, v);
+#pragma unroll
+      for (int t = 0; t < kRowsPerPass; ++t) {
+        if (t < m) {
+          const float4* xp = reinterpret_cast<const float4*>(x[t] + c);
+          const float4 a = xp[0], b = xp[1];
+          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +
+                    v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
+        }
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < w.cols; c += 32) {
+      const float v = WeightAt(w, r, c);
+#pragma unroll
+      for (int t = 0; t < kRowsPerPass; ++t) {
+        if (t < m) acc[t] += v * x[t][c];
+      }
+    }
+  }
+}
+
+// hidden[row, j] = act(gate_j · x[token of row], up_j · x[...]) for every
+// row of the block's expert; a warp per j.
+// Two blocks per SM at least: 174 registers a thread otherwise (sixteen
+// accumulators and eight row pointers), one block per SM.
+template <WeightType kType>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+    GateUpKernel(RoutedExpertsParams p, Scratch s) {
+  const int slot = blockIdx.y;
+  if (slot >= *s.active_slots) return;
+  const int64_t j =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (j >= p.intermediate) return;
+  const int lane = threadIdx.x & 31;
+  const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
+  const DeviceWeight gate = p.fused ? expert.gate_up : expert.gate;
+  const DeviceWeight up = p.fused ? expert.gate_up : expert.up;
+  const int64_t gate_row = p.fused ? 2 * j : j;
+  const int64_t up_row = p.fused ? 2 * j + 1 : j;
+  float gate_bias = 0.f, up_bias = 0.f;
+  if (p.fused && expert.gate_up_bias != nullptr) {
+    gate_bias = expert.gate_up_bias[2 * j];
+    up_bias = expert.gate_up_bias[2 * j + 1];
+  }
+  const int first = s.slot_first[slot], rows = s.slot_rows[slot];
+  for (int done = 0; done < rows; done += kRowsPerPass) {
+    const int m = min(kRowsPerPass, rows - done);
+    const float* x[kRowsPerPass];
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      x[t] = p.d_x +
+             static_cast<int64_t>(s.row_token[first + done + min(t, m - 1)]) *
+                 p.hidden;
+    }
+    float g[kRowsPerPass] = {}, u[kRowsPerPass] = {};
+    DotRows<kType>(gate, gate_row, x, m, p.vectorized_gate_up, g);
+    DotRows<kType>(up, up_row, x, m, p.vectorized_gate_up, u);
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      if (t < m) {
+        const float gt = WarpSum(g[t]) + gate_bias;
+        const float ut = WarpSum(u[t]) + up_bias;
+        if (lane == 0) {
+          s.hidden[static_cast<int64_t>(first + done + t) * p.intermediate +
+                   j] = GatedActivation(gt, ut, p.activation);
+        }
+      }
+    }
+  }
+}
+
+// expert_out[row, r] = down_r · hidden[row] (+ bias) for every row of the
+// block's expert; a warp per r.
+template <WeightType kType>
+__global__ void DownKernel(RoutedExpertsParams p, Scratch s) {
+  const int slot = blockIdx.y;
+  if (slot >= *s.active_slots) return;
+  const int64_t r =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= p.hidden) return;
+  const int lane = threadIdx.x & 31;
+  const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
+  const DeviceWeight down = expert.down;
+  const float bias = expert.down_bias != nullptr ? expert.down_bias[r] : 0.f;
+  const int first = s.slot_first[slot], rows = s.slot_rows[slot];
+  for (int done = 0; done < rows; done += kRowsPerPass) {
+    const int m = min(kRowsPerPass, rows - done);
+    const float* h[kRowsPerPass];
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      h[t] = s.hidden + static_cast<int64_t>(first + done + min(t, m - 1)) *
+                            p.intermediate;
+    }
+    float acc[kRowsPerPass] = {};
+    DotRows<kType>(down, r, h, m, p.vectorized_down, acc);
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      if (t < m) {
+        const float sum = WarpSum(acc[t]) + bias;
+        if (lane == 0) {
+          s.expert_out[static_cast<int64_t>(first + done + t) * p.hidden + r] =
+              sum;
+        }
+      }
+    }
+  }
+}
+
+// out[t] = Σ weight · expert_out[row] over token t's pairs, in ascending
+// expert order.
+__global__ void CombineKernel(int top_k, int64_t hidden, Scratch s,
+                              float* __restrict__ out) {
+  __shared__ int row[kMaxRoutedTopK];
+  __shared__ float weight[kMaxRoutedTopK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x == 0) {
+    int expert[kMaxRoutedTopK];
+    for (int j = 0; j < top_k; ++j) {
+      // Insertion by expert: a token's experts are distinct.
+      const int e = s.pair_expert[t * top_k + j];
+      int i = j;
+      for (; i > 0 && expert[i - 1] > e; --i) {
+        expert[i] = expert[i - 1];
+        row[i] = row[i - 1];
+        weight[i] = weight[i - 1];
+      }
+      expert[i] = e;
+      row[i] = s.pair_row[t * top_k + j];
+      weight[i] = s.pair_weight[t * top_k + j];
+    }
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j < top_k; ++j) {
+      acc +=
+          weight[j] * s.expert_out[static_cast<int64_t>(row[j]) * hidden + c];
+    }
+    out[t * hidden + c] = acc;
+  }
+}
+
+template <WeightType kType>
+cudaError_t LaunchExpertMlps(const RoutedExpertsParams& p, const Scratch& s,
+                             unsigned slots, cudaStream_t stream) {
+  const unsigned gate_up_blocks = static_cast<unsigned>(
+      (p.intermediate + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  GateUpKernel<kType>
+      <<<dim3(gate_up_blocks, slots), kWarpsPerBlock * 32, 0, stream>>>(p, s);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const unsigned down_blocks =
+      static_cast<unsigned>((p.hidden + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  DownKernel<kType>
+      <<<dim3(down_blocks, slots), kWarpsPerBlock * 32, 0, stream>>>(p, s);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t RoutedExpertsScratchBytes(int64_t n, int64_t top_k, int64_t num_experts,
+                                 int64_t hidden, int64_t intermediate) {
+  const int64_t pairs = n * top_k;
+  return Scratch(nullptr, pairs, Slots(pairs, num_experts), hidden,
+                 intermediate)
+      .bytes;
+}
+
+cudaError_t LaunchRoutedExperts(const RoutedExpertsParams& p,
+                                cudaStream_t stream) {
+  const DeviceRouting& r = p.routing;
+  if (p.n <= 0) return cudaSuccess;
+  if (p.n > kMaxRoutedTokens || r.num_experts <= 0 ||
+      r.num_experts > kMaxRoutedExperts || r.top_k <= 0 ||
+      r.top_k > kMaxRoutedTopK || r.top_k > r.num_experts ||
+      r.num_groups <= 0 || r.num_experts % r.num_groups != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t pairs = p.n * r.top_k;
+  const int64_t slots = Slots(pairs, r.num_experts);
+  const Scratch s(p.d_scratch, pairs, slots, p.hidden, p.intermediate);
+  const size_t route_shared =
+      (2 * r.num_experts + r.num_groups) * sizeof(float) +
+      (r.num_experts + r.num_groups) * sizeof(int);
+  RouteKernel<<<static_cast<unsigned>(p.n), 32, route_shared, stream>>>(
+      p.d_logits, r, s.pair_expert, s.pair_weight);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  GroupKernel<<<1, kGroupThreads, 0, stream>>>(static_cast<int>(pairs), r.top_k,
+                                               r.num_experts, s, p.expert_bytes,
+                                               p.d_weight_bytes);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const auto slots_grid = static_cast<unsigned>(slots);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (p.type) {
+    case WeightType::kF32:
+      e = LaunchExpertMlps<WeightType::kF32>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kBF16:
+      e = LaunchExpertMlps<WeightType::kBF16>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kF16:
+      e = LaunchExpertMlps<WeightType::kF16>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kInt8:
+      e = LaunchExpertMlps<WeightType::kInt8>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kInt4:
+      e = LaunchExpertMlps<WeightType::kInt4>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kFp8E4M3:
+      e = LaunchExpertMlps<WeightType::kFp8E4M3>(p, s, slots_grid, stream);
+      break;
+    case WeightType::kMxfp4:
+      e = LaunchExpertMlps<WeightType::kMxfp4>(p, s, slots_grid, stream);
+      break;
+  }
+  if (e != cudaSuccess) return e;
+  CombineKernel<<<static_cast<unsigned>(p.n), 256, 0, stream>>>(
+      r.top_k, p.hidden, s, p.d_out);
+  return cudaGetLastError();
+}
+
+}  // namespace ringmoe::cuda
