@@ -109,18 +109,19 @@ run_benchmarks() {
   run_hybrid_benchmark
 }
 
-# Every weight resident, the MoE layers routed on the device and, for
-# comparison in the same process, on the host.
+# Every weight resident: decode steps as CUDA graphs and, for comparison in
+# the same process, issued from the host with the MoE layers routed on the
+# device and on the host. GPU_CHECK_ARCHS picks architectures.
 run_resident_benchmarks() {
   local models=/tmp/gpu-check-models arch
   mkdir -p "$models"
-  for arch in mixtral deepseek_v3 gpt_oss; do
+  for arch in ${GPU_CHECK_ARCHS:-mixtral deepseek_v3 gpt_oss}; do
     [[ -d $models/$arch ]] ||
       python3 tools/make_synthetic_moe.py --arch "$arch" \
         --out "$models/$arch" >"$out/make_$arch.log" 2>&1
     check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
-      --model $models/$arch --device cuda:0 --batches 1,32 \
-      --routing device,host >$out/bench_$arch.json"
+      --model $models/$arch --device cuda:0 --batches 1,8,32 \
+      --steps_as graphs,device,host >$out/bench_$arch.json"
   done
 }
 

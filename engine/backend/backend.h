@@ -247,6 +247,31 @@ class Backend {
                                const model::MlaSpec& mla, int64_t heads,
                                const Tensor& values) = 0;
 
+  // Step graphs: a device backend may record a step's operations once and
+  // replay them as one launch, sparing the host a call per operation.
+  // BeginGraphStep(phase, tokens) starts one for a step of `tokens` rows
+  // (false: not here, or not for so many); until EndGraphStep the caller
+  // issues the step's operations (no CopyToHost or Synchronize); they
+  // - kReplay: are not run. They stage their host arguments (token ids,
+  //   positions, KV block tables) where a graph recorded from the same
+  //   operations reads them; EndGraphStep launches that graph, if any.
+  // - kRecord: are recorded; EndGraphStep launches the recording and keeps
+  //   it for replays.
+  // Tensors allocated in the step stay valid until the next BeginGraphStep
+  // (their release is free). EndGraphStep returns whether the operations
+  // ran; when not, the caller issues them again: recording when it says
+  // kRecord, else as usual. The CPU backends record nothing.
+  enum class GraphPhase { kReplay, kRecord };
+  enum class GraphOutcome {
+    kLaunched,  // the step ran
+    kRecord,    // issue it again in a kRecord step
+    kEager,     // issue it again outside a graph step
+  };
+  virtual bool BeginGraphStep(GraphPhase phase, int64_t tokens) {
+    return false;
+  }
+  virtual GraphOutcome EndGraphStep() { return GraphOutcome::kEager; }
+
   // A [rows, cols] tensor owned by the caller, released here.
   class Buffer;
   Buffer NewTensor(int64_t rows, int64_t cols);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/cublas_loader.h"
@@ -29,6 +30,44 @@ cuda::DeviceWeight AsDevice(const Weight& w) {
   d.exponents = w.exponents;
   return d;
 }
+
+uint64_t Bits(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+uint64_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+uint64_t Bits(int64_t v) { return static_cast<uint64_t>(v); }
+
+// What each operation of a graph step notes first.
+enum Op : uint64_t {
+  kOpSend = 1,
+  kOpCopyFromHost,
+  kOpProduct,
+  kOpActivation,
+  kOpEmbed,
+  kOpRmsNorm,
+  kOpAddBias,
+  kOpAdd,
+  kOpClamp,
+  kOpZero,
+  kOpRotary,
+  kOpWriteRows,
+  kOpGatherRows,
+  kOpAddScaledRows,
+  kOpSigmoidGated,
+  kOpAttention,
+  kOpRoutedExperts,
+  kOpAbsorb,
+  kOpExpand,
+};
+
+// The graph steps' tensor arena starts at this size.
+constexpr size_t kInitialArenaBytes = size_t{64} << 20;
+// Recorded graphs kept; past it, the least recently used go.
+constexpr size_t kMaxGraphs = 32;
+// Steps remembered as seen once, not yet recorded.
+constexpr size_t kMaxReplayedOnce = 1024;
 
 cuda::GatedActivationParams AsParams(const GatedActivation& act) {
   return {act.kind == GatedActivation::Kind::kClampedSwiglu, act.alpha,
@@ -85,6 +124,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
       e != cudaSuccess) {
     return fail("cudaHostAlloc", cudaGetErrorString(e));
   }
+  if (cudaError_t e = cudaMalloc(&backend->d_staging_, kInitialStagingBytes);
+      e != cudaSuccess) {
+    return fail("cudaMalloc", cudaGetErrorString(e));
+  }
   backend->staging_capacity_ = kInitialStagingBytes;
   if (cudaError_t e = cudaMalloc(&backend->d_routed_bytes_,
                                  sizeof(*backend->d_routed_bytes_));
@@ -102,7 +145,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  ReleaseArguments();
+  DropGraphs();
+  cudaFree(d_arena_);
   for (void* p : uploads_) cudaFree(p);
   for (auto& [key, table] : expert_tables_) {
     cudaFree(table.d_experts);
@@ -110,16 +154,28 @@ CudaBackend::~CudaBackend() {
   }
   cudaFree(d_routed_bytes_);
   if (staging_ != nullptr) cudaFreeHost(staging_);
+  cudaFree(d_staging_);
   if (cublas_ != nullptr) cuda::LoadCublas()->destroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
 
-void CudaBackend::Bind() { Check(cudaSetDevice(device_), "cudaSetDevice"); }
+void CudaBackend::Bind() {
+  // A replay step's thread was bound when it began, and calls nothing.
+  if (mode_ == Mode::kReplay) return;
+  Check(cudaSetDevice(device_), "cudaSetDevice");
+}
 
 void CudaBackend::Check(cudaError_t error, const char* what) {
-  if (error == cudaSuccess || !error_.ok()) return;
+  if (error == cudaSuccess) return;
+  if (mode_ == Mode::kRecord) {
+    // Not a failure of the step: it runs again outside a graph, where a
+    // real error shows.
+    graph_failed_ = true;
+    return;
+  }
+  if (!error_.ok()) return;
   error_ = absl::InternalError(
       absl::StrCat(name(), ": ", what, ": ", cudaGetErrorString(error)));
 }
@@ -173,6 +229,7 @@ absl::StatusOr<Vector> CudaBackend::Upload(const Vector& host) {
 
 float* CudaBackend::Allocate(int64_t n) {
   Bind();
+  if (mode_ != Mode::kEager) return ArenaAllocate(n);
   void* p = nullptr;
   Check(cudaMallocAsync(&p, std::max<int64_t>(n, 1) * sizeof(float), stream_),
         "cudaMallocAsync");
@@ -181,6 +238,11 @@ float* CudaBackend::Allocate(int64_t n) {
 
 void CudaBackend::Free(float* data) {
   Bind();
+  const char* p = reinterpret_cast<const char*>(data);
+  if (p >= d_arena_ && p < d_arena_ + arena_capacity_) {
+    ArenaRelease(p);
+    return;
+  }
   if (data != nullptr) Check(cudaFreeAsync(data, stream_), "cudaFreeAsync");
 }
 
@@ -202,53 +264,69 @@ CudaBackend::CreateStreamingTier(
   return memory_ring::WithBudget(std::move(tier), &budget_);
 }
 
-void* CudaBackend::StagePinned(const void* host, size_t bytes) {
-  const size_t aligned = (bytes + 255) & ~size_t{255};
-  if (staging_used_ + aligned > staging_capacity_) {
-    // Every earlier copy out of the staging memory must finish first.
-    Synchronize();
-    if (aligned > staging_capacity_) {
-      cudaFreeHost(staging_);
-      staging_ = nullptr;
-      staging_capacity_ = 0;
-      const size_t capacity = std::max(aligned, 2 * kInitialStagingBytes);
-      Check(cudaHostAlloc(&staging_, capacity, cudaHostAllocDefault),
-            "cudaHostAlloc");
-      if (staging_ == nullptr) return nullptr;
-      staging_capacity_ = capacity;
-    }
+void CudaBackend::ReserveStaging(size_t bytes) {
+  if (staging_used_ + bytes <= staging_capacity_) return;
+  if (mode_ != Mode::kEager) {
+    FailGraphStep();
+    return;
   }
+  // Every kernel that reads the staged arguments must finish first.
+  SendArguments();
+  Synchronize();
+  if (bytes <= staging_capacity_) return;
+  // Recorded graphs copy from the staging memory that goes here.
+  DropGraphs();
+  cudaFreeHost(staging_);
+  cudaFree(d_staging_);
+  staging_ = d_staging_ = nullptr;
+  staging_capacity_ = 0;
+  const size_t capacity = std::max(bytes, 2 * kInitialStagingBytes);
+  Check(cudaHostAlloc(&staging_, capacity, cudaHostAllocDefault),
+        "cudaHostAlloc");
+  Check(cudaMalloc(&d_staging_, capacity), "cudaMalloc");
+  if (staging_ != nullptr && d_staging_ != nullptr) {
+    staging_capacity_ = capacity;
+  }
+}
+
+void* CudaBackend::StagePinned(const void* host, size_t bytes) {
+  const size_t aligned = StagingBytes(bytes);
+  ReserveStaging(aligned);
+  if (staging_used_ + aligned > staging_capacity_) return nullptr;
   char* pinned = staging_ + staging_used_;
   staging_used_ += aligned;
   std::memcpy(pinned, host, bytes);
   return pinned;
 }
 
-const void* CudaBackend::StageArgument(const void* host, size_t bytes) {
-  if (bytes == 0) return nullptr;
-  const void* pinned = StagePinned(host, bytes);
-  void* device = nullptr;
-  Check(cudaMallocAsync(&device, bytes, stream_), "cudaMallocAsync");
-  if (pinned == nullptr || device == nullptr) return device;
-  Check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream_),
-        "staging a host argument");
-  arguments_.push_back(device);
-  return device;
-}
-
-void CudaBackend::ReleaseArguments() {
-  for (void* p : arguments_) Check(cudaFreeAsync(p, stream_), "cudaFreeAsync");
-  arguments_.clear();
+void CudaBackend::SendArguments() {
+  if (staging_used_ == staging_sent_) return;
+  Note({kOpSend, staging_sent_, staging_used_});
+  if (Running()) {
+    Check(cudaMemcpyAsync(d_staging_ + staging_sent_, staging_ + staging_sent_,
+                          staging_used_ - staging_sent_, cudaMemcpyHostToDevice,
+                          stream_),
+          "staging host arguments");
+  }
+  staging_sent_ = staging_used_;
 }
 
 void CudaBackend::Synchronize() {
   Bind();
+  if (mode_ != Mode::kEager) {
+    FailGraphStep();
+    return;
+  }
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  staging_used_ = 0;
+  staging_used_ = staging_sent_ = 0;
 }
 
 void CudaBackend::CopyToHost(const Tensor& src, float* dst) {
   Bind();
+  if (mode_ != Mode::kEager) {
+    FailGraphStep();
+    return;
+  }
   Check(cudaMemcpyAsync(dst, src.data, src.size() * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         "copying to the host");
@@ -259,11 +337,17 @@ void CudaBackend::CopyFromHost(const float* src, const Tensor& dst) {
   Bind();
   const size_t bytes = dst.size() * sizeof(float);
   if (bytes == 0) return;
+  SendArguments();
   if (const void* pinned = StagePinned(src, bytes); pinned != nullptr) {
-    Check(cudaMemcpyAsync(dst.data, pinned, bytes, cudaMemcpyHostToDevice,
-                          stream_),
-          "copying from the host");
+    Note({kOpCopyFromHost, Bits(dst.data), bytes,
+          Bits(static_cast<const char*>(pinned) - staging_)});
+    if (Running()) {
+      Check(cudaMemcpyAsync(dst.data, pinned, bytes, cudaMemcpyHostToDevice,
+                            stream_),
+            "copying from the host");
+    }
   }
+  staging_sent_ = staging_used_;
 }
 
 void CudaBackend::set_work(Work* work) {
@@ -299,16 +383,22 @@ void CudaBackend::CountProduct(const Weight& w, int64_t n) {
 void CudaBackend::RunProduct(const Tensor& x, const Weight& w,
                              const Tensor& y) {
   const cuda::DeviceWeight d = AsDevice(w);
-  float* scratch = nullptr;
-  if (x.rows > cuda::kMaxFusedProductRows) {
-    if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
-      scratch = Allocate(floats);
+  // cuBLAS's products stay out of graphs.
+  if (x.rows > cuda::kMaxFusedProductRows) FailGraphStep();
+  Note({kOpProduct, Bits(x.data), Bits(x.rows), Bits(y.data)});
+  NoteWeight(w);
+  if (Running()) {
+    float* scratch = nullptr;
+    if (x.rows > cuda::kMaxFusedProductRows) {
+      if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
+        scratch = Allocate(floats);
+      }
     }
+    Check(cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_,
+                              stream_),
+          "product");
+    Free(scratch);
   }
-  Check(
-      cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_, stream_),
-      "product");
-  Free(scratch);
   CountProduct(w, x.rows);
 }
 
@@ -327,18 +417,29 @@ void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
       const Buffer gate_up = NewTensor(n, 2 * inter);
       RunProduct(t.x, w.gate_up, gate_up);
       if (!w.gate_up_bias.empty()) AddBias(gate_up, w.gate_up_bias);
-      Check(cuda::LaunchGatedActivation(
-                gate_up.tensor().data, gate_up.tensor().data + 1, 2, n * inter,
-                AsParams(w.activation), hidden.tensor().data, stream_),
-            "gated activation");
+      Note({kOpActivation, Bits(gate_up.tensor().data), 2, Bits(n * inter),
+            static_cast<uint64_t>(w.activation.kind), Bits(w.activation.alpha),
+            Bits(w.activation.limit), Bits(hidden.tensor().data)});
+      if (Running()) {
+        Check(cuda::LaunchGatedActivation(gate_up.tensor().data,
+                                          gate_up.tensor().data + 1, 2,
+                                          n * inter, AsParams(w.activation),
+                                          hidden.tensor().data, stream_),
+              "gated activation");
+      }
     } else {
       const Buffer up = NewTensor(n, inter);
       RunProduct(t.x, w.gate, hidden);
       RunProduct(t.x, w.up, up);
-      Check(cuda::LaunchGatedActivation(hidden.tensor().data, up.tensor().data,
-                                        1, n * inter, AsParams(w.activation),
-                                        hidden.tensor().data, stream_),
-            "gated activation");
+      Note({kOpActivation, Bits(hidden.tensor().data), Bits(up.tensor().data),
+            Bits(n * inter), static_cast<uint64_t>(w.activation.kind),
+            Bits(w.activation.alpha), Bits(w.activation.limit)});
+      if (Running()) {
+        Check(cuda::LaunchGatedActivation(
+                  hidden.tensor().data, up.tensor().data, 1, n * inter,
+                  AsParams(w.activation), hidden.tensor().data, stream_),
+              "gated activation");
+      }
     }
     RunProduct(hidden, w.down, t.out);
     if (!w.down_bias.empty()) AddBias(t.out, w.down_bias);
@@ -348,11 +449,16 @@ void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
 void CudaBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,
                         const Tensor& out) {
   Bind();
-  Check(
-      cuda::LaunchEmbed(AsDevice(table), Stage(tokens),
-                        static_cast<int64_t>(tokens.size()), out.data, stream_),
-      "embedding");
-  ReleaseArguments();
+  const int32_t* d_tokens = Stage(tokens);
+  SendArguments();
+  Note({kOpEmbed, Bits(d_tokens), tokens.size(), Bits(out.data)});
+  NoteWeight(table);
+  if (Running()) {
+    Check(cuda::LaunchEmbed(AsDevice(table), d_tokens,
+                            static_cast<int64_t>(tokens.size()), out.data,
+                            stream_),
+          "embedding");
+  }
   if (work_ != nullptr) {
     work_->weight_bytes +=
         static_cast<int64_t>(tokens.size()) *
@@ -363,6 +469,9 @@ void CudaBackend::Embed(const Weight& table, absl::Span<const int32_t> tokens,
 void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
                           const Tensor& y) {
   Bind();
+  Note({kOpRmsNorm, Bits(x.data), Bits(x.rows), Bits(x.cols), Bits(weight.data),
+        Bits(eps), Bits(y.data)});
+  if (!Running()) return;
   Check(cuda::LaunchRmsNormF32(x.data, weight.data, y.data,
                                static_cast<int>(x.rows),
                                static_cast<int>(x.cols), eps, stream_),
@@ -371,28 +480,40 @@ void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
 
 void CudaBackend::AddBias(const Tensor& y, const Vector& bias) {
   Bind();
+  Note({kOpAddBias, Bits(y.data), Bits(y.rows), Bits(y.cols), Bits(bias.data)});
+  if (!Running()) return;
   Check(cuda::LaunchAddBias(y.data, y.rows, y.cols, bias.data, stream_),
         "bias");
 }
 
 void CudaBackend::Add(const Tensor& y, const Tensor& x) {
   Bind();
+  Note({kOpAdd, Bits(y.data), Bits(x.data), Bits(y.size())});
+  if (!Running()) return;
   Check(cuda::LaunchAdd(y.data, x.data, y.size(), stream_), "add");
 }
 
 void CudaBackend::Clamp(const Tensor& y, float limit) {
   Bind();
+  Note({kOpClamp, Bits(y.data), Bits(y.size()), Bits(limit)});
+  if (!Running()) return;
   Check(cuda::LaunchClamp(y.data, y.size(), limit, stream_), "clamp");
 }
 
 void CudaBackend::SetZero(const Tensor& y) {
   Bind();
+  Note({kOpZero, Bits(y.data), Bits(y.size())});
+  if (!Running()) return;
   Check(cudaMemsetAsync(y.data, 0, y.size() * sizeof(float), stream_), "zero");
 }
 
 void CudaBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
                               const Tensor& cos, const Tensor& sin) {
   Bind();
+  Note({kOpRotary, Bits(x.data), Bits(x.rows), Bits(x.cols), Bits(slots.count),
+        Bits(slots.stride), Bits(slots.offset), Bits(slots.dim),
+        slots.interleaved, Bits(cos.data), Bits(sin.data)});
+  if (!Running()) return;
   Check(cuda::LaunchRotary(x.data, x.rows, x.cols, slots.count, slots.stride,
                            slots.offset, slots.dim, slots.interleaved, cos.data,
                            sin.data, stream_),
@@ -401,20 +522,27 @@ void CudaBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
 
 void CudaBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
   Bind();
+  float* const* d_dst = Stage(dst);
+  SendArguments();
+  Note({kOpWriteRows, Bits(src.data), dst.size(), Bits(src.cols), Bits(d_dst)});
+  if (!Running()) return;
   Check(cuda::LaunchWriteRows(src.data, static_cast<int64_t>(dst.size()),
-                              src.cols, Stage(dst), stream_),
+                              src.cols, d_dst, stream_),
         "writing rows");
-  ReleaseArguments();
 }
 
 void CudaBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                              const Tensor& out) {
   Bind();
-  Check(cuda::LaunchGatherRows(x.data, x.cols, Stage(rows),
+  const int32_t* d_rows = Stage(rows);
+  SendArguments();
+  Note({kOpGatherRows, Bits(x.data), Bits(x.cols), Bits(d_rows), rows.size(),
+        Bits(out.data)});
+  if (!Running()) return;
+  Check(cuda::LaunchGatherRows(x.data, x.cols, d_rows,
                                static_cast<int64_t>(rows.size()), out.data,
                                stream_),
         "gathering rows");
-  ReleaseArguments();
 }
 
 void CudaBackend::AddScaledRows(const Tensor& src,
@@ -422,16 +550,26 @@ void CudaBackend::AddScaledRows(const Tensor& src,
                                 absl::Span<const float> scales,
                                 const Tensor& y) {
   Bind();
-  Check(cuda::LaunchAddScaledRows(src.data, y.cols, Stage(rows), Stage(scales),
+  ReserveStaging(StagingBytes(rows.size() * sizeof(int32_t)) +
+                 StagingBytes(scales.size() * sizeof(float)));
+  const int32_t* d_rows = Stage(rows);
+  const float* d_scales = Stage(scales);
+  SendArguments();
+  Note({kOpAddScaledRows, Bits(src.data), Bits(y.cols), Bits(d_rows),
+        Bits(d_scales), rows.size(), Bits(y.data)});
+  if (!Running()) return;
+  Check(cuda::LaunchAddScaledRows(src.data, y.cols, d_rows, d_scales,
                                   static_cast<int64_t>(rows.size()), y.data,
                                   stream_),
         "adding scaled rows");
-  ReleaseArguments();
 }
 
 void CudaBackend::AddSigmoidGated(const Tensor& src, const Tensor& x,
                                   const Vector& gate, const Tensor& y) {
   Bind();
+  Note({kOpSigmoidGated, Bits(src.data), Bits(x.data), Bits(gate.data),
+        Bits(y.rows), Bits(x.cols), Bits(y.cols), Bits(y.data)});
+  if (!Running()) return;
   Check(cuda::LaunchAddSigmoidGated(src.data, x.data, gate.data, y.rows, x.cols,
                                     y.cols, y.data, stream_),
         "sigmoid-gated add");
@@ -448,6 +586,16 @@ void CudaBackend::Attend(const AttentionJob& job) {
         blocks,
         job.position_of[i] / job.sequences[job.sequence_of[i]].block_size + 1);
   }
+  // In a graph step every table takes the same power of two of entries
+  // (null past the sequence's own), so that a step of the same sequences
+  // one position on stages as many bytes and replays the same graph.
+  int64_t table_entries = 0;
+  if (mode_ != Mode::kEager) {
+    table_entries = 8;
+    for (const int64_t blocks : blocks_of) {
+      while (table_entries < blocks) table_entries *= 2;
+    }
+  }
   std::vector<int64_t> offsets;
   std::vector<const float*> k_blocks, v_blocks;
   for (size_t s = 0; s < job.sequences.size(); ++s) {
@@ -455,6 +603,11 @@ void CudaBackend::Attend(const AttentionJob& job) {
     const KvBlocks& kv = job.sequences[s];
     k_blocks.insert(k_blocks.end(), kv.k_blocks, kv.k_blocks + blocks_of[s]);
     v_blocks.insert(v_blocks.end(), kv.v_blocks, kv.v_blocks + blocks_of[s]);
+    const size_t padded = offsets.back() + table_entries;
+    if (k_blocks.size() < padded) {
+      k_blocks.resize(padded, nullptr);
+      v_blocks.resize(padded, nullptr);
+    }
   }
   cuda::AttentionParams p;
   p.d_q = job.q.data;
@@ -464,6 +617,10 @@ void CudaBackend::Attend(const AttentionJob& job) {
   p.head_dim = job.head_dim;
   p.scale = job.scale;
   p.window = job.window;
+  ReserveStaging(2 * StagingBytes(k_blocks.size() * sizeof(const float*)) +
+                 StagingBytes(offsets.size() * sizeof(int64_t)) +
+                 StagingBytes(job.sequence_of.size() * sizeof(int32_t)) +
+                 StagingBytes(job.position_of.size() * sizeof(int64_t)));
   p.d_k_blocks = Stage<const float*>(k_blocks);
   p.d_v_blocks = Stage<const float*>(v_blocks);
   p.d_table_offset = Stage<int64_t>(offsets);
@@ -478,8 +635,13 @@ void CudaBackend::Attend(const AttentionJob& job) {
   p.d_position_of = Stage(job.position_of);
   p.d_sinks = job.sinks.empty() ? nullptr : job.sinks.data;
   p.d_out = job.out.data;
-  Check(cuda::LaunchAttention(p, stream_), "attention");
-  ReleaseArguments();
+  SendArguments();
+  Note({kOpAttention, Bits(p.d_q), Bits(p.n), Bits(p.heads), Bits(p.kv_heads),
+        Bits(p.head_dim), Bits(p.scale), Bits(p.window), Bits(p.d_k_blocks),
+        Bits(p.d_v_blocks), Bits(p.d_table_offset), Bits(p.block_size),
+        Bits(p.d_sequence_of), Bits(p.d_position_of), Bits(p.d_sinks),
+        Bits(p.d_out)});
+  if (Running()) Check(cuda::LaunchAttention(p, stream_), "attention");
   if (work_ != nullptr) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t end = job.position_of[i] + 1;
@@ -490,6 +652,140 @@ void CudaBackend::Attend(const AttentionJob& job) {
   }
 }
 
+void CudaBackend::Note(std::initializer_list<uint64_t> params) {
+  if (mode_ == Mode::kEager) return;
+  step_params_.insert(step_params_.end(), params.begin(), params.end());
+}
+
+void CudaBackend::NoteWeight(const Weight& w) {
+  Note({Bits(w.data), static_cast<uint64_t>(w.type), Bits(w.rows), Bits(w.cols),
+        Bits(w.scales), static_cast<uint64_t>(w.group_size),
+        Bits(w.block_scales), static_cast<uint64_t>(w.block_rows),
+        static_cast<uint64_t>(w.block_cols), Bits(w.exponents)});
+}
+
+float* CudaBackend::ArenaAllocate(int64_t floats) {
+  const size_t bytes = StagingBytes(std::max<int64_t>(floats, 1) * 4);
+  const size_t offset = arena_blocks_.empty() ? 0
+                                              : arena_blocks_.back().offset +
+                                                    arena_blocks_.back().bytes;
+  arena_blocks_.push_back({offset, bytes, false});
+  arena_needed_ = std::max(arena_needed_, offset + bytes);
+  Note({Bits(static_cast<int64_t>(offset)), Bits(static_cast<int64_t>(bytes))});
+  if (offset + bytes > arena_capacity_) {
+    // The step runs again outside a graph; the next graph step has room.
+    FailGraphStep();
+    return reinterpret_cast<float*>(d_arena_);
+  }
+  return reinterpret_cast<float*>(d_arena_ + offset);
+}
+
+void CudaBackend::ArenaRelease(const char* p) {
+  for (size_t i = arena_blocks_.size(); i-- > 0;) {
+    ArenaBlock& block = arena_blocks_[i];
+    if (!block.released && d_arena_ + block.offset == p) {
+      block.released = true;
+      break;
+    }
+  }
+  while (!arena_blocks_.empty() && arena_blocks_.back().released) {
+    arena_blocks_.pop_back();
+  }
+}
+
+void CudaBackend::DropGraphs() {
+  for (auto& [hash, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+  graphs_.clear();
+  replayed_once_.clear();
+}
+
+bool CudaBackend::BeginGraphStep(GraphPhase phase, int64_t tokens) {
+  // cuBLAS's products (more rows) stay out of graphs.
+  if (mode_ != Mode::kEager || tokens > cuda::kMaxFusedProductRows) {
+    return false;
+  }
+  Bind();
+  // The last step's staged arguments and tensors are free once it ends.
+  Synchronize();
+  if (!error_.ok()) return false;
+  if (d_arena_ == nullptr || arena_needed_ > arena_capacity_) {
+    DropGraphs();
+    cudaFree(d_arena_);
+    d_arena_ = nullptr;
+    arena_capacity_ = 0;
+    const size_t capacity =
+        std::max(kInitialArenaBytes, arena_needed_ + arena_needed_ / 4);
+    if (cudaMalloc(&d_arena_, capacity) != cudaSuccess) {
+      cudaGetLastError();
+      d_arena_ = nullptr;
+      return false;
+    }
+    arena_capacity_ = capacity;
+  }
+  arena_blocks_.clear();
+  step_params_.clear();
+  graph_failed_ = false;
+  if (phase == GraphPhase::kRecord) {
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    mode_ = Mode::kRecord;
+  } else {
+    mode_ = Mode::kReplay;
+  }
+  return true;
+}
+
+Backend::GraphOutcome CudaBackend::EndGraphStep() {
+  const Mode mode = mode_;
+  mode_ = Mode::kEager;
+  const uint64_t hash = absl::HashOf(absl::MakeConstSpan(step_params_));
+  ++graph_steps_;
+  if (mode == Mode::kReplay) {
+    if (graph_failed_) return GraphOutcome::kEager;
+    if (auto it = graphs_.find(hash);
+        it != graphs_.end() && it->second.params == step_params_) {
+      it->second.last_used = graph_steps_;
+      Check(cudaGraphLaunch(it->second.exec, stream_), "launching a graph");
+      return GraphOutcome::kLaunched;
+    }
+    // Recorded the second time its operations come: a one-off step is
+    // not worth an instantiation.
+    if (replayed_once_.size() >= kMaxReplayedOnce) replayed_once_.clear();
+    return replayed_once_.insert(hash).second ? GraphOutcome::kEager
+                                              : GraphOutcome::kRecord;
+  }
+  if (mode != Mode::kRecord) return GraphOutcome::kEager;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const bool recorded = ended == cudaSuccess && graph != nullptr &&
+                        !graph_failed_ &&
+                        cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!recorded) {
+    cudaGetLastError();  // capture errors are not the step's
+    return GraphOutcome::kEager;
+  }
+  if (graphs_.size() >= kMaxGraphs) {
+    auto oldest = graphs_.begin();
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    cudaGraphExecDestroy(oldest->second.exec);
+    graphs_.erase(oldest);
+  }
+  StepGraph& slot = graphs_[hash];
+  if (slot.exec != nullptr) cudaGraphExecDestroy(slot.exec);
+  slot.params = std::move(step_params_);
+  slot.exec = exec;
+  slot.last_used = graph_steps_;
+  Check(cudaGraphLaunch(exec, stream_), "launching a graph");
+  return GraphOutcome::kLaunched;
+}
+
 const CudaBackend::ExpertTable* CudaBackend::TableFor(
     const RoutedExpertsJob& job) {
   const absl::Span<const MlpWeights> experts = job.experts;
@@ -498,6 +794,11 @@ const CudaBackend::ExpertTable* CudaBackend::TableFor(
                       experts.back().down.data, job.selection_bias);
   if (const auto it = expert_tables_.find(key); it != expert_tables_.end()) {
     return &it->second;
+  }
+  // Uploading synchronises: not while recording.
+  if (mode_ == Mode::kRecord) {
+    FailGraphStep();
+    return nullptr;
   }
   const MlpWeights& first = experts.front();
   const auto same_shape = [](const Weight& a, const Weight& b) {
@@ -587,6 +888,9 @@ bool CudaBackend::RunRoutedExperts(const RoutedExpertsJob& job) {
   Bind();
   const ExpertTable* table = TableFor(job);
   if (table == nullptr) return false;
+  Note({kOpRoutedExperts, Bits(job.x.data), Bits(n), Bits(job.x.cols),
+        Bits(job.logits.data), Bits(job.top_k), Bits(table->d_experts),
+        Bits(job.out.data)});
   cuda::RoutedExpertsParams p;
   p.d_x = job.x.data;
   p.d_logits = job.logits.data;
@@ -612,16 +916,20 @@ bool CudaBackend::RunRoutedExperts(const RoutedExpertsJob& job) {
   p.vectorized_down = table->vectorized_down;
   p.expert_bytes = table->expert_bytes;
   p.d_out = job.out.data;
-  if (work_ != nullptr) {
+  // A graph counts the experts' bytes whoever replays it.
+  if (work_ != nullptr || mode_ != Mode::kEager) {
     p.d_weight_bytes = d_routed_bytes_;
     routed_bytes_pending_ = true;
+  }
+  if (work_ != nullptr) {
     work_->flops += 2.0 * n * job.top_k * 3 * table->intermediate * p.hidden;
   }
   const size_t scratch_bytes = cuda::RoutedExpertsScratchBytes(
       n, job.top_k, num_experts, p.hidden, p.intermediate);
   float* scratch = Allocate(static_cast<int64_t>((scratch_bytes + 3) / 4));
   p.d_scratch = scratch;
-  if (scratch != nullptr) {
+  Note({Bits(scratch)});
+  if (scratch != nullptr && Running()) {
     Check(cuda::LaunchRoutedExperts(p, stream_), "routed experts");
   }
   Free(scratch);
@@ -633,10 +941,16 @@ void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
                                    const Tensor& absorbed) {
   Bind();
   const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
-  Check(cuda::LaunchAbsorbMlaQueries(q.data, q.rows, AsDevice(kv_b), heads,
-                                     nope, mla.qk_head_dim(), v_dim,
-                                     mla.kv_lora_rank, absorbed.data, stream_),
-        "MLA query absorption");
+  Note({kOpAbsorb, Bits(q.data), Bits(q.rows), Bits(heads), Bits(nope),
+        Bits(mla.qk_head_dim()), Bits(v_dim), Bits(mla.kv_lora_rank),
+        Bits(absorbed.data)});
+  NoteWeight(kv_b);
+  if (Running()) {
+    Check(cuda::LaunchAbsorbMlaQueries(
+              q.data, q.rows, AsDevice(kv_b), heads, nope, mla.qk_head_dim(),
+              v_dim, mla.kv_lora_rank, absorbed.data, stream_),
+          "MLA query absorption");
+  }
   if (work_ != nullptr) {
     work_->weight_bytes += StoredBytes(kv_b) * nope / (nope + v_dim);
     work_->flops += 2.0 * q.rows * heads * nope * mla.kv_lora_rank;
@@ -648,10 +962,16 @@ void CudaBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                                   const Tensor& values) {
   Bind();
   const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
-  Check(cuda::LaunchExpandMlaValues(
-            attended.data, attended.rows, AsDevice(kv_b), heads, nope, v_dim,
-            mla.kv_lora_rank, mla.cache_width(), values.data, stream_),
-        "MLA value expansion");
+  Note({kOpExpand, Bits(attended.data), Bits(attended.rows), Bits(heads),
+        Bits(nope), Bits(v_dim), Bits(mla.kv_lora_rank),
+        Bits(mla.cache_width()), Bits(values.data)});
+  NoteWeight(kv_b);
+  if (Running()) {
+    Check(cuda::LaunchExpandMlaValues(
+              attended.data, attended.rows, AsDevice(kv_b), heads, nope, v_dim,
+              mla.kv_lora_rank, mla.cache_width(), values.data, stream_),
+          "MLA value expansion");
+  }
   if (work_ != nullptr) {
     work_->weight_bytes +=
         StoredBytes(kv_b) - StoredBytes(kv_b) * nope / (nope + v_dim);

@@ -11,10 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -85,6 +88,15 @@ class CudaBackend : public Backend {
 
   uint64_t weight_memory_used() const override { return budget_.used(); }
 
+  // Graph steps (Backend): recorded with stream capture; a replay step's
+  // operations note their parameters (every launch argument but the staged
+  // host arguments) and the graph recorded from the same parameters is
+  // launched. Tensors come from a device arena in stack order, so the
+  // same operations get the same addresses. Steps with products of more
+  // than cuda::kMaxFusedProductRows rows are not recorded.
+  bool BeginGraphStep(GraphPhase phase, int64_t tokens) override;
+  GraphOutcome EndGraphStep() override;
+
  private:
   CudaBackend(int device, int64_t weight_budget)
       : device_(device),
@@ -96,18 +108,30 @@ class CudaBackend : public Backend {
   void Bind();
   // Records the first failure (kept until TakeError).
   void Check(cudaError_t error, const char* what);
-  // A pinned copy of `bytes` host bytes, reusable once the stream passes
-  // the copies enqueued from it (at the next Synchronize).
+  // Host arguments of launches (token ids, row indices, KV block tables)
+  // go through pinned staging memory mirrored on the device at the same
+  // offsets: a launch's arguments are staged, sent up in one copy
+  // (SendArguments) and read by its kernels from the mirror. Space is
+  // reused once the stream has passed them (at the next Synchronize).
+  static size_t StagingBytes(size_t bytes) {
+    return (bytes + 255) & ~size_t{255};
+  }
+  // Room for `bytes` (a sum of StagingBytes) more: a launch reserves for
+  // all of its arguments before staging the first. May synchronise.
+  void ReserveStaging(size_t bytes);
+  // A pinned copy of `bytes` host bytes (within the reservation).
   void* StagePinned(const void* host, size_t bytes);
-  // A device copy of `bytes` host bytes, valid for the operations enqueued
-  // next and released, stream-ordered, by ReleaseArguments.
-  const void* StageArgument(const void* host, size_t bytes);
+  // Where the kernels will find `host` once sent (null when empty).
   template <typename T>
   const T* Stage(absl::Span<const T> host) {
-    return static_cast<const T*>(
-        StageArgument(host.data(), host.size() * sizeof(T)));
+    if (host.empty()) return nullptr;
+    const char* pinned = static_cast<const char*>(
+        StagePinned(host.data(), host.size() * sizeof(T)));
+    if (pinned == nullptr) return nullptr;
+    return reinterpret_cast<const T*>(d_staging_ + (pinned - staging_));
   }
-  void ReleaseArguments();
+  // Copies what was staged since the last send to the mirror.
+  void SendArguments();
   // A device copy of a weight's part of `bytes` (> 0) host bytes, within
   // the budget (released with the backend).
   absl::StatusOr<const void*> UploadBytes(const void* host, int64_t bytes,
@@ -134,6 +158,20 @@ class CudaBackend : public Backend {
   // device to work_.
   void CollectRoutedWork();
 
+  enum class Mode { kEager, kReplay, kRecord };
+  // In a graph step, appends an operation's parameters to the step's.
+  void Note(std::initializer_list<uint64_t> params);
+  void NoteWeight(const Weight& w);
+  // Whether operations run (or are recorded): not in a replay step.
+  bool Running() const { return mode_ != Mode::kReplay; }
+  // The graph step cannot be a graph (it runs again outside one).
+  void FailGraphStep() {
+    if (mode_ != Mode::kEager) graph_failed_ = true;
+  }
+  float* ArenaAllocate(int64_t floats);
+  void ArenaRelease(const char* p);
+  void DropGraphs();
+
   int device_;
   memory_ring::MemoryBudget budget_;  // weights, ring slots, expert cache
   cudaStream_t stream_ = nullptr;
@@ -141,12 +179,13 @@ class CudaBackend : public Backend {
   Work* work_ = nullptr;
   absl::Status error_;
   std::vector<void*> uploads_;
-  // Pinned staging of host arguments: bump-allocated, reused once the
-  // stream has passed every copy out of it.
+  // Pinned staging of host arguments and its device mirror: bump-allocated
+  // (used), sent up to `sent`.
   char* staging_ = nullptr;
+  char* d_staging_ = nullptr;
   size_t staging_capacity_ = 0;
   size_t staging_used_ = 0;
-  std::vector<void*> arguments_;  // device copies awaiting release
+  size_t staging_sent_ = 0;
   // By the experts' span, first and last down matrix and selection bias.
   std::map<std::tuple<const MlpWeights*, size_t, const void*, const void*,
                       const float*>,
@@ -156,6 +195,29 @@ class CudaBackend : public Backend {
   // device (the host never learns which experts ran).
   unsigned long long* d_routed_bytes_ = nullptr;
   bool routed_bytes_pending_ = false;
+
+  Mode mode_ = Mode::kEager;
+  bool graph_failed_ = false;
+  std::vector<uint64_t> step_params_;  // the graph step's operations
+  struct StepGraph {
+    std::vector<uint64_t> params;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t last_used = 0;
+  };
+  std::unordered_map<uint64_t, StepGraph> graphs_;  // by hash of params
+  std::unordered_set<uint64_t> replayed_once_;      // steps not yet recorded
+  uint64_t graph_steps_ = 0;
+  // The graph steps' tensors: [offset, offset + bytes) blocks in stack
+  // order; `arena_needed_` the most a step has asked for.
+  struct ArenaBlock {
+    size_t offset = 0;
+    size_t bytes = 0;
+    bool released = false;
+  };
+  char* d_arena_ = nullptr;
+  size_t arena_capacity_ = 0;
+  size_t arena_needed_ = 0;
+  std::vector<ArenaBlock> arena_blocks_;
 };
 
 }  // namespace ringmoe::backend

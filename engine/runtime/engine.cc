@@ -191,7 +191,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   engine->runner_ = std::make_unique<ModelRunner>(
       engine->spec_, on_device ? engine->device_weights_ : engine->weights_,
       engine->backend_.get(), experts, engine->expert_usage_.get(),
-      options.route_on_device);
+      options.route_on_device, options.cuda_graphs);
   if (engine->data_parallel_ != nullptr) {
     engine->rank_ledgers_.resize(engine->data_parallel_->size());
     for (int p = 0; p < engine->data_parallel_->size(); ++p) {

@@ -58,6 +58,10 @@ struct EngineOptions {
   // holding every expert) route and run them there, with no host
   // synchronisation per layer; false routes every layer on the host.
   bool route_on_device = true;
+  // Decode steps of such models (at most 8 tokens) replay CUDA graphs
+  // recorded from their operations (Backend::BeginGraphStep); false issues
+  // every operation from the host.
+  bool cuda_graphs = true;
   // Threads for the forward pass, the caller's included; 0 = all cores.
   int threads = 0;
   // Conversion (quantization) of the weights on load.

@@ -55,6 +55,10 @@ ABSL_FLAG(bool, route_on_device, true,
           "With --device=cuda:N: MoE layers whose experts are all in device "
           "memory route and run them on the GPU, with no wait for the host "
           "between layers; false routes every layer on the host.");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "With --route_on_device: decode steps of at most 8 tokens replay "
+          "CUDA graphs recorded from their operations instead of issuing "
+          "each from the host.");
 ABSL_FLAG(int, ring_slots, 3,
           "Memory ring: slots (K >= 2), each holding one section of a layer's "
           "streamed experts.");
@@ -140,6 +144,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   options.placement = *placement;
   options.route_on_device = absl::GetFlag(FLAGS_route_on_device);
+  options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   StreamingOptions& ring = options.streaming;
   if (const std::string budget = absl::GetFlag(FLAGS_device_memory_budget);
       !budget.empty()) {

@@ -9,14 +9,15 @@
 // host-to-device bandwidth together (the CPU and the copy engine in
 // parallel); --host_memory_budget adds the third tier (experts beyond it
 // stream from disk); each hybrid run carries its placement model, as
-// calibrated at start-up and as the run left it. --routing runs each
-// configuration with the MoE layers routed on the device and/or on the
-// host.
+// calibrated at start-up and as the run left it. --steps_as runs each
+// configuration in turn with decode steps replayed as CUDA graphs
+// ("graphs"), issued from the host with the MoE layers routed on the
+// device ("device") and routed on the host ("host").
 // Prints one JSON object. Needs no tokenizer, so GPU machines run it from
 // tools/gpu_check.sh's bundle.
 //
 //   forward_benchmark --model DIR --device cuda:0 --batches 1,32
-//       --routing device,host
+//       --steps_as graphs,device,host
 //   forward_benchmark --model DIR --device cuda:0 --device_memory_budget 1GiB
 //       --placements auto,cpu,stream
 #include <algorithm>
@@ -50,9 +51,10 @@ ABSL_FLAG(std::string, device_memory_budget, "",
           "Device memory for weights; empty: every weight resident.");
 ABSL_FLAG(std::string, placements, "auto",
           "With a budget: the --placement values to run, in turn.");
-ABSL_FLAG(std::string, routing, "device",
-          "Where MoE layers whose experts are all in device memory route, in "
-          "turn: device and/or host (--route_on_device), e.g. device,host.");
+ABSL_FLAG(std::string, steps_as, "graphs",
+          "How steps run, in turn: graphs (CUDA graphs where they apply), "
+          "device (--cuda_graphs=false) and/or host (--route_on_device="
+          "false).");
 ABSL_FLAG(std::string, host_memory_budget, "",
           "With a device budget: pinned RAM for the experts outside device "
           "memory; the rest stream from disk. Empty: no limit.");
@@ -252,19 +254,20 @@ int Run() {
   if (options.streaming.memory_budget > 0) {
     out["host_memory_budget"] = options.streaming.memory_budget;
   }
-  std::vector<bool> route_on_device;
-  for (absl::string_view r :
-       absl::StrSplit(absl::GetFlag(FLAGS_routing), ',')) {
-    if (r != "device" && r != "host") {
+  std::vector<std::string> steps_as;
+  for (absl::string_view v :
+       absl::StrSplit(absl::GetFlag(FLAGS_steps_as), ',')) {
+    if (v != "graphs" && v != "device" && v != "host") {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--routing: device or host, not ", r)));
+          absl::StrCat("--steps_as: graphs, device or host, not ", v)));
     }
-    route_on_device.push_back(r == "device");
+    steps_as.emplace_back(v);
   }
   for (const runtime::PlacementMode mode : placements) {
-    for (const bool on_device : route_on_device) {
+    for (const std::string& variant : steps_as) {
       options.placement = mode;
-      options.route_on_device = on_device;
+      options.route_on_device = variant != "host";
+      options.cuda_graphs = variant == "graphs";
       absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
           runtime::Engine::Load(options);
       if (!engine.ok()) return Fail(engine.status());
@@ -273,7 +276,7 @@ int Run() {
       absl::StatusOr<nlohmann::json> run = Measure(**engine, ceilings, batches);
       if (!run.ok()) return Fail(run.status());
       (*run)["placement"] = runtime::PlacementModeName(mode);
-      (*run)["routing"] = on_device ? "device" : "host";
+      (*run)["steps_as"] = variant;
       (*run)["plan"] = (*engine)->placement().Summary();
       // The path costs at start-up and as the run left them (auto refines
       // them from measured layers).

@@ -1,6 +1,7 @@
 #include "engine/runtime/model_runner.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -13,27 +14,13 @@ namespace ringmoe::runtime {
 using backend::Backend;
 using backend::Tensor;
 
-namespace {
-
-// Counts the backend's work into a step's counter while the step runs.
-class CountWork {
- public:
-  CountWork(Backend* backend, backend::Work* work) : backend_(backend) {
-    backend_->set_work(work);
-  }
-  ~CountWork() { backend_->set_work(nullptr); }
-
- private:
-  Backend* backend_;
-};
-
-}  // namespace
+namespace {}  // namespace
 
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
                          const model::ModelWeights& weights,
                          backend::Backend* backend,
                          moe::ExpertExecutor* experts, moe::ExpertUsage* usage,
-                         bool route_on_backend)
+                         bool route_on_backend, bool graph_steps)
     : spec_(spec),
       weights_(weights),
       backend_(backend),
@@ -41,6 +28,7 @@ ModelRunner::ModelRunner(const model::ModelSpec& spec,
       experts_(experts != nullptr ? experts : &resident_experts_),
       usage_(usage),
       route_on_backend_(route_on_backend),
+      graph_steps_(graph_steps),
       rope_(spec) {
   for (const model::LayerWeights& layer : weights_.layers) {
     attention_.push_back(MakeAttention(spec_, layer));
@@ -108,35 +96,91 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   }
   RETURN_IF_ERROR(Reserve(chunks, cache));
 
-  Backend& backend = *backend_;
-  const CountWork counting(backend_, work);
   const int64_t n = static_cast<int64_t>(seq_of.size());
-  const int64_t hidden = spec_.hidden_size;
   // Every layer rotates by the same positions: the tables once per step.
   const int64_t half = spec_.rotary_dim() / 2;
   std::vector<float> cos(n * half), sin(n * half);
   for (int64_t i = 0; i < n; ++i) {
     rope_.CosSin(position_of[i], cos.data() + i * half, sin.data() + i * half);
   }
+  const StepInputs inputs{tokens, seq_of, position_of, output_rows, cos, sin};
+
+  // As a graph where the backend keeps one for the step's operations: a
+  // replay step first (its operations only stage their arguments), then,
+  // where no graph was recorded from them, the step is issued again to
+  // record one (the second time they come) or to run as usual. Each pass
+  // counts its own work; the one that ran is the step's.
+  Backend& backend = *backend_;
+  std::optional<Backend::GraphPhase> phase;
+  if (UsesGraphs()) phase = Backend::GraphPhase::kReplay;
+  while (true) {
+    backend::Work pass_work;
+    backend.set_work(work != nullptr ? &pass_work : nullptr);
+    const bool in_graph = phase && backend.BeginGraphStep(*phase, n);
+    absl::StatusOr<Backend::Buffer> out = EnqueueStep(inputs, cache);
+    const Backend::GraphOutcome outcome =
+        in_graph ? backend.EndGraphStep() : Backend::GraphOutcome::kLaunched;
+    if (!out.ok() || outcome != Backend::GraphOutcome::kLaunched) {
+      backend.set_work(nullptr);
+      if (!out.ok()) return out.status();
+      phase.reset();
+      if (outcome == Backend::GraphOutcome::kRecord) {
+        phase = Backend::GraphPhase::kRecord;
+      }
+      continue;
+    }
+    logits->resize(out->tensor().size());
+    backend.CopyToHost(*out, logits->data());
+    backend.set_work(nullptr);
+    if (work != nullptr) {
+      work->weight_bytes += pass_work.weight_bytes;
+      work->flops += pass_work.flops;
+      for (const auto& [kernel, bytes] : pass_work.weight_bytes_by_kernel) {
+        work->weight_bytes_by_kernel[kernel] += bytes;
+      }
+    }
+    return backend.TakeError();
+  }
+}
+
+bool ModelRunner::UsesGraphs() const {
+  if (!graph_steps_ || !route_on_backend_ || usage_ != nullptr ||
+      experts_->WantsPredictions()) {
+    return false;
+  }
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    if (spec_.layer_is_moe[l] &&
+        experts_->ExpertsInBackendMemory(static_cast<int>(l)).empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Backend::Buffer> ModelRunner::EnqueueStep(const StepInputs& in,
+                                                         KvCache* cache) const {
+  Backend& backend = *backend_;
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  const int64_t hidden = spec_.hidden_size;
+  const int64_t half = spec_.rotary_dim() / 2;
   const Backend::Buffer cos_rows = backend.NewTensor(n, half);
   const Backend::Buffer sin_rows = backend.NewTensor(n, half);
-  backend.CopyFromHost(cos.data(), cos_rows);
-  backend.CopyFromHost(sin.data(), sin_rows);
+  backend.CopyFromHost(in.cos.data(), cos_rows);
+  backend.CopyFromHost(in.sin.data(), sin_rows);
   const Backend::Buffer x = backend.NewTensor(n, hidden);
-  backend.Embed(weights_.embed_tokens, tokens, x);
-  const AttentionStep step{seq_of, position_of, cache, cos_rows, sin_rows};
+  backend.Embed(weights_.embed_tokens, in.tokens, x);
+  const AttentionStep step{in.seq_of, in.position_of, cache, cos_rows,
+                           sin_rows};
   RETURN_IF_ERROR(RunLayers(step, x));
 
-  const int64_t rows = static_cast<int64_t>(output_rows.size());
+  const int64_t rows = static_cast<int64_t>(in.output_rows.size());
   const Backend::Buffer last = backend.NewTensor(rows, hidden);
-  backend.GatherRows(x, output_rows, last);
+  backend.GatherRows(x, in.output_rows, last);
   backend.RmsNorm(last, weights_.final_norm,
                   static_cast<float>(spec_.rms_norm_eps), last);
-  const Backend::Buffer out = backend.NewTensor(rows, spec_.vocab_size);
+  Backend::Buffer out = backend.NewTensor(rows, spec_.vocab_size);
   backend.MatMul({{last, &weights_.lm_head, out}});
-  logits->resize(rows * spec_.vocab_size);
-  backend.CopyToHost(out, logits->data());
-  return backend.TakeError();
+  return out;
 }
 
 absl::Status ModelRunner::ForwardWithoutTokens() const {

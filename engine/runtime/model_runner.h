@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/backend.h"
 #include "engine/model/model_spec.h"
@@ -39,9 +40,12 @@ class ModelRunner {
   // `spec`, `weights`, `backend` (runs the step; required), `experts` (null:
   // every expert resident in `weights`) and `usage` (null: not counted)
   // must outlive the runner. `route_on_backend`: FeedForwardContext's.
+  // `graph_steps`: steps whose MoE layers all route on the backend run as
+  // graphs where the backend records them (Backend::BeginGraphStep).
   ModelRunner(const model::ModelSpec& spec, const model::ModelWeights& weights,
               backend::Backend* backend, moe::ExpertExecutor* experts = nullptr,
-              moe::ExpertUsage* usage = nullptr, bool route_on_backend = true);
+              moe::ExpertUsage* usage = nullptr, bool route_on_backend = true,
+              bool graph_steps = true);
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
@@ -68,6 +72,23 @@ class ModelRunner {
  private:
   absl::Status Reserve(absl::Span<const SequenceChunk> chunks,
                        KvCache* cache) const;
+  // A step's host inputs, per token (output_rows: the rows whose logits
+  // the step returns; cos and sin [n, rotary_dim / 2]).
+  struct StepInputs {
+    absl::Span<const int32_t> tokens;
+    absl::Span<const SequenceId> seq_of;
+    absl::Span<const int64_t> position_of;
+    absl::Span<const int32_t> output_rows;
+    absl::Span<const float> cos;
+    absl::Span<const float> sin;
+  };
+  // Issues every operation of the step to the backend; the logits tensor
+  // ([output rows, vocab]) once they have run.
+  absl::StatusOr<backend::Backend::Buffer> EnqueueStep(const StepInputs& in,
+                                                       KvCache* cache) const;
+  // Whether steps may run as backend graphs: every MoE layer routed and
+  // run on the backend, nothing counted or predicted on the host.
+  bool UsesGraphs() const;
   // The decoder layers over the step's hidden states x (in place).
   absl::Status RunLayers(const AttentionStep& step,
                          const backend::Tensor& x) const;
@@ -79,6 +100,7 @@ class ModelRunner {
   moe::ExpertExecutor* experts_;  // never null
   moe::ExpertUsage* usage_;
   bool route_on_backend_;
+  bool graph_steps_;
   Rope rope_;
   std::vector<std::unique_ptr<Attention>> attention_;  // one per layer
 };
