@@ -33,9 +33,22 @@ void AddSharedExpert(backend::Backend& backend, const backend::Tensor& shared,
   }
 }
 
-// The routed experts routed and run by the backend itself; false when it
-// cannot (the caller routes on the host).
-bool RunOnBackend(const backend::Tensor& x, const model::ModelSpec& spec,
+// The router's choice for each row of `logits`, made on the host.
+Routing RouteOnHost(backend::Backend& backend, const backend::Tensor& logits,
+                    const model::ModelSpec& spec,
+                    const model::LayerWeights& layer) {
+  std::vector<float> host(logits.size());
+  backend.CopyToHost(logits, host.data());
+  const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
+  return router.Route(
+      host.data(), logits.rows,
+      layer.expert_score_bias.empty() ? nullptr : layer.expert_score_bias.data);
+}
+
+// The routed experts routed and run by the backend itself from the
+// router's `logits`; false when it cannot (the caller routes on the host).
+bool RunOnBackend(const backend::Tensor& x, const backend::Tensor& logits,
+                  const model::ModelSpec& spec,
                   const model::LayerWeights& layer, int layer_index,
                   const FeedForwardContext& context,
                   const backend::Tensor& out) {
@@ -44,7 +57,6 @@ bool RunOnBackend(const backend::Tensor& x, const model::ModelSpec& spec,
       context.experts->ExpertsInBackendMemory(layer_index);
   if (experts.empty()) return false;
   backend::Backend& backend = *context.backend;
-  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
   backend::RoutedExpertsJob job;
   job.x = x;
   job.logits = logits;
@@ -70,14 +82,8 @@ bool RunOnBackend(const backend::Tensor& x, const model::ModelSpec& spec,
 Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
                     const model::ModelSpec& spec,
                     const model::LayerWeights& layer) {
-  const int64_t n = x.rows;
-  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
-  std::vector<float> host(n * spec.num_experts);
-  backend.CopyToHost(logits, host.data());
-  const Router router(spec.num_experts, spec.experts_per_token, spec.routing);
-  return router.Route(
-      host.data(), n,
-      layer.expert_score_bias.empty() ? nullptr : layer.expert_score_bias.data);
+  return RouteOnHost(backend, RouterLogits(backend, x, spec, layer), spec,
+                     layer);
 }
 
 absl::Status RunFeedForward(const backend::Tensor& x,
@@ -92,10 +98,11 @@ absl::Status RunFeedForward(const backend::Tensor& x,
     backend.RunMlps({&dense, 1});
     return absl::OkStatus();
   }
-  if (RunOnBackend(x, spec, layer, layer_index, context, out)) {
+  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
+  if (RunOnBackend(x, logits, spec, layer, layer_index, context, out)) {
     return absl::OkStatus();
   }
-  const Routing routing = RouteTokens(backend, x, spec, layer);
+  const Routing routing = RouteOnHost(backend, logits, spec, layer);
   const std::vector<ExpertAssignment> assignments =
       GroupByExpert(routing, spec.num_experts);
   if (context.usage != nullptr) {
