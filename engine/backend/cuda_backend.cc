@@ -286,7 +286,13 @@ void CudaBackend::ReserveStaging(size_t bytes) {
   Check(cudaMalloc(&d_staging_, capacity), "cudaMalloc");
   if (staging_ != nullptr && d_staging_ != nullptr) {
     staging_capacity_ = capacity;
+    return;
   }
+  // Left without staging: launches with host arguments fail (error_ says
+  // why).
+  cudaFreeHost(staging_);
+  cudaFree(d_staging_);
+  staging_ = d_staging_ = nullptr;
 }
 
 void* CudaBackend::StagePinned(const void* host, size_t bytes) {
