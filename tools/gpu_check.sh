@@ -10,7 +10,8 @@
 #       repository root; tests and bench without an argument, one part per
 #       call keeps each within the device tool's time limit; hybrid: the
 #       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
-#       alone; resident: the resident benchmarks alone) runs every
+#       alone; resident: the resident benchmarks alone; profile: decode
+#       kernels under Nsight Compute, per kernel) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -144,6 +145,40 @@ run_hybrid_benchmark() {
     --placements auto,stream >$out/bench_three_tier_mixtral.json"
 }
 
+# Where a decode step's GPU time goes: the synthetic Mixtral resident,
+# prefill of 16 tokens and three decode steps of one and of eight tokens
+# issued from the host (no graphs: one launch per kernel), every kernel of
+# the engine under Nsight Compute (the device image's ncu; its own clock
+# control off), summarised per kernel by tools/kernel_profile.py beside
+# the device's copy ceiling.
+run_profile() {
+  local models=/tmp/gpu-check-models ncu
+  [[ -d $models/mixtral ]] ||
+    python3 tools/make_synthetic_moe.py --arch mixtral \
+      --out "$models/mixtral" >"$out/make_mixtral.log" 2>&1
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
+    head -1)
+  if [[ -z $ncu ]]; then
+    summary+=("FAIL profile (no ncu on this machine)")
+    status=1
+    return
+  fi
+  # The engine's kernels are the ones in namespace ringmoe (the ceiling
+  # probes' copies and cuBLAS's are not).
+  check profile_mixtral bash -c "\"$ncu\" --clock-control none --csv \
+    --page raw --print-units base --kernel-name-base mangled \
+    --kernel-name regex:ringmoe \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    --log-file $out/profile_mixtral.csv \
+    \"$bin/forward_benchmark\" --model $models/mixtral --device cuda:0 \
+    --batches 1,8 --prompt 16 --context 16 --steps 3 --steps_as device \
+    >$out/profile_mixtral.json"
+  python3 tools/kernel_profile.py "$out/profile_mixtral.csv" \
+    --benchmark_json "$out/profile_mixtral.json" \
+    >"$out/profile_mixtral.txt" 2>&1
+  cat "$out/profile_mixtral.txt"
+}
+
 run() {
   local part=${1:-all}
   local out=${OUT:-gpu-results}
@@ -197,6 +232,7 @@ run() {
       ;;
     hybrid_bench) run_hybrid_benchmark ;;
     resident) run_resident_benchmarks ;;
+    profile) run_profile ;;
     nccl)
       check nccl_communicator_test "$bin/nccl_communicator_test"
       memcheck_nccl
@@ -214,7 +250,8 @@ case ${1:-} in
   build) build ;;
   run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run [tests|bench|hybrid|hybrid_bench|resident|nccl]" >&2
+    echo "usage: $0 build|run" \
+      "[tests|bench|hybrid|hybrid_bench|resident|profile|nccl]" >&2
     exit 2
     ;;
 esac
