@@ -922,19 +922,18 @@ bool CudaBackend::RunRoutedExperts(const RoutedExpertsJob& job) {
   p.vectorized_down = table->vectorized_down;
   p.expert_bytes = table->expert_bytes;
   p.d_out = job.out.data;
-  // A graph counts the experts' bytes whoever replays it.
-  if (work_ != nullptr || mode_ != Mode::kEager) {
+  // Counted only while work is (a step without it reads nothing back); a
+  // graph recorded counting replays only in steps that count.
+  if (work_ != nullptr) {
     p.d_weight_bytes = d_routed_bytes_;
     routed_bytes_pending_ = true;
-  }
-  if (work_ != nullptr) {
     work_->flops += 2.0 * n * job.top_k * 3 * table->intermediate * p.hidden;
   }
   const size_t scratch_bytes = cuda::RoutedExpertsScratchBytes(
       n, job.top_k, num_experts, p.hidden, p.intermediate);
   float* scratch = Allocate(static_cast<int64_t>((scratch_bytes + 3) / 4));
   p.d_scratch = scratch;
-  Note({Bits(scratch)});
+  Note({Bits(scratch), Bits(p.d_weight_bytes)});
   if (scratch != nullptr && Running()) {
     Check(cuda::LaunchRoutedExperts(p, stream_), "routed experts");
   }

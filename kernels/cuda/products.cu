@@ -115,23 +115,9 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
   if (n <= 0 || w.rows <= 0) return cudaSuccess;
   if (w.cols == 0) return cudaMemsetAsync(d_y, 0, n * w.rows * 4, stream);
   if (n <= kMaxFusedProductRows) {
-    switch (w.type) {
-      case WeightType::kF32:
-        return LaunchFused<WeightType::kF32>(w, d_x, n, d_y, stream);
-      case WeightType::kBF16:
-        return LaunchFused<WeightType::kBF16>(w, d_x, n, d_y, stream);
-      case WeightType::kF16:
-        return LaunchFused<WeightType::kF16>(w, d_x, n, d_y, stream);
-      case WeightType::kInt8:
-        return LaunchFused<WeightType::kInt8>(w, d_x, n, d_y, stream);
-      case WeightType::kInt4:
-        return LaunchFused<WeightType::kInt4>(w, d_x, n, d_y, stream);
-      case WeightType::kFp8E4M3:
-        return LaunchFused<WeightType::kFp8E4M3>(w, d_x, n, d_y, stream);
-      case WeightType::kMxfp4:
-        return LaunchFused<WeightType::kMxfp4>(w, d_x, n, d_y, stream);
-    }
-    return cudaErrorInvalidValue;
+    return WithWeightType(w.type, [&](auto type) {
+      return LaunchFused<decltype(type)::value>(w, d_x, n, d_y, stream);
+    });
   }
   if (w.type == WeightType::kF32) {
     return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols, d_x,

@@ -476,31 +476,15 @@ cudaError_t LaunchRoutedExperts(const RoutedExpertsParams& p,
                                                p.d_weight_bytes);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const auto slots_grid = static_cast<unsigned>(slots);
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (p.type) {
-    case WeightType::kF32:
-      e = LaunchExpertMlps<WeightType::kF32>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kBF16:
-      e = LaunchExpertMlps<WeightType::kBF16>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kF16:
-      e = LaunchExpertMlps<WeightType::kF16>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kInt8:
-      e = LaunchExpertMlps<WeightType::kInt8>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kInt4:
-      e = LaunchExpertMlps<WeightType::kInt4>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kFp8E4M3:
-      e = LaunchExpertMlps<WeightType::kFp8E4M3>(p, s, slots_grid, stream);
-      break;
-    case WeightType::kMxfp4:
-      e = LaunchExpertMlps<WeightType::kMxfp4>(p, s, slots_grid, stream);
-      break;
+  if (cudaError_t e =
+          WithWeightType(p.type,
+                         [&](auto type) {
+                           return LaunchExpertMlps<decltype(type)::value>(
+                               p, s, slots_grid, stream);
+                         });
+      e != cudaSuccess) {
+    return e;
   }
-  if (e != cudaSuccess) return e;
   CombineKernel<<<static_cast<unsigned>(p.n), 256, 0, stream>>>(
       r.top_k, p.hidden, s, p.d_out);
   return cudaGetLastError();

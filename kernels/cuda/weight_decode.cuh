@@ -9,6 +9,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/ops.h"
 
@@ -95,6 +96,30 @@ __device__ __forceinline__ float WeightAt(const DeviceWeight& w, int64_t r,
       return E2m1((row[c / 2] >> ((c & 1) * 4)) & 15) * ScaleAt(w, r, c);
   }
   return 0.f;
+}
+
+// launch(std::integral_constant<WeightType, type>{}): a kernel launcher
+// templated on the stored type, called with `type` as a constant;
+// cudaErrorInvalidValue for a type it does not know.
+template <typename Launch>
+cudaError_t WithWeightType(WeightType type, Launch&& launch) {
+  switch (type) {
+    case WeightType::kF32:
+      return launch(std::integral_constant<WeightType, WeightType::kF32>{});
+    case WeightType::kBF16:
+      return launch(std::integral_constant<WeightType, WeightType::kBF16>{});
+    case WeightType::kF16:
+      return launch(std::integral_constant<WeightType, WeightType::kF16>{});
+    case WeightType::kInt8:
+      return launch(std::integral_constant<WeightType, WeightType::kInt8>{});
+    case WeightType::kInt4:
+      return launch(std::integral_constant<WeightType, WeightType::kInt4>{});
+    case WeightType::kFp8E4M3:
+      return launch(std::integral_constant<WeightType, WeightType::kFp8E4M3>{});
+    case WeightType::kMxfp4:
+      return launch(std::integral_constant<WeightType, WeightType::kMxfp4>{});
+  }
+  return cudaErrorInvalidValue;
 }
 
 // Whether Decode8 may read row r's columns [c, c + 8) for every c that is
