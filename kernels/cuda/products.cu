@@ -1,60 +1,46 @@
 // Products against stored weights: a fused pass over the stored bytes for
-// few rows (one warp per weight row, each lane decoding eight values per
-// load), tiles dequantised to float32 and multiplied by cuBLAS for more.
+// few rows (a block per kDotWeightRows weight rows, each thread decoding
+// eight values per load), tiles dequantised to float32 and multiplied by
+// cuBLAS for more.
 #include <algorithm>
 
+#include "kernels/cuda/block_dot.cuh"
 #include "kernels/cuda/cublas_loader.h"
-#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
 namespace ringmoe::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+static_assert(kMaxFusedProductRows == kDotActivationRows,
+              "a fused product is one BlockDot pass");
 // Floats of dequantised weight per cuBLAS tile: whole rows, at most this.
 constexpr int64_t kTileFloats = int64_t{1} << 24;
 
-template <WeightType kType>
-__global__ void FusedProductKernel(DeviceWeight w, const float* __restrict__ x,
-                                   int n, bool vectorized,
-                                   float* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
-  const int64_t r =
-      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r >= w.rows) return;
-  const int64_t cols = w.cols;
-  float acc[kMaxFusedProductRows] = {};
-  if (vectorized) {
-    for (int64_t c = lane * 8; c < cols; c += 32 * 8) {
-      float v[8];
-      Decode8<kType>(w, r, c, v);
-#pragma unroll
-      for (int t = 0; t < kMaxFusedProductRows; ++t) {
-        if (t < n) {
-          const float4* xp = reinterpret_cast<const float4*>(x + t * cols + c);
-          const float4 a = xp[0], b = xp[1];
-          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +
-                    v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
-        }
-      }
-    }
-  } else {
-    for (int64_t c = lane; c < cols; c += 32) {
-      const float v = WeightAt(w, r, c);
-#pragma unroll
-      for (int t = 0; t < kMaxFusedProductRows; ++t) {
-        if (t < n) acc[t] += v * x[t * cols + c];
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kMaxFusedProductRows; ++t) {
-    if (t < n) {
-      const float sum = WarpSum(acc[t]);
-      if (lane == 0) y[t * w.rows + r] = sum;
-    }
-  }
+// y[t, r] = w[r] · x[t] for the block's kDotWeightRows rows r and t < n
+// <= kActs.
+template <WeightType kType, int kActs>
+__global__ void __launch_bounds__(kMaxDotThreads)
+    FusedProductKernel(DeviceWeight w, const float* __restrict__ x, int n,
+                       bool vectorized, float* __restrict__ y) {
+  __shared__ BlockDotShared shared;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kDotWeightRows;
+  const int rows = static_cast<int>(
+      min(static_cast<int64_t>(kDotWeightRows), w.rows - first));
+  const DeviceWeight* const weights[kDotWeightRows] = {&w, &w, &w, &w};
+  const int64_t row[kDotWeightRows] = {first, first + 1, first + 2, first + 3};
+  const float* const xs[kDotActivationRows] = {x,
+                                               x + w.cols,
+                                               x + 2 * w.cols,
+                                               x + 3 * w.cols,
+                                               x + 4 * w.cols,
+                                               x + 5 * w.cols,
+                                               x + 6 * w.cols,
+                                               x + 7 * w.cols};
+  BlockDot<kType, kActs>(weights, row, rows, xs, n, vectorized, shared);
+  const int i = threadIdx.x / kDotActivationRows;
+  const int t = threadIdx.x % kDotActivationRows;
+  if (i < rows && t < n) y[t * w.rows + first + i] = shared.result[i][t];
 }
 
 // out[(r - first_row) * cols + c] = w[r, c] for r in [first_row, first_row +
@@ -73,10 +59,16 @@ cudaError_t LaunchFused(const DeviceWeight& w, const float* x, int64_t n,
                         float* y, cudaStream_t stream) {
   const bool vectorized =
       CanDecode8(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int64_t blocks = (w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  FusedProductKernel<kType>
-      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(
-          w, x, static_cast<int>(n), vectorized, y);
+  const int64_t blocks = (w.rows + kDotWeightRows - 1) / kDotWeightRows;
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const int threads = BlockDotThreads(w.cols, vectorized);
+  if (n == 1) {
+    FusedProductKernel<kType, 1>
+        <<<grid, threads, 0, stream>>>(w, x, 1, vectorized, y);
+  } else {
+    FusedProductKernel<kType, kDotActivationRows><<<grid, threads, 0, stream>>>(
+        w, x, static_cast<int>(n), vectorized, y);
+  }
   return cudaGetLastError();
 }
 

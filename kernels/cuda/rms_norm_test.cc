@@ -32,8 +32,16 @@ TEST(RmsNormCudaTest, MatchesDoubleReferenceOnRaggedShapes) {
   if (ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.f, 1.f);
-  const int shapes[][2] = {{1, 1},     {3, 7},    {5, 33},
-                           {17, 4095}, {2, 8191}, {64, 129}};
+  const int shapes[][2] = {{1, 1},
+                           {3, 7},
+                           {5, 33},
+                           {17, 4095},
+                           {2, 8191},
+                           {64, 129},
+                           // Whole float4s: the vectorized path.
+                           {1, 4},
+                           {7, 2048},
+                           {3, 1028}};
   for (const auto& shape : shapes) {
     const int rows = shape[0], cols = shape[1];
     std::vector<float> x(rows * cols), w(cols);

@@ -2,11 +2,12 @@
 // decode step never waits for the host between layers: route (a warp per
 // token), group the (token, expert) pairs by expert (one block), the gate
 // and up products with the activation and the down products (a block per
-// expert and eight weight rows, a warp per row, each expert's weights read
-// once for up to eight of its rows at a time), and the weighted combine.
+// expert and kDotWeightRows weight rows, each expert's weights read once for
+// up to eight of its rows at a time), and the weighted combine.
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/block_dot.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
@@ -14,8 +15,6 @@
 namespace ringmoe::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kRowsPerPass = 8;
 constexpr int kGroupThreads = 1024;
 
 size_t Aligned(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
@@ -274,171 +273,146 @@ __global__ void GroupKernel(int pairs, int top_k, int experts, Scratch s,
   }
 }
 
-// Row r of `w`, dotted with up to kRowsPerPass activation rows, accumulated
-// into acc (each lane its share of the columns).
-template <WeightType kType>
-__device__ __forceinline__ void DotRows(const DeviceWeight& w, int64_t r,
-                                        const float* const* x, int m,
-                                        bool vectorized, float* acc) {
-  const int lane = threadIdx.x & 31;
-  if (vectorized) {
-    for (int64_t c = lane * 8; c < w.cols; c += 32 * 8) {
-      float v[8];
-      Decode8<kType>(w, r, c, v);
+// The activation rows [done, done + kDotActivationRows) of a slot whose
+// rows start at `first` (the last repeated past `m`).
+__device__ __forceinline__ void PassRows(
+    const float* base, int64_t stride, const int32_t* index, int first,
+    int done, int m, const float* (&x)[kDotActivationRows]) {
 #pragma unroll
-      for (int t = 0; t < kRowsPerPass; ++t) {
-        if (t < m) {
-          const float4* xp = reinterpret_cast<const float4*>(x[t] + c);
-          const float4 a = xp[0], b = xp[1];
-          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +
-                    v[4] * b.x + v[5] * b.y + v[6] * b.z + v[7] * b.w;
-        }
-      }
-    }
-  } else {
-    for (int64_t c = lane; c < w.cols; c += 32) {
-      const float v = WeightAt(w, r, c);
-#pragma unroll
-      for (int t = 0; t < kRowsPerPass; ++t) {
-        if (t < m) acc[t] += v * x[t][c];
-      }
-    }
+  for (int t = 0; t < kDotActivationRows; ++t) {
+    const int row = first + done + min(t, m - 1);
+    x[t] = base + static_cast<int64_t>(index ? index[row] : row) * stride;
   }
 }
 
 // hidden[row, j] = act(gate_j · x[token of row], up_j · x[...]) for every
-// row of the block's expert; a warp per j.
-// Two blocks per SM at least: 174 registers a thread otherwise (sixteen
-// accumulators and eight row pointers), one block per SM.
-template <WeightType kType>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+// row of the block's expert and its kGateUpColumns values of j.
+constexpr int kGateUpColumns = kDotWeightRows / 2;
+
+// kActs: the most rows an expert has (1 or kDotActivationRows).
+template <WeightType kType, int kActs>
+__global__ void __launch_bounds__(kMaxDotThreads)
     GateUpKernel(RoutedExpertsParams p, Scratch s) {
+  __shared__ BlockDotShared shared;
   const int slot = blockIdx.y;
   if (slot >= *s.active_slots) return;
-  const int64_t j =
-      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (j >= p.intermediate) return;
-  const int lane = threadIdx.x & 31;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kGateUpColumns;
+  const int columns = static_cast<int>(
+      min(static_cast<int64_t>(kGateUpColumns), p.intermediate - j0));
   const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
-  const DeviceWeight gate = p.fused ? expert.gate_up : expert.gate;
-  const DeviceWeight up = p.fused ? expert.gate_up : expert.up;
-  const int64_t gate_row = p.fused ? 2 * j : j;
-  const int64_t up_row = p.fused ? 2 * j + 1 : j;
-  float gate_bias = 0.f, up_bias = 0.f;
-  if (p.fused && expert.gate_up_bias != nullptr) {
-    gate_bias = expert.gate_up_bias[2 * j];
-    up_bias = expert.gate_up_bias[2 * j + 1];
+  const DeviceWeight* const gate = p.fused ? &expert.gate_up : &expert.gate;
+  const DeviceWeight* const up = p.fused ? &expert.gate_up : &expert.up;
+  // Weight rows gate j0, up j0, gate j0 + 1, up j0 + 1.
+  const DeviceWeight* const weights[kDotWeightRows] = {gate, up, gate, up};
+  int64_t row[kDotWeightRows];
+#pragma unroll
+  for (int i = 0; i < kDotWeightRows; ++i) {
+    const int64_t j = j0 + i / 2;
+    row[i] = p.fused ? 2 * j + i % 2 : j;
   }
   const int first = s.slot_first[slot], rows = s.slot_rows[slot];
-  for (int done = 0; done < rows; done += kRowsPerPass) {
-    const int m = min(kRowsPerPass, rows - done);
-    const float* x[kRowsPerPass];
-#pragma unroll
-    for (int t = 0; t < kRowsPerPass; ++t) {
-      x[t] = p.d_x +
-             static_cast<int64_t>(s.row_token[first + done + min(t, m - 1)]) *
-                 p.hidden;
-    }
-    float g[kRowsPerPass] = {}, u[kRowsPerPass] = {};
-    DotRows<kType>(gate, gate_row, x, m, p.vectorized_gate_up, g);
-    DotRows<kType>(up, up_row, x, m, p.vectorized_gate_up, u);
-#pragma unroll
-    for (int t = 0; t < kRowsPerPass; ++t) {
-      if (t < m) {
-        const float gt = WarpSum(g[t]) + gate_bias;
-        const float ut = WarpSum(u[t]) + up_bias;
-        if (lane == 0) {
-          s.hidden[static_cast<int64_t>(first + done + t) * p.intermediate +
-                   j] = GatedActivation(gt, ut, p.activation);
-        }
-      }
+  // The epilogue's thread: column j0 + c of activation row t.
+  const int c = threadIdx.x / kDotActivationRows;
+  const int t = threadIdx.x % kDotActivationRows;
+  float gate_bias = 0.f, up_bias = 0.f;
+  if (c < columns && p.fused && expert.gate_up_bias != nullptr) {
+    gate_bias = expert.gate_up_bias[2 * (j0 + c)];
+    up_bias = expert.gate_up_bias[2 * (j0 + c) + 1];
+  }
+  for (int done = 0; done < rows; done += kActs) {
+    const int m = min(kActs, rows - done);
+    const float* x[kDotActivationRows];
+    PassRows(p.d_x, p.hidden, s.row_token, first, done, m, x);
+    BlockDot<kType, kActs>(weights, row, 2 * columns, x, m,
+                           p.vectorized_gate_up, shared);
+    if (c < columns && t < m) {
+      s.hidden[static_cast<int64_t>(first + done + t) * p.intermediate + j0 +
+               c] =
+          GatedActivation(shared.result[2 * c][t] + gate_bias,
+                          shared.result[2 * c + 1][t] + up_bias, p.activation);
     }
   }
 }
 
 // expert_out[row, r] = down_r · hidden[row] (+ bias) for every row of the
-// block's expert; a warp per r.
-template <WeightType kType>
-__global__ void DownKernel(RoutedExpertsParams p, Scratch s) {
+// block's expert and its kDotWeightRows values of r.
+template <WeightType kType, int kActs>
+__global__ void __launch_bounds__(kMaxDotThreads)
+    DownKernel(RoutedExpertsParams p, Scratch s) {
+  __shared__ BlockDotShared shared;
   const int slot = blockIdx.y;
   if (slot >= *s.active_slots) return;
-  const int64_t r =
-      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r >= p.hidden) return;
-  const int lane = threadIdx.x & 31;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kDotWeightRows;
+  const int out_rows = static_cast<int>(
+      min(static_cast<int64_t>(kDotWeightRows), p.hidden - r0));
   const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
-  const DeviceWeight down = expert.down;
-  const float bias = expert.down_bias != nullptr ? expert.down_bias[r] : 0.f;
+  const DeviceWeight* const down = &expert.down;
+  const DeviceWeight* const weights[kDotWeightRows] = {down, down, down, down};
+  const int64_t row[kDotWeightRows] = {r0, r0 + 1, r0 + 2, r0 + 3};
+  const int i = threadIdx.x / kDotActivationRows;
+  const int t = threadIdx.x % kDotActivationRows;
+  const float bias = i < out_rows && expert.down_bias != nullptr
+                         ? expert.down_bias[r0 + i]
+                         : 0.f;
   const int first = s.slot_first[slot], rows = s.slot_rows[slot];
-  for (int done = 0; done < rows; done += kRowsPerPass) {
-    const int m = min(kRowsPerPass, rows - done);
-    const float* h[kRowsPerPass];
-#pragma unroll
-    for (int t = 0; t < kRowsPerPass; ++t) {
-      h[t] = s.hidden + static_cast<int64_t>(first + done + min(t, m - 1)) *
-                            p.intermediate;
-    }
-    float acc[kRowsPerPass] = {};
-    DotRows<kType>(down, r, h, m, p.vectorized_down, acc);
-#pragma unroll
-    for (int t = 0; t < kRowsPerPass; ++t) {
-      if (t < m) {
-        const float sum = WarpSum(acc[t]) + bias;
-        if (lane == 0) {
-          s.expert_out[static_cast<int64_t>(first + done + t) * p.hidden + r] =
-              sum;
-        }
-      }
+  for (int done = 0; done < rows; done += kActs) {
+    const int m = min(kActs, rows - done);
+    const float* h[kDotActivationRows];
+    PassRows(s.hidden, p.intermediate, nullptr, first, done, m, h);
+    BlockDot<kType, kActs>(weights, row, out_rows, h, m, p.vectorized_down,
+                           shared);
+    if (i < out_rows && t < m) {
+      s.expert_out[static_cast<int64_t>(first + done + t) * p.hidden + r0 + i] =
+          shared.result[i][t] + bias;
     }
   }
 }
 
 // out[t] = Σ weight · expert_out[row] over token t's pairs, in ascending
-// expert order.
+// expert order (a token's pairs in their own order where experts repeat);
+// block (t, y) the columns y·blockDim.x + i·gridDim.y·blockDim.x.
 __global__ void CombineKernel(int top_k, int64_t hidden, Scratch s,
                               float* __restrict__ out) {
   __shared__ int row[kMaxRoutedTopK];
   __shared__ float weight[kMaxRoutedTopK];
   const int64_t t = blockIdx.x;
-  if (threadIdx.x == 0) {
-    int expert[kMaxRoutedTopK];
-    for (int j = 0; j < top_k; ++j) {
-      // Insertion by expert: a token's experts are distinct.
-      const int e = s.pair_expert[t * top_k + j];
-      int i = j;
-      for (; i > 0 && expert[i - 1] > e; --i) {
-        expert[i] = expert[i - 1];
-        row[i] = row[i - 1];
-        weight[i] = weight[i - 1];
-      }
-      expert[i] = e;
-      row[i] = s.pair_row[t * top_k + j];
-      weight[i] = s.pair_weight[t * top_k + j];
+  const int j = threadIdx.x;
+  if (j < top_k) {
+    const int32_t* experts = s.pair_expert + t * top_k;
+    const int e = experts[j];
+    int rank = 0;
+    for (int i = 0; i < top_k; ++i) {
+      rank += experts[i] < e || (experts[i] == e && i < j);
     }
+    row[rank] = s.pair_row[t * top_k + j];
+    weight[rank] = s.pair_weight[t * top_k + j];
   }
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
+  for (int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+       c < hidden; c += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     float acc = 0.f;
-    for (int j = 0; j < top_k; ++j) {
+    for (int k = 0; k < top_k; ++k) {
       acc +=
-          weight[j] * s.expert_out[static_cast<int64_t>(row[j]) * hidden + c];
+          weight[k] * s.expert_out[static_cast<int64_t>(row[k]) * hidden + c];
     }
     out[t * hidden + c] = acc;
   }
 }
 
-template <WeightType kType>
+template <WeightType kType, int kActs>
 cudaError_t LaunchExpertMlps(const RoutedExpertsParams& p, const Scratch& s,
                              unsigned slots, cudaStream_t stream) {
   const unsigned gate_up_blocks = static_cast<unsigned>(
-      (p.intermediate + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  GateUpKernel<kType>
-      <<<dim3(gate_up_blocks, slots), kWarpsPerBlock * 32, 0, stream>>>(p, s);
+      (p.intermediate + kGateUpColumns - 1) / kGateUpColumns);
+  GateUpKernel<kType, kActs>
+      <<<dim3(gate_up_blocks, slots),
+         BlockDotThreads(p.hidden, p.vectorized_gate_up), 0, stream>>>(p, s);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const unsigned down_blocks =
-      static_cast<unsigned>((p.hidden + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  DownKernel<kType>
-      <<<dim3(down_blocks, slots), kWarpsPerBlock * 32, 0, stream>>>(p, s);
+      static_cast<unsigned>((p.hidden + kDotWeightRows - 1) / kDotWeightRows);
+  DownKernel<kType, kActs>
+      <<<dim3(down_blocks, slots),
+         BlockDotThreads(p.intermediate, p.vectorized_down), 0, stream>>>(p, s);
   return cudaGetLastError();
 }
 
@@ -476,17 +450,25 @@ cudaError_t LaunchRoutedExperts(const RoutedExpertsParams& p,
                                                p.d_weight_bytes);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const auto slots_grid = static_cast<unsigned>(slots);
-  if (cudaError_t e =
-          WithWeightType(p.type,
-                         [&](auto type) {
-                           return LaunchExpertMlps<decltype(type)::value>(
-                               p, s, slots_grid, stream);
-                         });
+  if (cudaError_t e = WithWeightType(
+          p.type,
+          [&](auto type) {
+            // One token: every expert has one row.
+            return p.n == 1 ? LaunchExpertMlps<decltype(type)::value, 1>(
+                                  p, s, slots_grid, stream)
+                            : LaunchExpertMlps<decltype(type)::value,
+                                               kDotActivationRows>(
+                                  p, s, slots_grid, stream);
+          });
       e != cudaSuccess) {
     return e;
   }
-  CombineKernel<<<static_cast<unsigned>(p.n), 256, 0, stream>>>(
-      r.top_k, p.hidden, s, p.d_out);
+  constexpr int kCombineThreads = 256;
+  static_assert(kCombineThreads >= kMaxRoutedTopK);
+  const auto column_blocks = static_cast<unsigned>(std::min<int64_t>(
+      (p.hidden + kCombineThreads - 1) / kCombineThreads, 64));
+  CombineKernel<<<dim3(static_cast<unsigned>(p.n), column_blocks),
+                  kCombineThreads, 0, stream>>>(r.top_k, p.hidden, s, p.d_out);
   return cudaGetLastError();
 }
 

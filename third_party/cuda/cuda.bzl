@@ -16,12 +16,25 @@ def cuda_compatible():
     return if_cuda([], ["@platforms//:incompatible"])
 
 # Machine code for A100 (sm_80) and H100/H200 (sm_90a), plus compute_90 PTX so
-# newer GPUs can JIT the kernels.
+# newer GPUs can JIT the kernels; sm_90a alone under --define=cuda_archs=hopper.
+_HOPPER_ARCH_FLAGS = "-gencode=arch=compute_90a,code=sm_90a"
 _NVCC_ARCH_FLAGS = " ".join([
     "-gencode=arch=compute_80,code=sm_80",
-    "-gencode=arch=compute_90a,code=sm_90a",
+    _HOPPER_ARCH_FLAGS,
     "-gencode=arch=compute_90,code=compute_90",
 ])
+
+def _nvcc_command(src, arch_flags, nvcc_flags):
+    return " ".join([
+        CUDA_PATH + "/bin/nvcc",
+        "-c -std=c++17 -O3 -lineinfo -Xcompiler -fPIC",
+        "--expt-relaxed-constexpr",
+        "--Werror all-warnings -Xcompiler -Wall,-Werror",
+        arch_flags,
+        "-I. -I$(GENDIR)",
+        " ".join(nvcc_flags),
+        "-o $@ $(location %s)" % src,
+    ])
 
 def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = [], **kwargs):
     """Compiles .cu files with nvcc into a cc_library that cc targets depend on.
@@ -43,16 +56,10 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = 
             name = "%s_nvcc_%s" % (name, stem.replace("/", "_")),
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
-            cmd = " ".join([
-                CUDA_PATH + "/bin/nvcc",
-                "-c -std=c++17 -O3 -lineinfo -Xcompiler -fPIC",
-                "--expt-relaxed-constexpr",
-                "--Werror all-warnings -Xcompiler -Wall,-Werror",
-                _NVCC_ARCH_FLAGS,
-                "-I. -I$(GENDIR)",
-                " ".join(nvcc_flags),
-                "-o $@ $(location %s)" % src,
-            ]),
+            cmd = select({
+                "//third_party/cuda:hopper_only": _nvcc_command(src, _HOPPER_ARCH_FLAGS, nvcc_flags),
+                "//conditions:default": _nvcc_command(src, _NVCC_ARCH_FLAGS, nvcc_flags),
+            }),
             target_compatible_with = cuda_compatible(),
             tags = ["cuda"],
         )
