@@ -30,22 +30,18 @@ absl::Status ExpertParallelExecutor::Run(
   shares_.clear();
   std::vector<ExpertTask> mine;
   std::vector<int64_t> floats_of(ranks, 0);  // output floats each rank sends
+  std::vector<uint64_t> rows_per_expert(placement_.num_experts(), 0);
+  for (const ExpertTask& t : tasks) rows_per_expert[t.expert] += t.x.rows;
+  const std::vector<int> rank_of = placement_.AssignExperts(rows_per_expert);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ExpertTask& t = tasks[i];
-    const std::vector<int>& replicas = placement_.replicas(t.expert);
-    const int64_t n = static_cast<int64_t>(replicas.size());
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t first = t.x.rows * j / n;
-      const int64_t rows = t.x.rows * (j + 1) / n - first;
-      if (rows == 0) continue;
-      const Share share{i, first, rows, replicas[j]};
-      shares_.push_back(share);
-      floats_of[share.rank] += rows * t.out.cols;
-      if (share.rank != rank) continue;
-      mine.push_back(
-          {t.expert, t.x.Rows(first, rows), t.out.Rows(first, rows)});
-      CountRows(t.expert, rank, rows);
-    }
+    if (t.x.rows == 0) continue;
+    const Share share{i, rank_of[t.expert]};
+    shares_.push_back(share);
+    floats_of[share.rank] += t.out.size();
+    if (share.rank != rank) continue;
+    mine.push_back(t);
+    CountRows(t.expert, rank, t.x.rows);
   }
   if (absl::Status status = inner_.Run(layer, mine, alongside, backend);
       !status.ok()) {
@@ -84,8 +80,7 @@ absl::Status ExpertParallelExecutor::Run(
   next[0] = received_.data();
   for (int p = 1; p < ranks; ++p) next[p] = next[p - 1] + floats_of[p - 1];
   for (const Share& share : shares_) {
-    const backend::Tensor out =
-        tasks[share.task].out.Rows(share.first, share.rows);
+    const backend::Tensor& out = tasks[share.task].out;
     if (share.rank != rank) backend.CopyFromHost(next[share.rank], out);
     next[share.rank] += out.size();
   }

@@ -1,21 +1,19 @@
 // ExpertParallelExecutor: the routed experts spread over the ranks of a job
 // (expert parallelism) with attention replicated: every rank runs the same
 // forward pass on the same tokens, so every rank's MoE block hands its
-// executor the same tasks in the same order. Each task's rows are split
-// among its expert's replicas (ExpertPlacement), in contiguous shares
-// whose sizes differ by at most one, first share to the lowest rank; each
-// rank runs its shares through an inner executor — resident, streamed
-// through its own memory ring, hybrid on its device — together with the
-// `alongside` MLPs (shared experts), which every rank runs itself; then one
-// AllGatherV per MoE layer gives every rank every share's output rows (each
-// rank sends only its own rows, no padding). Each output row is computed
-// once, by one replica, from the same input row and stored weights as in
-// one process, and the MoE block combines them in its own fixed order. An MLP's
-// output rows do not depend on which tasks share its loop, but the CPU
-// products' summation order depends on how many rows a product has: with one
-// replica per expert results are bitwise those of one process whatever the
-// number of ranks; a share split from a replicated expert's rows may differ in
-// the last bits.
+// executor the same tasks in the same order. Each task runs whole on one
+// of its expert's replicas (ExpertPlacement::AssignExperts: the least
+// loaded in rows); each rank runs its tasks through an inner executor —
+// resident, streamed through its own memory ring, hybrid on its device —
+// together with the `alongside` MLPs (shared experts), which every rank
+// runs itself; then one AllGatherV per MoE layer gives every rank every
+// task's output rows (each rank sends only its own rows, no padding). Each
+// expert's rows are computed together, by one replica, from the same input
+// rows and stored weights as in one process (the CPU products' summation
+// order depends on how many rows a product has, so a split expert would
+// not be), and the MoE block combines them in its own fixed order: results
+// are bitwise those of one process whatever the number of ranks and
+// replicas.
 //
 // Replicated attention spends every rank's time on the whole batch's
 // attention; TokenDispatchExecutor (token_dispatch.h) is the data-parallel
@@ -104,20 +102,18 @@ class ExpertParallelExecutor : public DistributedExpertExecutor {
                          ExpertPlacement placement, ExpertExecutor* inner)
       : DistributedExpertExecutor(communicator, std::move(placement), inner) {}
 
-  // This rank's shares and `alongside` through the inner executor, then
-  // every share's `out` exchanged. Errors: the inner executor's, with the
-  // rank; a failed exchange, naming the layer and the collective (the
-  // communicator is then unusable).
+  // This rank's tasks (ExpertPlacement::AssignExperts) and `alongside`
+  // through the inner executor, then every task's `out` exchanged. Errors: the
+  // inner executor's, with the rank; a failed exchange, naming the layer and
+  // the collective (the communicator is then unusable).
   absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
                    absl::Span<const backend::MlpTask> alongside,
                    backend::Backend& backend) override;
 
  private:
-  // Rows [first, first + rows) of task `task`, run by `rank`.
+  // Task `task`, run by `rank`.
   struct Share {
     size_t task;
-    int64_t first;
-    int64_t rows;
     int rank;
   };
 

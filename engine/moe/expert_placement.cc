@@ -232,25 +232,30 @@ bool ExpertPlacement::holds(int expert, int rank) const {
   return Holds(replicas_[expert], rank);
 }
 
-std::vector<int> ExpertPlacement::AssignRanks(
-    absl::Span<const int32_t> task_experts) const {
-  // tasks[e][i]: this call's tasks so far on replica i of expert e.
-  std::vector<std::vector<int>> tasks(num_experts());
-  std::vector<int> rank_of;
-  rank_of.reserve(task_experts.size());
-  for (int32_t e : task_experts) {
-    const std::vector<int>& ranks = replicas_[e];
-    if (ranks.size() == 1) {
-      rank_of.push_back(ranks[0]);
-      continue;
+std::vector<int> ExpertPlacement::AssignExperts(
+    absl::Span<const uint64_t> rows_per_expert) const {
+  std::vector<int> rank_of(num_experts());
+  std::vector<uint64_t> load(num_ranks_, 0);
+  std::vector<int> replicated;
+  for (int e = 0; e < num_experts(); ++e) {
+    rank_of[e] = owner(e);
+    if (replicas_[e].size() == 1) {
+      load[owner(e)] += rows_per_expert[e];
+    } else if (rows_per_expert[e] > 0) {
+      replicated.push_back(e);
     }
-    std::vector<int>& counts = tasks[e];
-    counts.resize(ranks.size());
+  }
+  std::stable_sort(replicated.begin(), replicated.end(), [&](int a, int b) {
+    return rows_per_expert[a] > rows_per_expert[b];
+  });
+  for (int e : replicated) {
     // Ranks ascend, so the first minimum is the lowest rank.
-    const size_t i =
-        std::min_element(counts.begin(), counts.end()) - counts.begin();
-    ++counts[i];
-    rank_of.push_back(ranks[i]);
+    int best = replicas_[e].front();
+    for (int r : replicas_[e]) {
+      if (load[r] < load[best]) best = r;
+    }
+    rank_of[e] = best;
+    load[best] += rows_per_expert[e];
   }
   return rank_of;
 }

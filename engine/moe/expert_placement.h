@@ -4,7 +4,7 @@
 // every layer.
 //
 // An expert has one or more replicas, each on a different rank: a hot
-// expert's copies share its tokens (AssignRanks). owner(e) is its first
+// expert's copies share its steps (AssignExperts). owner(e) is its first
 // (lowest) replica rank; with one replica per expert (Contiguous) that is
 // the only rank that runs it.
 //
@@ -99,13 +99,18 @@ class ExpertPlacement {
   // Whether `rank` holds a replica of `expert`.
   bool holds(int expert, int rank) const;
 
-  // The rank that runs each task of a step: task i is one token routed to
-  // expert task_experts[i] (each in [0, num_experts())). Tasks are taken in
-  // order, each to the replica of its expert with the fewest of this call's
-  // tasks so far (ties: lower rank), so an expert's replicas get counts
-  // that differ by at most one, and a single-replica expert's tasks all go
-  // to its owner. Depends on nothing else: every rank computes the same.
-  std::vector<int> AssignRanks(absl::Span<const int32_t> task_experts) const;
+  // The rank that runs all of each expert's rows in a step, given the
+  // step's rows per expert (size num_experts()): a single-replica expert's
+  // owner; for a replicated one the replica with the fewest rows assigned
+  // so far, counting every single-replica expert's rows first, then the
+  // replicated experts by rows, most first (ties: lower expert, lower
+  // rank). An expert's rows are never split among its replicas: every
+  // replica that runs an expert in a step reads all of its weights, and a
+  // product's rows sum in an order that depends on how many rows it has
+  // (kernels/cpu/ops.h), so whole experts keep results bitwise those of one
+  // process. Depends on nothing else: every rank computes the same.
+  std::vector<int> AssignExperts(
+      absl::Span<const uint64_t> rows_per_expert) const;
 
   // Each rank's load under `tokens_per_expert` (size num_experts()): the sum
   // over its replicas of the expert's tokens / replicas.

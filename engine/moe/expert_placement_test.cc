@@ -246,39 +246,54 @@ TEST(ExpertPlacementTest, BalancedRejectsBadArguments) {
   EXPECT_TRUE(ExpertPlacement::Balanced(tokens, 2, 3).ok());
 }
 
-TEST(ExpertPlacementTest, AssignRanksSpreadsAHotExpertOverItsReplicas) {
+TEST(ExpertPlacementTest,
+     AssignExpertsGivesEachExpertWholeToItsLeastLoadedReplica) {
+  // 4 ranks: expert 0 (hot) on three, the others once each.
   const absl::StatusOr<ExpertPlacement> p =
       ExpertPlacement::Balanced({1000, 10, 10, 10}, 4, 2);
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_EQ(p->replicas(0).size(), 3u);
-  std::vector<int32_t> tasks;
-  for (int i = 0; i < 10; ++i) tasks.insert(tasks.end(), {0, 1, 2, 3});
-  const std::vector<int> ranks = p->AssignRanks(tasks);
-  ASSERT_EQ(ranks.size(), tasks.size());
-  std::vector<int> per_replica(3, 0);
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (tasks[i] != 0) {
-      EXPECT_EQ(ranks[i], p->owner(tasks[i]));
-      continue;
+  const std::vector<int>& hot = p->replicas(0);
+  ASSERT_EQ(hot.size(), 3u);
+  // Single-replica experts count first; the hot expert goes to the replica
+  // they load least (the lowest such rank on a tie).
+  for (const std::vector<uint64_t>& rows : std::vector<std::vector<uint64_t>>{
+           {9, 1, 2, 3}, {9, 0, 0, 0}, {1, 5, 0, 7}, {0, 4, 4, 4}}) {
+    const std::vector<int> rank_of = p->AssignExperts(rows);
+    ASSERT_EQ(rank_of.size(), 4u);
+    std::vector<uint64_t> load(4, 0);
+    for (int e = 1; e < 4; ++e) {
+      EXPECT_EQ(rank_of[e], p->owner(e));
+      load[p->owner(e)] += rows[e];
     }
-    const std::vector<int>& held_by = p->replicas(0);
-    const auto it = std::find(held_by.begin(), held_by.end(), ranks[i]);
-    ASSERT_NE(it, held_by.end());
-    ++per_replica[it - held_by.begin()];
+    int least = hot[0];
+    for (int r : hot) {
+      if (load[r] < load[least]) least = r;
+    }
+    EXPECT_EQ(rank_of[0], rows[0] > 0 ? least : p->owner(0))
+        << "rows " << rows[0] << " " << rows[1] << " " << rows[2] << " "
+        << rows[3];
+    EXPECT_EQ(p->AssignExperts(rows), rank_of);
   }
-  // 10 tokens over 3 copies, the lowest rank first: 4, 3, 3.
-  EXPECT_THAT(per_replica, ElementsAre(4, 3, 3));
-  // The first three of expert 0's tokens go to its ranks in order.
-  EXPECT_EQ(ranks[0], p->replicas(0)[0]);
-  EXPECT_EQ(ranks[4], p->replicas(0)[1]);
-  EXPECT_EQ(ranks[8], p->replicas(0)[2]);
-  EXPECT_EQ(p->AssignRanks(tasks), ranks);
-  EXPECT_THAT(p->AssignRanks({}), IsEmpty());
 }
 
-TEST(ExpertPlacementTest, AssignRanksIsTheOwnerWithoutReplicas) {
+TEST(ExpertPlacementTest, AssignExpertsTakesTheHeaviestReplicatedExpertFirst) {
+  // Two ranks, both holding experts 0 and 1: the heavier goes to rank 0
+  // (both empty: the lower rank), the lighter to the other.
+  const absl::StatusOr<ExpertPlacement> p =
+      ExpertPlacement::Balanced({50, 40}, 2, 2);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->replicas(0).size(), 2u);
+  ASSERT_EQ(p->replicas(1).size(), 2u);
+  EXPECT_THAT(p->AssignExperts({3, 8}), ElementsAre(1, 0));
+  EXPECT_THAT(p->AssignExperts({8, 3}), ElementsAre(0, 1));
+  // Ties: the lower expert first.
+  EXPECT_THAT(p->AssignExperts({5, 5}), ElementsAre(0, 1));
+}
+
+TEST(ExpertPlacementTest, AssignExpertsIsTheOwnerWithoutReplicas) {
   const ExpertPlacement p = ExpertPlacement::Contiguous(8, 3);
-  EXPECT_THAT(p.AssignRanks({7, 0, 3, 3, 5}), ElementsAre(2, 0, 1, 1, 2));
+  EXPECT_THAT(p.AssignExperts({1, 0, 4, 4, 0, 2, 0, 9}),
+              ElementsAre(0, 0, 1, 1, 1, 2, 2, 2));
 }
 
 std::string TempPath(const std::string& name) {
@@ -491,25 +506,31 @@ TEST(ExpertPlacementTest, RandomBalancedPlacementsHoldTheContract) {
             << "experts " << a << " and " << b;
       }
     }
-    // Tokens spread over each expert's copies within one.
-    std::vector<int32_t> tasks;
-    for (int i = 0; i < 200; ++i) tasks.push_back(rng() % experts);
-    const std::vector<int> assigned = p->AssignRanks(tasks);
-    ASSERT_EQ(assigned.size(), tasks.size());
-    std::vector<std::vector<int>> per_replica(experts);
+    // Each expert runs whole on a rank holding it, a replicated one on the
+    // least loaded of its copies when its turn came.
+    std::vector<uint64_t> rows(experts);
+    for (uint64_t& r : rows) r = rng() % 20;
+    const std::vector<int> assigned = p->AssignExperts(rows);
+    ASSERT_EQ(assigned.size(), rows.size());
     for (int e = 0; e < experts; ++e) {
-      per_replica[e].assign(p->replicas(e).size(), 0);
+      EXPECT_TRUE(p->holds(e, assigned[e])) << "expert " << e;
     }
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      const std::vector<int>& held_by = p->replicas(tasks[i]);
-      const auto it = std::find(held_by.begin(), held_by.end(), assigned[i]);
-      ASSERT_NE(it, held_by.end());
-      ++per_replica[tasks[i]][it - held_by.begin()];
+    std::vector<uint64_t> load(ranks, 0);
+    std::vector<int> replicated;
+    for (int e = 0; e < experts; ++e) {
+      if (p->replicas(e).size() == 1) {
+        load[assigned[e]] += rows[e];
+      } else if (rows[e] > 0) {
+        replicated.push_back(e);
+      }
     }
-    for (const std::vector<int>& counts : per_replica) {
-      EXPECT_LE(*std::max_element(counts.begin(), counts.end()) -
-                    *std::min_element(counts.begin(), counts.end()),
-                1);
+    std::stable_sort(replicated.begin(), replicated.end(),
+                     [&](int a, int b) { return rows[a] > rows[b]; });
+    for (int e : replicated) {
+      for (int r : p->replicas(e)) {
+        EXPECT_LE(load[assigned[e]], load[r]) << "expert " << e;
+      }
+      load[assigned[e]] += rows[e];
     }
     // The file brings it back.
     const std::string path = TempPath("random.placement");

@@ -44,25 +44,54 @@ absl::Status TokenDispatchExecutor::Run(
   // so that rows stay aligned), then the row.
   const int64_t record = hidden_ + 1;
 
-  // Each row goes to a rank holding its expert: the least loaded of the
-  // expert's replicas (ExpertPlacement::AssignRanks), in task order.
-  std::vector<int32_t> row_experts;
-  for (const ExpertTask& t : tasks) {
-    row_experts.insert(row_experts.end(), t.x.rows, t.expert);
+  // Every rank's row counts (row s of the matrix: what rank s sends each
+  // rank), from which both exchanges' counts follow: this rank receives
+  // its column, and the outputs go back along the transpose. One gather
+  // per layer, so a communicator that needs the whole matrix
+  // (hierarchical) gathers no counts of its own. Each expert's rows, from
+  // every rank, go to one rank holding it: its owner, or for a replicated
+  // expert the replica ExpertPlacement::AssignExperts picks from the
+  // step's rows per expert (then those are gathered instead, and every
+  // rank picks alike), so an expert's rows are computed together as in
+  // one process.
+  const int experts = placement_.num_experts();
+  std::vector<int> rank_of(experts);
+  std::vector<uint64_t> rows_matrix(static_cast<size_t>(ranks) * ranks, 0);
+  if (placement_.num_replicas() > experts) {
+    std::vector<uint64_t> rows_per_expert(experts, 0);
+    for (const ExpertTask& t : tasks) rows_per_expert[t.expert] += t.x.rows;
+    std::vector<uint64_t> gathered(static_cast<size_t>(ranks) * experts);
+    if (absl::Status s =
+            communicator_.AllGather(parallel::AsBytes(rows_per_expert),
+                                    parallel::AsWritableBytes(gathered));
+        !s.ok()) {
+      return ExchangeError(layer, "AllGather of rows per expert", s);
+    }
+    std::vector<uint64_t> total(experts, 0);
+    for (int p = 0; p < ranks; ++p) {
+      for (int e = 0; e < experts; ++e) total[e] += gathered[p * experts + e];
+    }
+    rank_of = placement_.AssignExperts(total);
+    for (int p = 0; p < ranks; ++p) {
+      for (int e = 0; e < experts; ++e) {
+        rows_matrix[p * ranks + rank_of[e]] += gathered[p * experts + e];
+      }
+    }
+  } else {
+    std::vector<uint64_t> rows_to(ranks, 0);
+    for (int e = 0; e < experts; ++e) rank_of[e] = placement_.owner(e);
+    for (const ExpertTask& t : tasks) rows_to[rank_of[t.expert]] += t.x.rows;
+    if (absl::Status s = communicator_.AllGather(
+            parallel::AsBytes(rows_to), parallel::AsWritableBytes(rows_matrix));
+        !s.ok()) {
+      return ExchangeError(layer, "AllGather of row counts", s);
+    }
   }
-  const std::vector<int> destination = placement_.AssignRanks(row_experts);
-  std::vector<uint64_t> rows_to(ranks, 0);
-  for (int d : destination) ++rows_to[d];
-  // Every rank's row counts (row s: what rank s sends each rank), from
-  // which both exchanges' counts follow: this rank receives its column,
-  // and the outputs go back along the transpose. One gather per layer, so
-  // a communicator that needs the whole matrix (hierarchical) gathers no
-  // counts of its own.
-  std::vector<uint64_t> rows_matrix(static_cast<size_t>(ranks) * ranks);
-  if (absl::Status s = communicator_.AllGather(
-          parallel::AsBytes(rows_to), parallel::AsWritableBytes(rows_matrix));
-      !s.ok()) {
-    return ExchangeError(layer, "AllGather of row counts", s);
+  const std::vector<uint64_t> rows_to(rows_matrix.begin() + rank * ranks,
+                                      rows_matrix.begin() + (rank + 1) * ranks);
+  std::vector<int> destination;
+  for (const ExpertTask& t : tasks) {
+    destination.insert(destination.end(), t.x.rows, rank_of[t.expert]);
   }
   const std::vector<uint64_t> rows_from =
       parallel::CountMatrix{rows_matrix}.RecvCounts(ranks, rank);
@@ -133,9 +162,9 @@ absl::Status TokenDispatchExecutor::Run(
     if (&backend != rows_backend_ || rows > in_.tensor().rows) {
       // Grown by half again, so that a few larger layers do not reallocate
       // at every step.
-      const int64_t capacity =
-          &backend != rows_backend_ ? rows
-                                    : std::max(rows, in_.tensor().rows * 3 / 2);
+      const int64_t capacity = &backend != rows_backend_
+                                   ? rows
+                                   : std::max(rows, in_.tensor().rows * 3 / 2);
       in_ = backend.NewTensor(capacity, hidden_);
       out_ = backend.NewTensor(capacity, hidden_);
       rows_backend_ = &backend;
@@ -157,8 +186,8 @@ absl::Status TokenDispatchExecutor::Run(
       }
       const int64_t first = static_cast<int64_t>(k);
       const int64_t count = static_cast<int64_t>(end - k);
-      mine.push_back({expert_of[order[k]], in.Rows(first, count),
-                      out.Rows(first, count)});
+      mine.push_back(
+          {expert_of[order[k]], in.Rows(first, count), out.Rows(first, count)});
       CountRows(expert_of[order[k]], rank, count);
       k = end;
     }

@@ -2,25 +2,28 @@
 // with attention data-parallel: each rank runs the forward pass of its own
 // sequences only, so the ranks' MoE blocks hand their executors different
 // tokens. At every MoE layer each rank sends each of its (token, expert)
-// rows to a rank that holds that expert (ExpertPlacement; of an expert
-// with replicas, the one with the fewest of this rank's rows so far in the
-// layer, ExpertPlacement::AssignRanks), runs the rows
+// rows to a rank that holds that expert (ExpertPlacement; all of an
+// expert's rows from every rank to the same one, for an expert with
+// replicas the least loaded, ExpertPlacement::AssignExperts), runs the rows
 // it received for its own experts through an inner executor — resident,
 // streamed through its own memory ring, hybrid on its device — and sends
 // every output row back to the rank it came from, which combines them in
 // its MoE block. Three collectives per MoE layer: an AllGather of every
 // rank's row counts (the whole matrix, so that a hierarchical communicator
-// plans both exchanges without gathering counts itself), an AllToAllV of
+// plans both exchanges without gathering counts itself; with replicas,
+// every rank's rows per expert, from which each rank derives the same
+// matrix), an AllToAllV of
 // input rows (each led by its expert's id) and an AllToAllV of output rows
 // (both Communicator::AllToAllVWithMatrix, the outputs along the matrix's
 // transpose); a rank with no tokens of its own still joins them
 // (ModelRunner::ForwardWithoutTokens), because other ranks' tokens may
 // need its experts.
 //
-// Results are bitwise those of one process: each output row is computed
-// once, by an expert's owner, from the same input row and stored weights
-// (an MLP's output rows do not depend on which rows share its loop), and
-// the home rank's MoE block combines them in its own fixed order.
+// Results are bitwise those of one process: each expert's rows are
+// computed together, by one rank holding it, from the same input rows and
+// stored weights (an MLP's output rows depend on how many rows it has, not
+// on which), and the home rank's MoE block combines them in its own fixed
+// order.
 //
 // `alongside` MLPs (shared experts) run on the calling rank, on its own
 // tokens, in the same inner Run as the received rows.

@@ -4,7 +4,8 @@
 # the greedy tokens of every golden tiny model, and the demo model's
 # streamed text (rank 0 alone prints); attention replicated and (logits,
 # the demo) data-parallel, and with a balanced placement file with replicas
-# written and read back, and through pretend nodes (--ranks_per_node).
+# written and read back (the demo's text; two models' logits in both
+# attention modes), and through pretend nodes (--ranks_per_node).
 # Started alone, --expert_parallel changes nothing.
 #
 # Usage: cli_expert_parallel_test.sh MPIRUN_TEST_SH RINGMOE NP
@@ -108,6 +109,33 @@ grep -q "expert placement ($tmp/placement.txt)" "$tmp/adder.second.err" ||
   fail "the second run did not read the placement file: $(cat "$tmp/adder.second.err")"
 [[ $(grep -cE "^[0-9]+: [0-9]+ [0-9]+" "$tmp/placement.txt") -eq 2 ]] ||
   fail "not 2 replicated experts: $(cat "$tmp/placement.txt")"
+# Logits with replicas, both attention modes: each replicated expert runs
+# whole on one copy, so the logits are one process's byte for byte (a split
+# of an expert's rows would sum its products in another order). The first
+# run writes the placement, the second runs with its replicas.
+long_ids=3,17,200,5,88,411,9,12,55,300,7,1,99,150
+for model in mixtral gpt_oss; do
+  engine=(logits --model "tests/testdata/moe-tiny/$model" --threads 1
+    --input_ids "$long_ids")
+  "$ringmoe" "${engine[@]}" --out "$tmp/$model.long.safetensors" ||
+    fail "$model logits alone (long)"
+  for attention in replicated data_parallel; do
+    rm -f "$tmp/$model.placement.txt"
+    for run in first second; do
+      "$mpirun_test" "$np" "$ringmoe" "${engine[@]}" --expert_parallel \
+        --expert_parallel_attention "$attention" \
+        --expert_placement_file "$tmp/$model.placement.txt" \
+        --expert_replicas "$np" --out "$tmp/$model.replicas.safetensors" \
+        2>"$tmp/$model.replicas.err" ||
+        fail "$model logits on $np ranks with replicas ($attention, $run run)"
+    done
+    grep -q "replicated:" "$tmp/$model.placement.txt" ||
+      fail "$model: no replicas in $(cat "$tmp/$model.placement.txt")"
+    same "$model logits with replicas, attention $attention" \
+      "$tmp/$model.long.safetensors" "$tmp/$model.replicas.safetensors"
+  done
+done
+
 echo "experts 3" >"$tmp/bad_placement.txt"
 "$mpirun_test" "$np" "$ringmoe" "${adder[@]}" --expert_parallel \
   --expert_placement_file "$tmp/bad_placement.txt" 2>"$tmp/bad_placement.err" &&
