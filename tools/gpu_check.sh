@@ -153,7 +153,8 @@ run_hybrid_benchmark() {
 # issued from the host (no graphs: one launch per kernel), every kernel of
 # the engine under Nsight Compute (the device image's ncu; its own clock
 # control off), summarised per kernel by tools/kernel_profile.py beside
-# the device's copy ceiling.
+# the device's copy ceiling, then each step's launches and time (a step
+# starts at its embedding; `--step N` breaks one down).
 run_profile() {
   local models=/tmp/gpu-check-models ncu
   [[ -d $models/mixtral ]] ||
@@ -177,7 +178,7 @@ run_profile() {
     --batches 1,8 --prompt 16 --context 16 --steps 3 --steps_as device \
     >$out/profile_mixtral.json"
   python3 tools/kernel_profile.py "$out/profile_mixtral.csv" \
-    --benchmark_json "$out/profile_mixtral.json" \
+    --benchmark_json "$out/profile_mixtral.json" --step_kernel EmbedKernel \
     >"$out/profile_mixtral.txt" 2>&1
   cat "$out/profile_mixtral.txt"
 }
