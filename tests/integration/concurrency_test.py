@@ -34,7 +34,11 @@ class ConcurrencyTest(unittest.TestCase):
                                                   temperature=0),
                         range(0, 200, 2))):
                     want[i] = r.token_ids
-            served = server.metric("ringmoe_requests_total", method="Generate") or 0.0
+            # A call is counted when gRPC is done with it, which can come
+            # after the client has its answer.
+            served = server.wait_metric("ringmoe_requests_total", 100.0,
+                                        method="Generate")
+            self.assertEqual(served, 100.0)
 
             # Even streams as above; odd ones long, and cancelled at once:
             # some running, most still queued.
@@ -95,9 +99,11 @@ class ConcurrencyTest(unittest.TestCase):
             self.assertIn("RESOURCE_EXHAUSTED", results)
             self.assertIdle(server)
             for status in ("OK", "RESOURCE_EXHAUSTED"):
+                count = float(results.count(status))
                 self.assertEqual(
-                    server.metric("ringmoe_requests_total", method="Generate", status=status),
-                    float(results.count(status)), status)
+                    server.wait_metric("ringmoe_requests_total", count, method="Generate",
+                                       status=status),
+                    count, status)
             # And it serves as before.
             self.assertEqual(len(c.generate_text(input_ids=[1, 2], max_tokens=5,
                                                  ignore_eos=True).token_ids), 5)
