@@ -11,7 +11,9 @@
 #       call keeps each within the device tool's time limit; hybrid: the
 #       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
 #       alone; resident: the resident benchmarks alone; profile: decode
-#       kernels under Nsight Compute, per kernel) runs every
+#       kernels under Nsight Compute, per kernel; models: the benchmarks'
+#       synthetic checkpoints alone, to start in the background beside
+#       `run tests`, which the benchmark parts then wait for) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
 #       the kernel tests), the golden models on cuda:0 (resident, and
 #       hybrid under a tight device budget with every --placement), and the
@@ -21,7 +23,10 @@
 #
 # With the device tool: run `tools/gpu_check.sh build` here, then
 #   run(command="tools/gpu_check.sh run", carry=[".device"])
-# and copy the benchmark JSON into docs/bench/gpu/.
+# and copy the benchmark JSON into docs/bench/gpu/. The checkpoints can be
+# written while the tests run, in one call:
+#   O=$OUT; OUT=$O/models tools/gpu_check.sh run models &
+#   OUT=$O/tests tools/gpu_check.sh run tests; OUT=$O/bench tools/gpu_check.sh run resident; wait
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -113,16 +118,31 @@ run_benchmarks() {
   run_hybrid_benchmark
 }
 
+models=/tmp/gpu-check-models
+
+# The synthetic checkpoint of architecture $1 in $models, written once: a
+# second caller (`run models` started in the background beside `run
+# tests`, then the benchmarks) waits for the first to finish it.
+synthetic_model() {
+  local arch=$1
+  mkdir -p "$models"
+  (
+    flock 9
+    [[ -d $models/$arch ]] && exit 0
+    rm -rf "$models/$arch.partial"
+    python3 tools/make_synthetic_moe.py --arch "$arch" \
+      --out "$models/$arch.partial" >"$out/make_$arch.log" 2>&1 &&
+      mv "$models/$arch.partial" "$models/$arch"
+  ) 9>"$models/$arch.lock"
+}
+
 # Every weight resident: decode steps as CUDA graphs and, for comparison in
 # the same process, issued from the host with the MoE layers routed on the
 # device and on the host. GPU_CHECK_ARCHS picks architectures.
 run_resident_benchmarks() {
-  local models=/tmp/gpu-check-models arch
-  mkdir -p "$models"
+  local arch
   for arch in ${GPU_CHECK_ARCHS:-mixtral deepseek_v3 gpt_oss}; do
-    [[ -d $models/$arch ]] ||
-      python3 tools/make_synthetic_moe.py --arch "$arch" \
-        --out "$models/$arch" >"$out/make_$arch.log" 2>&1
+    synthetic_model "$arch"
     check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
       --model $models/$arch --device cuda:0 --batches 1,8,32 \
       --steps_as graphs,device,host >$out/bench_$arch.json"
@@ -132,10 +152,7 @@ run_resident_benchmarks() {
 # The synthetic Mixtral (about 2.2 GB, 0.6 GB of it what every token needs)
 # under a device budget of a third of it, with every placement.
 run_hybrid_benchmark() {
-  local models=/tmp/gpu-check-models
-  [[ -d $models/mixtral ]] ||
-    python3 tools/make_synthetic_moe.py --arch mixtral \
-      --out "$models/mixtral" >"$out/make_mixtral.log" 2>&1
+  synthetic_model mixtral
   check "bench_hybrid_mixtral" bash -c "\"$bin/forward_benchmark\" \
     --model $models/mixtral --device cuda:0 --batches 1,8 --prompt 256 \
     --steps 10 --device_memory_budget 730MB --placements auto,cpu,stream \
@@ -156,10 +173,8 @@ run_hybrid_benchmark() {
 # the device's copy ceiling, then each step's launches and time (a step
 # starts at its embedding; `--step N` breaks one down).
 run_profile() {
-  local models=/tmp/gpu-check-models ncu
-  [[ -d $models/mixtral ]] ||
-    python3 tools/make_synthetic_moe.py --arch mixtral \
-      --out "$models/mixtral" >"$out/make_mixtral.log" 2>&1
+  local ncu
+  synthetic_model mixtral
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
     head -1)
   if [[ -z $ncu ]]; then
@@ -187,6 +202,14 @@ run() {
   local part=${1:-all}
   local out=${OUT:-gpu-results}
   mkdir -p "$out"
+  if [[ $part == models ]]; then
+    # No bundle: another part may be unpacking and running it.
+    local arch
+    for arch in ${GPU_CHECK_ARCHS:-mixtral deepseek_v3 gpt_oss}; do
+      synthetic_model "$arch" || return 1
+    done
+    return 0
+  fi
   rm -rf /tmp/bundle
   tar -xJf .device/bundle.tar.xz -C /tmp || return 1
   local bin=/tmp/bundle/bin
@@ -255,7 +278,7 @@ case ${1:-} in
   run) run "${2:-all}" ;;
   *)
     echo "usage: $0 build|run" \
-      "[tests|bench|hybrid|hybrid_bench|resident|profile|nccl]" >&2
+      "[tests|bench|hybrid|hybrid_bench|resident|profile|nccl|models]" >&2
     exit 2
     ;;
 esac

@@ -89,28 +89,19 @@ def to_bf16(a):
     return (bits >> 16).astype(np.uint16)
 
 
-def e4m3_magnitudes():
-    """Values of the non-negative, non-NaN float8 e4m3fn codes 0x00..0x7e
-    (index = code), ascending: 4 exponent bits with bias 7, 3 mantissa bits,
-    subnormals at exponent 0, 0x7f NaN, no infinities, max 448."""
-    codes = np.arange(0x7F)
-    exp, man = codes >> 3, (codes & 7).astype(np.float64)
-    vals = np.where(exp == 0, man / 8 * 2.0 ** -6, (1 + man / 8) * 2.0 ** (exp - 7))
-    return vals.astype(np.float32)
-
-
-E4M3_MAGNITUDES = e4m3_magnitudes()
-
-
 def to_e4m3(x):
     """float32 with |x| <= 448 -> nearest float8 e4m3fn codes (uint8), ties to
-    the even code; larger magnitudes saturate to 448. Never a NaN code."""
-    mag = np.abs(x)
-    table = E4M3_MAGNITUDES
-    hi = np.clip(np.searchsorted(table, mag), 1, len(table) - 1)
-    lo = hi - 1
-    d_lo, d_hi = mag - table[lo], table[hi] - mag
-    code = np.where((d_lo < d_hi) | ((d_lo == d_hi) & (lo % 2 == 0)), lo, hi)
+    the even code; larger magnitudes saturate to 448. Never a NaN code.
+    From the float32 bits: normal values (>= 2^-6) keep three mantissa bits,
+    rounded to nearest even; subnormal ones are multiples of 2^-9."""
+    mag = np.minimum(np.abs(x), np.float32(448.0)).astype(np.float32)
+    bits = mag.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFFF) + ((bits >> np.uint32(20)) & np.uint32(1))) \
+        & np.uint32(0xFFF00000)
+    normal = ((((rounded >> np.uint32(23)).astype(np.int32) - (127 - 7)) << 3)
+              | ((rounded >> np.uint32(20)) & np.uint32(7)).astype(np.int32))
+    subnormal = np.rint(mag * np.float32(2.0 ** 9)).astype(np.int32)
+    code = np.minimum(np.where(mag < np.float32(2.0 ** -6), subnormal, normal), 0x7E)
     return (code | (np.signbit(x) & (code != 0)) * 0x80).astype(np.uint8)
 
 
