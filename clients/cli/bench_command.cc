@@ -215,10 +215,7 @@ int RunBench() {
       step_seconds.push_back(SecondsSince(start));
       if (!status.ok()) return Fail("bench", status);
       step_bytes.push_back(work.weight_bytes);
-      decode_work.weight_bytes += work.weight_bytes;
-      for (const auto& [kernel, bytes] : work.weight_bytes_by_kernel) {
-        decode_work.weight_bytes_by_kernel[kernel] += bytes;
-      }
+      decode_work.Add(work);
       round_seconds += step_seconds.back();
       round_bytes += static_cast<double>(work.weight_bytes);
     }

@@ -52,6 +52,15 @@ struct Work {
   int64_t weight_bytes = 0;
   double flops = 0;
   std::map<std::string, int64_t> weight_bytes_by_kernel;
+
+  // Adds `other`'s counts to these.
+  void Add(const Work& other) {
+    weight_bytes += other.weight_bytes;
+    flops += other.flops;
+    for (const auto& [kernel, bytes] : other.weight_bytes_by_kernel) {
+      weight_bytes_by_kernel[kernel] += bytes;
+    }
+  }
 };
 
 // y[n, w.rows] = x[n, w.cols] · wᵀ.

@@ -14,8 +14,6 @@ namespace ringmoe::runtime {
 using backend::Backend;
 using backend::Tensor;
 
-namespace {}  // namespace
-
 ModelRunner::ModelRunner(const model::ModelSpec& spec,
                          const model::ModelWeights& weights,
                          backend::Backend* backend,
@@ -132,13 +130,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
     logits->resize(out->tensor().size());
     backend.CopyToHost(*out, logits->data());
     backend.set_work(nullptr);
-    if (work != nullptr) {
-      work->weight_bytes += pass_work.weight_bytes;
-      work->flops += pass_work.flops;
-      for (const auto& [kernel, bytes] : pass_work.weight_bytes_by_kernel) {
-        work->weight_bytes_by_kernel[kernel] += bytes;
-      }
-    }
+    if (work != nullptr) work->Add(pass_work);
     return backend.TakeError();
   }
 }
