@@ -48,6 +48,20 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Per weight type: the weight prefetch its decode products use and the
+// read rates it was chosen by (zero where --weight_prefetch forced it).
+nlohmann::json WeightPrefetchJson(
+    const std::vector<kernels::WeightPrefetchTuning>& tunings) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const kernels::WeightPrefetchTuning& t : tunings) {
+    out[kernels::WeightTypeName(t.type)] = {
+        {"chosen", kernels::WeightPrefetchName(t.chosen)},
+        {"software_bytes_per_s", t.software_bytes_per_s},
+        {"hardware_only_bytes_per_s", t.hardware_only_bytes_per_s}};
+  }
+  return out;
+}
+
 // The share of the weight bytes of `work`'s products that each kernel path
 // read, by path name.
 nlohmann::json PathShares(const backend::Work& work) {
@@ -259,6 +273,7 @@ int RunBench() {
        {{"prefill_products", PathShares(prefill_work)},
         {"decode_products", PathShares(decode_work)},
         {"attention", kernels::KernelPathName(kernels::VectorPath())}}},
+      {"weight_prefetch", WeightPrefetchJson(engine.weight_prefetch())},
       {"batch", batch},
       {"prompt_tokens", prompt},
       {"gen_tokens", gen},

@@ -738,6 +738,33 @@ void PrefaultMlp(const MlpWeights& mlp) {
 
 }  // namespace
 
+std::vector<kernels::WeightType> ProductWeightTypes(
+    const ModelWeights& weights) {
+  constexpr int kTypes = static_cast<int>(kernels::WeightType::kMxfp4) + 1;
+  bool seen[kTypes] = {};
+  const auto see = [&](const Weight& m) {
+    if (m.rows > 0) seen[static_cast<int>(m.type)] = true;
+  };
+  const auto see_mlp = [&](const MlpWeights& mlp) {
+    for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&mlp))) {
+      see(*m);
+    }
+  };
+  see(weights.lm_head);
+  for (const LayerWeights& layer : weights.layers) {
+    for (const Weight* m : AttentionMatrices(layer)) see(*m);
+    see(layer.router);
+    for (const MlpWeights& expert : layer.experts) see_mlp(expert);
+    if (layer.has_shared_expert) see_mlp(layer.shared_expert);
+    if (!layer.is_moe) see_mlp(layer.dense_mlp);
+  }
+  std::vector<kernels::WeightType> types;
+  for (int t = 0; t < kTypes; ++t) {
+    if (seen[t]) types.push_back(static_cast<kernels::WeightType>(t));
+  }
+  return types;
+}
+
 void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts) {
   PrefaultMatrix(weights.lm_head);

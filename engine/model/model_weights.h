@@ -143,6 +143,11 @@ uint64_t NonExpertBytes(const ModelWeights& weights);
 void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts = nullptr);
 
+// The types of the matrices a step multiplies (every bound matrix but the
+// embedding table), each once, in WeightType order.
+std::vector<kernels::WeightType> ProductWeightTypes(
+    const ModelWeights& weights);
+
 }  // namespace ringmoe::model
 
 #endif  // RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_

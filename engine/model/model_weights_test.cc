@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -444,6 +445,28 @@ TEST(ModelWeightsTest, PrefaultMapsInEveryMatrix) {
       EXPECT_GT(faults, 0) << "not prefaulted";
     }
   }
+}
+
+TEST(ModelWeightsTest, ProductWeightTypesOfStoredAndConvertedModels) {
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  auto bf16 = BindDir("tests/testdata/moe-tiny/mixtral", &checkpoint);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(ProductWeightTypes(*bf16),
+            std::vector<kernels::WeightType>{kernels::WeightType::kBF16});
+  WeightConversion int4;
+  int4.mlp_type = kernels::WeightType::kInt4;
+  ASSERT_TRUE(ConvertWeights(int4, nullptr, &*bf16).ok());
+  EXPECT_EQ(ProductWeightTypes(*bf16),
+            (std::vector<kernels::WeightType>{kernels::WeightType::kBF16,
+                                              kernels::WeightType::kInt4}));
+  std::unique_ptr<checkpoint::Checkpoint> fp8_checkpoint;
+  auto fp8 =
+      BindDir("tests/testdata/moe-tiny/deepseek_v3_fp8", &fp8_checkpoint);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  const std::vector<kernels::WeightType> fp8_types = ProductWeightTypes(*fp8);
+  EXPECT_NE(std::find(fp8_types.begin(), fp8_types.end(),
+                      kernels::WeightType::kFp8E4M3),
+            fp8_types.end());
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu_backend.h"
@@ -58,6 +60,47 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const model::ModelSpec& spec,
   return kv;
 }
 
+// For each of `types`, the weight prefetch `forced` names, or the one
+// measured faster by the first load in the process that needed the type
+// (every engine in a process shares the kernels' choices).
+std::vector<kernels::WeightPrefetchTuning> ChooseWeightPrefetch(
+    const std::vector<kernels::WeightType>& types,
+    std::optional<kernels::WeightPrefetch> forced, ThreadPool* pool) {
+  std::vector<kernels::WeightPrefetchTuning> chosen;
+  if (forced) {
+    for (const kernels::WeightType type : types) {
+      kernels::SetWeightPrefetch(type, *forced);
+      chosen.push_back({type, *forced, 0, 0});
+    }
+    return chosen;
+  }
+  static absl::Mutex mu;
+  static auto* tuned = new absl::flat_hash_map<kernels::WeightType,
+                                               kernels::WeightPrefetchTuning>();
+  absl::MutexLock lock(&mu);
+  for (const kernels::WeightType type : types) {
+    auto it = tuned->find(type);
+    if (it == tuned->end()) {
+      const kernels::WeightPrefetchTuning tuning =
+          kernels::TuneWeightPrefetch(type, pool);
+      if (tuning.software_bytes_per_s > 0) {
+        std::fprintf(stderr,
+                     "ringmoe: %s weight prefetch: %s (decode products from "
+                     "memory: software prefetch %.1f GB/s, hardware alone "
+                     "%.1f GB/s)\n",
+                     kernels::WeightTypeName(type),
+                     kernels::WeightPrefetchName(tuning.chosen),
+                     tuning.software_bytes_per_s / 1e9,
+                     tuning.hardware_only_bytes_per_s / 1e9);
+      }
+      it = tuned->emplace(type, tuning).first;
+    }
+    kernels::SetWeightPrefetch(type, it->second.chosen);
+    chosen.push_back(it->second);
+  }
+  return chosen;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
@@ -76,6 +119,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   engine->pool_ = std::make_unique<ThreadPool>(options.threads);
   RETURN_IF_ERROR(model::ConvertWeights(
       options.weight_conversion, engine->pool_.get(), &engine->weights_));
+  engine->weight_prefetch_ =
+      ChooseWeightPrefetch(model::ProductWeightTypes(engine->weights_),
+                           options.weight_prefetch, engine->pool_.get());
   if (std::filesystem::exists(options.model_dir + "/tokenizer.json")) {
     ASSIGN_OR_RETURN(engine->tokenizer_,
                      tokenizer::Tokenizer::FromDirectory(options.model_dir));

@@ -29,7 +29,9 @@
 #include "engine/runtime/placement_policy.h"
 #include "engine/runtime/streamed_experts.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/probes.h"
 #include "memory_ring/placement.h"
 #include "memory_ring/ring_stats.h"
 
@@ -71,6 +73,15 @@ struct EngineOptions {
   // multiplies bf16 natively, for faster prefill.
   kernels::ActivationPrecision activation_precision =
       kernels::ActivationPrecision::kF32;
+  // Whether the CPU's decode products prefetch weights in software or
+  // leave it to the hardware (kernels::WeightPrefetch), for every weight
+  // type: absent = the faster for each type the model's products read,
+  // measured on this machine at the first load in the process that reads
+  // the type (kernels::TuneWeightPrefetch, about 0.1 s a type) and kept;
+  // the server and the CLI ask by default (--weight_prefetch=auto).
+  // Outputs do not depend on it.
+  std::optional<kernels::WeightPrefetch> weight_prefetch =
+      kernels::WeightPrefetch::kSoftware;
   // Memory budget and ring settings; with no budget everything is resident.
   StreamingOptions streaming;
   // Count the tokens routed to each expert (expert_usage()).
@@ -140,6 +151,11 @@ class Engine {
   // counters.
   const memory_ring::PlacementPlan& placement() const { return placement_; }
   const memory_ring::RingStats& ring_stats() const { return ring_stats_; }
+  // The weight prefetch of each type this engine's products read, with the
+  // figures it was chosen by (zero where EngineOptions forced it).
+  const std::vector<kernels::WeightPrefetchTuning>& weight_prefetch() const {
+    return weight_prefetch_;
+  }
   // On a device with experts outside its memory: where each expert runs,
   // as calibrated at start-up and refined by the steps so far; else null.
   const PlacementPolicy* placement_policy() const {
@@ -189,6 +205,7 @@ class Engine {
   // device memory on a device.
   model::ModelWeights device_weights_;
   std::unique_ptr<ThreadPool> pool_;
+  std::vector<kernels::WeightPrefetchTuning> weight_prefetch_;
   std::unique_ptr<backend::Backend> backend_;
   memory_ring::RingStats ring_stats_;
   memory_ring::PlacementPlan placement_;

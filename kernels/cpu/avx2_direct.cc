@@ -27,9 +27,7 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
     if (kAhead > 0 && k % L::kPerLine == 0) {
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(static_cast<const char*>(
-                         w.Address(r0 + i, k + kAhead * L::kPerLine)),
-                     _MM_HINT_T0);
+        PrefetchTileRow(L::kType, w.Address(r0 + i, k + kAhead * L::kPerLine));
       }
     }
     __m256 xv[N];
@@ -71,7 +69,7 @@ void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
     int64_t k = 0;
     for (; k + 32 <= cols; k += 32) {
       for (int64_t line = 0; line < 32; line += L::kPerLine)
-        PrefetchStream(w.Address(r, k + line));
+        PrefetchStream(L::kType, w.Address(r, k + line));
       for (int j = 0; j < 4; ++j) {
         acc[j] = _mm256_fmadd_ps(w.Load(r, k + 8 * j),
                                  _mm256_loadu_ps(x + k + 8 * j), acc[j]);
@@ -234,12 +232,10 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
   const auto prefetch = [&](int64_t b) {
     for (int i = 0; i < R; ++i) {
       if (R == 1) {
-        PrefetchStream(row + 16 * b);
+        PrefetchStream(WeightType::kMxfp4, row + 16 * b);
       } else {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(row + i * row_bytes + 16 * b) +
-                64 * kLongRowPrefetchLines,
-            _MM_HINT_T0);
+        PrefetchTileRow(WeightType::kMxfp4, row + i * row_bytes + 16 * b +
+                                                64 * kLongRowPrefetchLines);
       }
     }
   };

@@ -38,6 +38,7 @@ struct ScalarTail {
 };
 
 struct F32Loader : ScalarTail<F32Loader> {
+  static constexpr WeightType kType = WeightType::kF32;
   static constexpr int64_t kPerLine = 16;
   const float* p;
   int64_t ld;
@@ -49,6 +50,7 @@ struct F32Loader : ScalarTail<F32Loader> {
 };
 
 struct Bf16Loader : ScalarTail<Bf16Loader> {
+  static constexpr WeightType kType = WeightType::kBF16;
   static constexpr int64_t kPerLine = 32;
   const uint16_t* p;
   int64_t ld;
@@ -67,6 +69,7 @@ struct Bf16Loader : ScalarTail<Bf16Loader> {
 };
 
 struct F16Loader : ScalarTail<F16Loader> {
+  static constexpr WeightType kType = WeightType::kF16;
   static constexpr int64_t kPerLine = 32;
   const uint16_t* p;
   int64_t ld;
@@ -101,6 +104,7 @@ inline float Fp8TimesTwoToMinus8(uint8_t b) {
 // float32. A block spans at least 8 columns, so 8 weights at a multiple of 8
 // share a scale.
 struct Fp8Loader : ScalarTail<Fp8Loader> {
+  static constexpr WeightType kType = WeightType::kFp8E4M3;
   static constexpr int64_t kPerLine = 64;
   const uint8_t* p;
   int64_t ld;  // cols
@@ -124,6 +128,7 @@ struct Fp8Loader : ScalarTail<Fp8Loader> {
 // The weights alone (value times 2^-8), for products whose activations
 // carry the block scales (the decode products: see MatMulRowsDirect).
 struct Fp8UnscaledLoader : ScalarTail<Fp8UnscaledLoader> {
+  static constexpr WeightType kType = WeightType::kFp8E4M3;
   static constexpr int64_t kPerLine = 64;
   const uint8_t* p;
   int64_t ld;
@@ -149,6 +154,7 @@ inline Fp8Loader MakeFp8Loader(const Matrix& w) {
 // Rows are padded to whole groups, so a tail load stays inside the row and
 // the padding (zero bytes) widens to zero.
 struct Int8Loader {
+  static constexpr WeightType kType = WeightType::kInt8;
   static constexpr int64_t kPerLine = 64;
   const int8_t* p;
   int64_t row_bytes;
@@ -175,6 +181,7 @@ struct Int8Loader {
 // of two). Rows are whole blocks of 32, so a load stays inside the row;
 // LoadTail leaves out the padding's nibbles.
 struct Mxfp4Loader : ScalarTail<Mxfp4Loader> {
+  static constexpr WeightType kType = WeightType::kMxfp4;
   static constexpr int64_t kPerLine = 128;
   const uint8_t* p;
   int64_t blocks;  // per row; a row is blocks * 16 bytes

@@ -155,12 +155,11 @@ void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
   }
   const int64_t full = w.row_bytes / 32;
   for (int64_t c = 0; c < full; ++c) {
-    if (kStream && c % 2 == 0) PrefetchStream(rows[0] + 32 * c);
+    if (kStream && c % 2 == 0)
+      PrefetchStream(WeightType::kInt4, rows[0] + 32 * c);
     if (!kStream && kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(rows[i] + 32 * c + 64 * kAhead),
-            _MM_HINT_T0);
+        PrefetchTileRow(WeightType::kInt4, rows[i] + 32 * c + 64 * kAhead);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -333,12 +332,11 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     scales[i] = w.scales + (r0 + i) * w.groups;
   }
   for (int64_t b = 0; b < x.blocks; ++b) {
-    if (kStream && b % 2 == 0) PrefetchStream(rows[0] + 32 * b);
+    if (kStream && b % 2 == 0)
+      PrefetchStream(WeightType::kInt8, rows[0] + 32 * b);
     if (!kStream && kAhead > 0 && b % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(rows[i] + 32 * b + 64 * kAhead),
-            _MM_HINT_T0);
+        PrefetchTileRow(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
       }
     }
     __m256 xs[N];

@@ -32,15 +32,15 @@ namespace {
 // each of R rows `stride` apart, or for a single row the one
 // kStreamPrefetchBytes ahead of its stream.
 template <int R>
-inline void PrefetchRows(const void* p, int64_t stride, int64_t ahead) {
+inline void PrefetchRows(WeightType type, const void* p, int64_t stride,
+                         int64_t ahead) {
   if (R == 1) {
-    PrefetchStream(static_cast<const char*>(p) + ahead);
+    PrefetchStream(type, static_cast<const char*>(p) + ahead);
     return;
   }
   for (int i = 0; i < R; ++i) {
-    _mm_prefetch(static_cast<const char*>(p) + i * stride +
-                     64 * kLongRowPrefetchLines + ahead,
-                 _MM_HINT_T0);
+    PrefetchTileRow(type, static_cast<const char*>(p) + i * stride +
+                              64 * kLongRowPrefetchLines + ahead);
   }
 }
 
@@ -71,7 +71,7 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    PrefetchRows<R>(row + 32 * b, row_bytes, 0);
+    PrefetchRows<R>(WeightType::kInt8, row + 32 * b, row_bytes, 0);
     for (int i = 0; i < R; ++i) {
       acc[i][0] = block(i, b, acc[i][0]);
       acc[i][1] = block(i, b + 1, acc[i][1]);
@@ -128,7 +128,7 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   }
   int64_t k = 0;
   for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
-    PrefetchRows<R>(row + k, cols, 0);
+    PrefetchRows<R>(WeightType::kFp8E4M3, row + k, cols, 0);
     __m512 xv[4];
     for (int j = 0; j < 4; ++j) xv[j] = _mm512_loadu_ps(x + k + 16 * j);
     for (int i = 0; i < R; ++i) {
@@ -323,7 +323,8 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     const int64_t p0 = b0 / kBlocksPerSpan;
     if (count == 16) {
       for (int line = 0; line < kBlocksPerSpan; ++line) {
-        PrefetchRows<R>(row + 16 * b0, row_bytes, 64 * line);
+        PrefetchRows<R>(WeightType::kMxfp4, row + 16 * b0, row_bytes,
+                        64 * line);
       }
       for (int j = 0; j < kBlocksPerSpan; ++j) {
         for (int i = 0; i < R; ++i) {
@@ -437,8 +438,8 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t p = 0;
   for (; p + 2 <= full; p += 2) {
-    PrefetchRows<R>(row + 64 * p, row_bytes, 0);
-    PrefetchRows<R>(row + 64 * p, row_bytes, 64);
+    PrefetchRows<R>(WeightType::kInt4, row + 64 * p, row_bytes, 0);
+    PrefetchRows<R>(WeightType::kInt4, row + 64 * p, row_bytes, 64);
     for (int i = 0; i < R; ++i) {
       acc[i][0] = full_pair(i, p, acc[i][0]);
       acc[i][1] = full_pair(i, p + 1, acc[i][1]);

@@ -136,6 +136,24 @@ void SetForceScalar(bool force) { ForceScalar() = force; }
 
 void SetForceAvx2(bool force) { ForceAvx2() = force; }
 
+namespace internal {
+int weight_prefetch[static_cast<int>(WeightType::kMxfp4) + 1] = {};
+}  // namespace internal
+
+WeightPrefetch GetWeightPrefetch(WeightType type) {
+  return static_cast<WeightPrefetch>(__atomic_load_n(
+      &internal::weight_prefetch[static_cast<int>(type)], __ATOMIC_RELAXED));
+}
+
+void SetWeightPrefetch(WeightType type, WeightPrefetch prefetch) {
+  __atomic_store_n(&internal::weight_prefetch[static_cast<int>(type)],
+                   static_cast<int>(prefetch), __ATOMIC_RELAXED);
+}
+
+const char* WeightPrefetchName(WeightPrefetch prefetch) {
+  return prefetch == WeightPrefetch::kHardwareOnly ? "hardware" : "software";
+}
+
 int64_t L1DataCacheBytes() {
   static const int64_t bytes = CacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   return bytes;
@@ -143,6 +161,11 @@ int64_t L1DataCacheBytes() {
 
 int64_t L2CacheBytes() {
   static const int64_t bytes = CacheBytes(_SC_LEVEL2_CACHE_SIZE, 512 << 10);
+  return bytes;
+}
+
+int64_t L3CacheBytes() {
+  static const int64_t bytes = CacheBytes(_SC_LEVEL3_CACHE_SIZE, 32 << 20);
   return bytes;
 }
 

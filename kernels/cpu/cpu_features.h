@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/weight_format.h"
+
 namespace ringmoe::kernels {
 
 // True when the CPU supports AVX2, FMA and F16C and the scalar path is not
@@ -27,6 +29,32 @@ bool UseAvx512Bf16();
 // library reports them (32 KiB and 512 KiB where it reports nothing).
 int64_t L1DataCacheBytes();
 int64_t L2CacheBytes();
+// The last-level (L3) cache in bytes as the C library reports it (32 MiB
+// where it reports nothing).
+int64_t L3CacheBytes();
+
+// Whether the decode products of a weight type (few activation rows, bound
+// by memory bandwidth) issue software prefetches ahead of the weight rows
+// they stream (PrefetchStream and PrefetchTileRow in isa_unit-inl.h) or
+// leave the streams to the hardware prefetchers. Which reads memory faster
+// depends on the CPU and on the kernel's work per byte (on one Zen 3 VM
+// software prefetch cost bf16 decode 5-10% and gained int8 and int4 10-15%;
+// on a Zen 4 one it gained bf16 15-20%), so it is measured per type
+// (TuneWeightPrefetch in probes.h); kSoftware until then. Outputs do not
+// depend on it.
+enum class WeightPrefetch { kSoftware = 0, kHardwareOnly = 1 };
+
+namespace internal {
+// A WeightPrefetch per WeightType, read relaxed (the instruction-set units
+// read it in their inner loops: see isa_unit-inl.h).
+extern int weight_prefetch[static_cast<int>(WeightType::kMxfp4) + 1];
+}  // namespace internal
+
+WeightPrefetch GetWeightPrefetch(WeightType type);
+// Sets the choice for products of `type` started afterwards.
+void SetWeightPrefetch(WeightType type, WeightPrefetch prefetch);
+// "software" or "hardware", as the flag --weight_prefetch spells them.
+const char* WeightPrefetchName(WeightPrefetch prefetch);
 
 // One instruction-set extension the kernels look for, and whether this CPU
 // and its operating system support it.

@@ -48,16 +48,36 @@ void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
 }
 constexpr int kLongRowPrefetchLines = 32;
 
-// The single-stream kernels (and the bandwidth probe) prefetch the line
-// this many bytes ahead of each one they load, with the non-temporal hint
-// (the weights are read once per step). The hardware prefetchers alone
-// kept too few lines in flight: 15-20% below this at 1024x2048 and
-// 14336x4096 bf16 in both of this VM's memory states (4 KiB and 8 KiB
-// were best; 8 KiB ahead in the faster state).
+// GetWeightPrefetch(type) == WeightPrefetch::kSoftware (cpu_features.h),
+// inline here: an inline function of that header would be emitted into
+// this unit outside its namespace (see isa.h).
+inline bool SoftwarePrefetch(WeightType type) {
+  return __atomic_load_n(&internal::weight_prefetch[static_cast<int>(type)],
+                         __ATOMIC_RELAXED) ==
+         static_cast<int>(WeightPrefetch::kSoftware);
+}
+
+// The single-stream kernels prefetch the line this many bytes ahead of each
+// one they load, with the non-temporal hint (the weights are read once per
+// step), where SoftwarePrefetch(type). On the Zen 4
+// VM it was tuned on, the hardware prefetchers alone kept too few lines in
+// flight: 15-20% below this at 1024x2048 and 14336x4096 bf16 in both of its
+// memory states (4 KiB and 8 KiB were best; 8 KiB ahead in the faster
+// state).
 constexpr int64_t kStreamPrefetchBytes = 8 << 10;
-inline void PrefetchStream(const void* p,
+inline void PrefetchStream(WeightType type, const void* p,
                            int64_t ahead = kStreamPrefetchBytes) {
-  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
+  if (SoftwarePrefetch(type)) {
+    __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
+  }
+}
+
+// The tiles of several weight rows (one stream each) prefetch into every
+// cache level, as far ahead as their caller says, under the same choice.
+inline void PrefetchTileRow(WeightType type, const void* p) {
+  if (SoftwarePrefetch(type)) {
+    __builtin_prefetch(p, 0, 3);
+  }
 }
 
 // An mxfp4 block's e8m0 scale 2^(e - 127), exactly (subnormal for e = 0).

@@ -5,9 +5,12 @@
 // (weight bytes read) and `flops_per_second`; divide by the ceilings for
 // ratios.
 //
-//   bazel run -c opt //kernels/cpu:kernels_benchmark -- \
-//     --benchmark_format=json --benchmark_repetitions=3 \
-//     --benchmark_report_aggregates_only=true
+//   bazel run -c opt //kernels/cpu:kernels_benchmark -- --benchmark_format=json
+//     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// The products of each weight type prefetch as measured faster when the
+// thread pool starts (TuneWeightPrefetch); BM_WeightPrefetch reports both
+// ways.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,7 +31,13 @@ namespace ringmoe::kernels {
 namespace {
 
 ThreadPool& Pool() {
-  static ThreadPool* pool = new ThreadPool(0);
+  static ThreadPool* pool = [] {
+    ThreadPool* threads = new ThreadPool(0);
+    for (int t = 0; t <= static_cast<int>(WeightType::kMxfp4); ++t) {
+      TuneWeightPrefetch(static_cast<WeightType>(t), threads);
+    }
+    return threads;
+  }();
   return *pool;
 }
 
@@ -254,6 +263,22 @@ BENCHMARK(BM_MatMulInCacheAvx2)
       for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
+
+// Args: weight type.
+void BM_WeightPrefetch(benchmark::State& state) {
+  const auto type = static_cast<WeightType>(state.range(0));
+  WeightPrefetchTuning tuning;
+  for (auto _ : state) tuning = TuneWeightPrefetch(type, &Pool());
+  state.counters["software_bytes_per_second"] = tuning.software_bytes_per_s;
+  state.counters["hardware_only_bytes_per_second"] =
+      tuning.hardware_only_bytes_per_s;
+  state.SetLabel(absl::StrCat(WeightTypeName(type), " ",
+                              WeightPrefetchName(tuning.chosen)));
+}
+BENCHMARK(BM_WeightPrefetch)
+    ->DenseRange(0, static_cast<int>(WeightType::kMxfp4))
+    ->Iterations(1)
+    ->UseRealTime();
 
 void BM_ReadBandwidth(benchmark::State& state) {
   double rate = 0;

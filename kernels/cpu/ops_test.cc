@@ -472,6 +472,27 @@ TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
   }
 }
 
+// Prefetching in software or not moves no result: a streamed matrix and
+// one of tiles (rows longer than L1 holds) against one activation row,
+// bitwise the same either way.
+TEST_P(MatMulTest, SameUnderEitherWeightPrefetch) {
+  std::mt19937 rng(29);
+  const WeightType type = std::get<0>(GetParam());
+  const WeightPrefetch before = GetWeightPrefetch(type);
+  for (const int64_t cols : {517, 9000}) {
+    const TestMatrix m = MakeMatrix(rng, type, 203, cols);
+    const std::vector<float> x = RandomVector(rng, cols);
+    std::vector<float> y[2];
+    for (int choice = 0; choice < 2; ++choice) {
+      SetWeightPrefetch(type, static_cast<WeightPrefetch>(choice));
+      y[choice].assign(m.w.rows, NAN);
+      MatMulTransposed(x.data(), 1, m.w, y[choice].data());
+    }
+    EXPECT_EQ(y[0], y[1]) << cols << " columns";
+  }
+  SetWeightPrefetch(type, before);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatMulTest,
     ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,

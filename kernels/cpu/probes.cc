@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/matrix.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::kernels {
 namespace {
@@ -113,6 +116,129 @@ double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions) {
   // 12 chains x 16 lanes x 2 pairs x 2 FLOPs per iteration.
   return MedianFlopRate(pool, repetitions, 768.0 * kIterations,
                         [] { return avx512bf16::Bf16DotLoop(kIterations); });
+}
+
+namespace {
+
+// A matrix of `type` for timing: arbitrary finite weights (what is timed
+// does not depend on their values), first touched by the threads that read
+// it, distinct in every page (see MeasureReadBandwidth).
+struct TimedMatrix {
+  std::unique_ptr<uint8_t[]> data;
+  std::vector<uint16_t> scales;
+  std::vector<float> block_scales;
+  std::vector<uint8_t> exponents;
+  Matrix m;
+};
+
+TimedMatrix MakeTimedMatrix(WeightType type, int64_t rows, int64_t cols,
+                            ThreadPool* pool) {
+  constexpr int32_t kGroup = 32, kFp8Block = 128;
+  TimedMatrix t;
+  t.m = Matrix{nullptr, type, rows, cols};
+  int64_t row_bytes = cols;  // cols is a multiple of 128: no padding
+  switch (type) {
+    case WeightType::kF32:
+      row_bytes = cols * 4;
+      break;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      row_bytes = cols * 2;
+      break;
+    case WeightType::kInt8:
+    case WeightType::kInt4:
+      if (type == WeightType::kInt4) row_bytes = cols / 2;
+      t.m.group_size = kGroup;
+      t.scales.assign(rows * (cols / kGroup), 0x2000);  // f16 2^-7
+      t.m.scales = t.scales.data();
+      break;
+    case WeightType::kFp8E4M3:
+      t.m.block_rows = t.m.block_cols = kFp8Block;
+      t.block_scales.assign(
+          ((rows + kFp8Block - 1) / kFp8Block) * (cols / kFp8Block), 1e-2f);
+      t.m.block_scales = t.block_scales.data();
+      break;
+    case WeightType::kMxfp4:
+      row_bytes = cols / 2;
+      t.exponents.assign(rows * (cols / kMxfp4Block), 120);
+      t.m.exponents = t.exponents.data();
+      break;
+  }
+  const int64_t bytes = rows * row_bytes;
+  t.data.reset(new uint8_t[bytes]);
+  uint8_t* data = t.data.get();
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  ParallelFor(pool, threads, [&](int64_t th) {
+    for (int64_t i = bytes * th / threads / 2 * 2;
+         i < bytes * (th + 1) / threads / 2 * 2; i += 2) {
+      const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+      // Little-endian 16-bit words of [1, 2) for bf16 and f16 (for f32,
+      // the low halves of floats in [1, 2)); finite codes for fp8.
+      uint16_t word = static_cast<uint16_t>(h >> 16);
+      if (type == WeightType::kBF16) word = 0x3f80 | (h >> 25);
+      if (type == WeightType::kF16) word = 0x3c00 | (h >> 22);
+      if (type == WeightType::kF32) word = i % 4 == 2 ? 0x3f80 : word;
+      if (type == WeightType::kFp8E4M3) word &= 0x7676;
+      std::memcpy(data + i, &word, sizeof(word));
+    }
+  });
+  t.m.data = data;
+  return t;
+}
+
+}  // namespace
+
+WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
+                                        int64_t bytes, int repetitions) {
+  WeightPrefetchTuning tuning;
+  tuning.type = type;
+  // The scalar products issue no prefetches: nothing to choose.
+  if (!UseAvx2() || repetitions < 1) return tuning;
+  if (bytes <= 0) {
+    bytes = std::max<int64_t>(int64_t{64} << 20, 2 * L3CacheBytes());
+  }
+  // Two matrices of about half the bytes each, both paths of the decode
+  // products: 1024 columns, whose activation row stays in L1, so each
+  // thread reads its rows as one sequential stream (PrefetchStream); and
+  // 16384, longer than any L1 holds, read in tiles of several rows
+  // (PrefetchTileRow).
+  std::vector<TimedMatrix> matrices;
+  std::vector<std::vector<float>> xs, ys;
+  std::vector<MatMulJob> jobs;
+  int64_t total_bytes = 0;
+  for (const int64_t cols : {int64_t{1024}, int64_t{16384}}) {
+    const int64_t bits_per_weight =
+        type == WeightType::kF32                                  ? 32
+        : type == WeightType::kBF16 || type == WeightType::kF16   ? 16
+        : type == WeightType::kInt4 || type == WeightType::kMxfp4 ? 4
+                                                                  : 8;
+    const int64_t rows =
+        std::max<int64_t>(bytes / 2 * 8 / (cols * bits_per_weight) / 8 * 8, 64);
+    matrices.push_back(MakeTimedMatrix(type, rows, cols, pool));
+    xs.emplace_back(cols, 1.f / static_cast<float>(cols));
+    ys.emplace_back(rows);
+    jobs.push_back({xs.back().data(), 1, matrices.back().m, ys.back().data()});
+    total_bytes += MatrixBytes(matrices.back().m);
+  }
+  std::vector<double> rates[2];
+  for (int rep = 0; rep < repetitions; ++rep) {
+    for (int choice = 0; choice < 2; ++choice) {
+      SetWeightPrefetch(type, static_cast<WeightPrefetch>(choice));
+      const auto start = std::chrono::steady_clock::now();
+      // One product after the other, as a decode step runs them.
+      for (const MatMulJob& job : jobs) MatMulBatch({job}, pool);
+      rates[choice].push_back(static_cast<double>(total_bytes) /
+                              Seconds(start));
+    }
+  }
+  sink.store(ys[0][0] + ys[1][0], std::memory_order_relaxed);
+  tuning.software_bytes_per_s = Median(rates[0]);
+  tuning.hardware_only_bytes_per_s = Median(rates[1]);
+  tuning.chosen = tuning.hardware_only_bytes_per_s > tuning.software_bytes_per_s
+                      ? WeightPrefetch::kHardwareOnly
+                      : WeightPrefetch::kSoftware;
+  SetWeightPrefetch(type, tuning.chosen);
+  return tuning;
 }
 
 }  // namespace ringmoe::kernels

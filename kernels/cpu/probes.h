@@ -1,12 +1,14 @@
 // The machine's own ceilings, measured in the process whose figures they
 // bound: streaming-read bandwidth (decode's limit) and FMA throughput
-// (prefill's limit). Both use every thread of the pool.
+// (prefill's limit), and the prefetch hint the decode products read memory
+// fastest with. All use every thread of the pool.
 #ifndef RINGMOE_KERNELS_CPU_PROBES_H_
 #define RINGMOE_KERNELS_CPU_PROBES_H_
 
 #include <cstdint>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace ringmoe::kernels {
 
@@ -23,6 +25,25 @@ double MeasurePeakFlops(ThreadPool* pool, int repetitions = 7);
 // The same for 16-lane bf16 pair products (vdpbf16ps, four FLOPs per lane:
 // ActivationPrecision::kBf16's ceiling) where UseAvx512Bf16(); 0 elsewhere.
 double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions = 7);
+
+// Whether the decode products of `type` read memory faster with software
+// prefetch or with the hardware prefetchers alone (WeightPrefetch in
+// cpu_features.h): one-activation-row products over `bytes` of weights of
+// that type (default: twice the last-level cache, 64 MiB at least),
+// streamed and in tiles, on every thread of the pool, each choice timed
+// `repetitions` times, alternating, so both see the same memory state. The
+// faster is set (SetWeightPrefetch) for the type's products after; the
+// figures are the medians of the weight bytes read per second. Where the
+// scalar path runs (no prefetches) or repetitions < 1, measures nothing:
+// kSoftware and zero figures.
+struct WeightPrefetchTuning {
+  WeightType type = WeightType::kF32;
+  WeightPrefetch chosen = WeightPrefetch::kSoftware;
+  double software_bytes_per_s = 0;
+  double hardware_only_bytes_per_s = 0;
+};
+WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
+                                        int64_t bytes = 0, int repetitions = 5);
 
 }  // namespace ringmoe::kernels
 
