@@ -738,12 +738,15 @@ void PrefaultMlp(const MlpWeights& mlp) {
 
 }  // namespace
 
-std::vector<kernels::WeightType> ProductWeightTypes(
+std::vector<std::pair<kernels::WeightType, int64_t>> ProductWeightBytes(
     const ModelWeights& weights) {
   constexpr int kTypes = static_cast<int>(kernels::WeightType::kMxfp4) + 1;
+  int64_t bytes[kTypes] = {};
   bool seen[kTypes] = {};
   const auto see = [&](const Weight& m) {
-    if (m.rows > 0) seen[static_cast<int>(m.type)] = true;
+    if (m.rows == 0) return;
+    seen[static_cast<int>(m.type)] = true;
+    bytes[static_cast<int>(m.type)] += backend::DataBytes(m);
   };
   const auto see_mlp = [&](const MlpWeights& mlp) {
     for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&mlp))) {
@@ -758,9 +761,10 @@ std::vector<kernels::WeightType> ProductWeightTypes(
     if (layer.has_shared_expert) see_mlp(layer.shared_expert);
     if (!layer.is_moe) see_mlp(layer.dense_mlp);
   }
-  std::vector<kernels::WeightType> types;
+  std::vector<std::pair<kernels::WeightType, int64_t>> types;
   for (int t = 0; t < kTypes; ++t) {
-    if (seen[t]) types.push_back(static_cast<kernels::WeightType>(t));
+    if (seen[t])
+      types.emplace_back(static_cast<kernels::WeightType>(t), bytes[t]);
   }
   return types;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -144,8 +145,9 @@ void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts = nullptr);
 
 // The types of the matrices a step multiplies (every bound matrix but the
-// embedding table), each once, in WeightType order.
-std::vector<kernels::WeightType> ProductWeightTypes(
+// embedding table), each once, in WeightType order, with the bytes of
+// weights (DataBytes: no scales) of that type.
+std::vector<std::pair<kernels::WeightType, int64_t>> ProductWeightBytes(
     const ModelWeights& weights);
 
 }  // namespace ringmoe::model

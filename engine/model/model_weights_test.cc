@@ -4,13 +4,13 @@
 
 #include <sys/resource.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "base/file.h"
 #include "base/status_macros.h"
@@ -447,26 +447,43 @@ TEST(ModelWeightsTest, PrefaultMapsInEveryMatrix) {
   }
 }
 
-TEST(ModelWeightsTest, ProductWeightTypesOfStoredAndConvertedModels) {
+TEST(ModelWeightsTest, ProductWeightBytesByType) {
+  using kernels::WeightType;
   std::unique_ptr<checkpoint::Checkpoint> checkpoint;
-  auto bf16 = BindDir("tests/testdata/moe-tiny/mixtral", &checkpoint);
-  ASSERT_TRUE(bf16.ok()) << bf16.status();
-  EXPECT_EQ(ProductWeightTypes(*bf16),
-            std::vector<kernels::WeightType>{kernels::WeightType::kBF16});
+  auto weights = BindDir("tests/testdata/moe-tiny/mixtral", &checkpoint);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  // Every matrix but the embedding, counted by hand.
+  int64_t expected = backend::DataBytes(weights->lm_head);
+  int64_t expert_bytes = 0;
+  for (const LayerWeights& layer : weights->layers) {
+    for (const Weight* m : AttentionMatrices(layer)) {
+      expected += backend::DataBytes(*m);
+    }
+    expected += backend::DataBytes(layer.router);
+    for (const MlpWeights& e : layer.experts) {
+      expert_bytes += backend::DataBytes(e.gate) + backend::DataBytes(e.up) +
+                      backend::DataBytes(e.down);
+    }
+  }
+  EXPECT_EQ(ProductWeightBytes(*weights),
+            (std::vector<std::pair<WeightType, int64_t>>{
+                {WeightType::kBF16, expected + expert_bytes}}));
   WeightConversion int4;
-  int4.mlp_type = kernels::WeightType::kInt4;
-  ASSERT_TRUE(ConvertWeights(int4, nullptr, &*bf16).ok());
-  EXPECT_EQ(ProductWeightTypes(*bf16),
-            (std::vector<kernels::WeightType>{kernels::WeightType::kBF16,
-                                              kernels::WeightType::kInt4}));
+  int4.mlp_type = WeightType::kInt4;
+  ASSERT_TRUE(ConvertWeights(int4, nullptr, &*weights).ok());
+  EXPECT_EQ(ProductWeightBytes(*weights),
+            (std::vector<std::pair<WeightType, int64_t>>{
+                {WeightType::kBF16, expected},
+                {WeightType::kInt4, expert_bytes / 4}}));
   std::unique_ptr<checkpoint::Checkpoint> fp8_checkpoint;
   auto fp8 =
       BindDir("tests/testdata/moe-tiny/deepseek_v3_fp8", &fp8_checkpoint);
   ASSERT_TRUE(fp8.ok()) << fp8.status();
-  const std::vector<kernels::WeightType> fp8_types = ProductWeightTypes(*fp8);
-  EXPECT_NE(std::find(fp8_types.begin(), fp8_types.end(),
-                      kernels::WeightType::kFp8E4M3),
-            fp8_types.end());
+  bool has_fp8 = false;
+  for (const auto& [type, bytes] : ProductWeightBytes(*fp8)) {
+    has_fp8 |= type == WeightType::kFp8E4M3 && bytes > 0;
+  }
+  EXPECT_TRUE(has_fp8);
 }
 
 }  // namespace

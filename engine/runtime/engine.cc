@@ -60,26 +60,32 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const model::ModelSpec& spec,
   return kv;
 }
 
-// For each of `types`, the weight prefetch `forced` names, or the one
-// measured faster by the first load in the process that needed the type
-// (every engine in a process shares the kernels' choices).
+// Below this many bytes of a type, its products mostly read the caches of
+// a large machine, and measuring them (about 0.15 s a type) would cost a
+// short-lived process more than the choice could gain.
+constexpr int64_t kMinWeightPrefetchTuningBytes = int64_t{64} << 20;
+
+// For each type of `weights` (ProductWeightBytes), the weight prefetch
+// `forced` names, or the one measured faster by the first load in the
+// process that needed the type (every engine in a process shares the
+// kernels' choices); types of less than kMinWeightPrefetchTuningBytes keep
+// the kernels' choice, unmeasured.
 std::vector<kernels::WeightPrefetchTuning> ChooseWeightPrefetch(
-    const std::vector<kernels::WeightType>& types,
+    const std::vector<std::pair<kernels::WeightType, int64_t>>& weights,
     std::optional<kernels::WeightPrefetch> forced, ThreadPool* pool) {
   std::vector<kernels::WeightPrefetchTuning> chosen;
-  if (forced) {
-    for (const kernels::WeightType type : types) {
-      kernels::SetWeightPrefetch(type, *forced);
-      chosen.push_back({type, *forced, 0, 0});
-    }
-    return chosen;
-  }
   static absl::Mutex mu;
   static auto* tuned = new absl::flat_hash_map<kernels::WeightType,
                                                kernels::WeightPrefetchTuning>();
   absl::MutexLock lock(&mu);
-  for (const kernels::WeightType type : types) {
+  for (const auto& [type, bytes] : weights) {
+    if (forced) kernels::SetWeightPrefetch(type, *forced);
     auto it = tuned->find(type);
+    if (forced ||
+        (it == tuned->end() && bytes < kMinWeightPrefetchTuningBytes)) {
+      chosen.push_back({type, kernels::GetWeightPrefetch(type), 0, 0});
+      continue;
+    }
     if (it == tuned->end()) {
       const kernels::WeightPrefetchTuning tuning =
           kernels::TuneWeightPrefetch(type, pool);
@@ -120,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
   RETURN_IF_ERROR(model::ConvertWeights(
       options.weight_conversion, engine->pool_.get(), &engine->weights_));
   engine->weight_prefetch_ =
-      ChooseWeightPrefetch(model::ProductWeightTypes(engine->weights_),
+      ChooseWeightPrefetch(model::ProductWeightBytes(engine->weights_),
                            options.weight_prefetch, engine->pool_.get());
   if (std::filesystem::exists(options.model_dir + "/tokenizer.json")) {
     ASSIGN_OR_RETURN(engine->tokenizer_,

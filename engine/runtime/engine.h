@@ -77,7 +77,8 @@ struct EngineOptions {
   // leave it to the hardware (kernels::WeightPrefetch), for every weight
   // type: absent = the faster for each type the model's products read,
   // measured on this machine at the first load in the process that reads
-  // the type (kernels::TuneWeightPrefetch, about 0.1 s a type) and kept;
+  // 64 MiB or more of the type (kernels::TuneWeightPrefetch, about 0.15 s
+  // a type; smaller models keep the kernels' default, software) and kept;
   // the server and the CLI ask by default (--weight_prefetch=auto).
   // Outputs do not depend on it.
   std::optional<kernels::WeightPrefetch> weight_prefetch =

@@ -167,19 +167,30 @@ TimedMatrix MakeTimedMatrix(WeightType type, int64_t rows, int64_t cols,
   const int64_t bytes = rows * row_bytes;
   t.data.reset(new uint8_t[bytes]);
   uint8_t* data = t.data.get();
+  // One finite value in every 16-bit word (for f32, the halves of 1.0f; for
+  // the byte formats, codes that are finite in each), and the page's number
+  // in the first word of each page.
+  const uint16_t fill = type == WeightType::kF32    ? 0
+                        : type == WeightType::kBF16 ? 0x3f80
+                        : type == WeightType::kF16  ? 0x3c00
+                                                    : 0x1111;
+  const uint16_t page_mask = type == WeightType::kBF16  ? 0x7f
+                             : type == WeightType::kF16 ? 0x3ff
+                             : type == WeightType::kF32 ? 0xffff
+                                                        : 0x0f0f;
   const int threads = pool == nullptr ? 1 : pool->num_threads();
+  constexpr int64_t kPage = 4096;
+  const int64_t pages = (bytes + kPage - 1) / kPage;
   ParallelFor(pool, threads, [&](int64_t th) {
-    for (int64_t i = bytes * th / threads / 2 * 2;
-         i < bytes * (th + 1) / threads / 2 * 2; i += 2) {
-      const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
-      // Little-endian 16-bit words of [1, 2) for bf16 and f16 (for f32,
-      // the low halves of floats in [1, 2)); finite codes for fp8.
-      uint16_t word = static_cast<uint16_t>(h >> 16);
-      if (type == WeightType::kBF16) word = 0x3f80 | (h >> 25);
-      if (type == WeightType::kF16) word = 0x3c00 | (h >> 22);
-      if (type == WeightType::kF32) word = i % 4 == 2 ? 0x3f80 : word;
-      if (type == WeightType::kFp8E4M3) word &= 0x7676;
-      std::memcpy(data + i, &word, sizeof(word));
+    for (int64_t page = pages * th / threads; page < pages * (th + 1) / threads;
+         ++page) {
+      uint16_t* words = reinterpret_cast<uint16_t*>(data + page * kPage);
+      const int64_t count = std::min(kPage, bytes - page * kPage) / 2;
+      for (int64_t i = 0; i < count; ++i) {
+        words[i] = type == WeightType::kF32 && i % 2 ? 0x3f80 : fill;
+      }
+      words[0] = static_cast<uint16_t>(
+          (fill & ~page_mask) | (static_cast<uint16_t>(page) & page_mask));
     }
   });
   t.m.data = data;
@@ -195,7 +206,11 @@ WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
   // The scalar products issue no prefetches: nothing to choose.
   if (!UseAvx2() || repetitions < 1) return tuning;
   if (bytes <= 0) {
-    bytes = std::max<int64_t>(int64_t{64} << 20, 2 * L3CacheBytes());
+    // Virtual machines may report the whole socket's L3 (256 MiB on one
+    // whose two cores share 32 MiB): 256 MiB is far beyond what a core
+    // caches either way.
+    bytes = std::clamp<int64_t>(2 * L3CacheBytes(), int64_t{64} << 20,
+                                int64_t{256} << 20);
   }
   // Two matrices of about half the bytes each, both paths of the decode
   // products: 1024 columns, whose activation row stays in L1, so each

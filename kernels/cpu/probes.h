@@ -29,7 +29,7 @@ double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions = 7);
 // Whether the decode products of `type` read memory faster with software
 // prefetch or with the hardware prefetchers alone (WeightPrefetch in
 // cpu_features.h): one-activation-row products over `bytes` of weights of
-// that type (default: twice the last-level cache, 64 MiB at least),
+// that type (default: twice the last-level cache, within 64-256 MiB),
 // streamed and in tiles, on every thread of the pool, each choice timed
 // `repetitions` times, alternating, so both see the same memory state. The
 // faster is set (SetWeightPrefetch) for the type's products after; the
@@ -43,7 +43,7 @@ struct WeightPrefetchTuning {
   double hardware_only_bytes_per_s = 0;
 };
 WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
-                                        int64_t bytes = 0, int repetitions = 5);
+                                        int64_t bytes = 0, int repetitions = 3);
 
 }  // namespace ringmoe::kernels
 
