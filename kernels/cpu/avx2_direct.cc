@@ -27,7 +27,8 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
     if (kAhead > 0 && k % L::kPerLine == 0) {
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow(L::kType, w.Address(r0 + i, k + kAhead * L::kPerLine));
+        PrefetchTileRow<N>(L::kType,
+                           w.Address(r0 + i, k + kAhead * L::kPerLine));
       }
     }
     __m256 xv[N];
@@ -234,8 +235,8 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
       if (R == 1) {
         PrefetchStream(WeightType::kMxfp4, row + 16 * b);
       } else {
-        PrefetchTileRow(WeightType::kMxfp4, row + i * row_bytes + 16 * b +
-                                                64 * kLongRowPrefetchLines);
+        PrefetchTileRow<1>(WeightType::kMxfp4, row + i * row_bytes + 16 * b +
+                                                   64 * kLongRowPrefetchLines);
       }
     }
   };

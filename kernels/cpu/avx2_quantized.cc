@@ -159,7 +159,7 @@ void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
       PrefetchStream(WeightType::kInt4, rows[0] + 32 * c);
     if (!kStream && kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow(WeightType::kInt4, rows[i] + 32 * c + 64 * kAhead);
+        PrefetchTileRow<N>(WeightType::kInt4, rows[i] + 32 * c + 64 * kAhead);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -336,7 +336,7 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
       PrefetchStream(WeightType::kInt8, rows[0] + 32 * b);
     if (!kStream && kAhead > 0 && b % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
+        PrefetchTileRow<N>(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
       }
     }
     __m256 xs[N];

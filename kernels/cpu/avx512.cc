@@ -39,8 +39,8 @@ inline void PrefetchRows(WeightType type, const void* p, int64_t stride,
     return;
   }
   for (int i = 0; i < R; ++i) {
-    PrefetchTileRow(type, static_cast<const char*>(p) + i * stride +
-                              64 * kLongRowPrefetchLines + ahead);
+    PrefetchTileRow<1>(type, static_cast<const char*>(p) + i * stride +
+                                 64 * kLongRowPrefetchLines + ahead);
   }
 }
 

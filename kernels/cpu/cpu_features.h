@@ -33,13 +33,13 @@ int64_t L2CacheBytes();
 // where it reports nothing).
 int64_t L3CacheBytes();
 
-// Whether the decode products of a weight type (few activation rows, bound
-// by memory bandwidth) issue software prefetches ahead of the weight rows
-// they stream (PrefetchStream and PrefetchTileRow in isa_unit-inl.h) or
-// leave the streams to the hardware prefetchers. Which reads memory faster
-// depends on the CPU and on the kernel's work per byte (on one Zen 3 VM
-// software prefetch cost bf16 decode 5-10% and gained int8 and int4 10-15%;
-// on a Zen 4 one it gained bf16 15-20%), so it is measured per type
+// Whether the one-activation-row products of a weight type (decode at
+// batch 1, bound by memory bandwidth) issue software prefetches ahead of
+// the weight rows they stream (PrefetchStream and PrefetchTileRow in
+// isa_unit-inl.h) or leave the streams to the hardware prefetchers. Which reads
+// memory faster depends on the CPU and on the kernel's work per byte (on one
+// Zen 3 VM software prefetch cost bf16 decode 5-10% and gained int8 and int4
+// 10-15%; on a Zen 4 one it gained bf16 15-20%), so it is measured per type
 // (TuneWeightPrefetch in probes.h); kSoftware until then. Outputs do not
 // depend on it.
 enum class WeightPrefetch { kSoftware = 0, kHardwareOnly = 1 };
