@@ -730,9 +730,25 @@ void PrefaultMatrix(const Weight& m) {
   PrefaultRange(m.exponents, backend::ExponentBytes(m));
 }
 
-void PrefaultMlp(const MlpWeights& mlp) {
-  for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&mlp))) {
-    PrefaultMatrix(*m);
+// Calls fn on every matrix a step multiplies (all but the embedding
+// table); of the routed experts, only `experts` where given.
+template <typename Fn>
+void ForEachProductMatrix(const ModelWeights& weights,
+                          const std::vector<int32_t>* experts, const Fn& fn) {
+  const auto mlp = [&](const MlpWeights& m) {
+    for (const Weight* w : MlpMatrices(const_cast<MlpWeights*>(&m))) fn(*w);
+  };
+  fn(weights.lm_head);
+  for (const LayerWeights& layer : weights.layers) {
+    for (const Weight* m : AttentionMatrices(layer)) fn(*m);
+    fn(layer.router);
+    if (experts == nullptr) {
+      for (const MlpWeights& expert : layer.experts) mlp(expert);
+    } else if (!layer.experts.empty()) {
+      for (int32_t e : *experts) mlp(layer.experts[e]);
+    }
+    if (layer.has_shared_expert) mlp(layer.shared_expert);
+    if (!layer.is_moe) mlp(layer.dense_mlp);
   }
 }
 
@@ -748,19 +764,7 @@ std::vector<std::pair<kernels::WeightType, int64_t>> ProductWeightBytes(
     seen[static_cast<int>(m.type)] = true;
     bytes[static_cast<int>(m.type)] += backend::DataBytes(m);
   };
-  const auto see_mlp = [&](const MlpWeights& mlp) {
-    for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&mlp))) {
-      see(*m);
-    }
-  };
-  see(weights.lm_head);
-  for (const LayerWeights& layer : weights.layers) {
-    for (const Weight* m : AttentionMatrices(layer)) see(*m);
-    see(layer.router);
-    for (const MlpWeights& expert : layer.experts) see_mlp(expert);
-    if (layer.has_shared_expert) see_mlp(layer.shared_expert);
-    if (!layer.is_moe) see_mlp(layer.dense_mlp);
-  }
+  ForEachProductMatrix(weights, nullptr, see);
   std::vector<std::pair<kernels::WeightType, int64_t>> types;
   for (int t = 0; t < kTypes; ++t) {
     if (seen[t])
@@ -771,20 +775,7 @@ std::vector<std::pair<kernels::WeightType, int64_t>> ProductWeightBytes(
 
 void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts) {
-  PrefaultMatrix(weights.lm_head);
-  for (const LayerWeights& layer : weights.layers) {
-    for (const Weight* m : AttentionMatrices(layer)) {
-      PrefaultMatrix(*m);
-    }
-    PrefaultMatrix(layer.router);
-    if (experts == nullptr) {
-      for (const MlpWeights& expert : layer.experts) PrefaultMlp(expert);
-    } else if (!layer.experts.empty()) {
-      for (int32_t e : *experts) PrefaultMlp(layer.experts[e]);
-    }
-    if (layer.has_shared_expert) PrefaultMlp(layer.shared_expert);
-    if (!layer.is_moe) PrefaultMlp(layer.dense_mlp);
-  }
+  ForEachProductMatrix(weights, experts, PrefaultMatrix);
 }
 
 }  // namespace ringmoe::model
