@@ -91,6 +91,25 @@ class BenchTest(unittest.TestCase):
         self.assertIn("--activation_precision=fp8: expected f32 or bf16",
                       out.stderr)
 
+    def test_weight_prefetch(self):
+        # Forced, the choice is reported per format with no figures; the
+        # outputs do not depend on it; anything else is refused, naming
+        # the flag.
+        for choice in ("software", "hardware"):
+            out = bench("--gen_tokens=2", "--bench_rounds=1",
+                        "--weight_prefetch=" + choice)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            r = json.loads(out.stdout)
+            self.assertTrue(r["weight_prefetch"])
+            for entry in r["weight_prefetch"].values():
+                self.assertEqual(entry["chosen"], choice)
+                self.assertEqual(entry["software_bytes_per_s"], 0)
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--weight_prefetch=nta")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--weight_prefetch=nta: expected auto, software or "
+                      "hardware", out.stderr)
+
     def test_competing_processes(self):
         # The neighbours spin for the whole run and are gone after it.
         out = bench("--gen_tokens=2", "--bench_rounds=1",
