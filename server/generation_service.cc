@@ -59,8 +59,13 @@ class GenerateReactor final
                   grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& proto)
       : model_(model),
-        context_(context),
-        channel_(std::make_shared<Channel>(this, MergeDeltas)) {
+        channel_(std::make_shared<Channel>(
+            this, MergeDeltas,
+            [metrics = model.metrics, context](grpc::StatusCode code) {
+              if (metrics) {
+                metrics->CountRequest("Generate", OutcomeCode(*context, code));
+              }
+            })) {
     absl::StatusOr<Request> request = RequestFromProto(model_, proto);
     if (!request.ok()) {
       channel_->Finish(ToGrpcStatus(request.status()));
@@ -113,17 +118,12 @@ class GenerateReactor final
     // The call ended before its sequence did (the client stopped reading
     // and its buffer overflowed): stop generating for nobody.
     if (handle_) handle_->Cancel();
-    if (model_.metrics) {
-      model_.metrics->CountRequest(
-          "Generate", OutcomeCode(*context_, channel_->final_code()));
-    }
     channel_->Detach();
     delete this;
   }
 
  private:
   const ServedModel& model_;
-  grpc::CallbackServerContext* const context_;
   const std::shared_ptr<Channel> channel_;
   std::shared_ptr<RequestHandle> handle_;
 };

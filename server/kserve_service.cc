@@ -306,7 +306,13 @@ class StreamInferReactor final : public StreamReactorBase {
                      grpc::CallbackServerContext* context)
       : model_(model),
         context_(context),
-        state_(std::make_shared<State>(this)) {
+        state_(std::make_shared<State>(
+            this, [metrics = model.metrics, context](grpc::StatusCode code) {
+              if (metrics) {
+                metrics->CountRequest("ModelStreamInfer",
+                                      OutcomeCode(*context, code));
+              }
+            })) {
     StartRead(&read_);
   }
 
@@ -346,18 +352,14 @@ class StreamInferReactor final : public StreamReactorBase {
   }
 
   void OnDone() override {
-    if (model_.metrics) {
-      model_.metrics->CountRequest(
-          "ModelStreamInfer",
-          OutcomeCode(*context_, state_->channel.final_code()));
-    }
     state_->channel.Detach();
     delete this;
   }
 
  private:
   struct State {
-    explicit State(StreamReactorBase* reactor) : channel(reactor) {}
+    State(StreamReactorBase* reactor, StreamInferChannel::FinishFn on_finish)
+        : channel(reactor, nullptr, std::move(on_finish)) {}
     StreamInferChannel channel;
     absl::Mutex mu;
     int active ABSL_GUARDED_BY(mu) = 0;

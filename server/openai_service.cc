@@ -332,9 +332,9 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
       std::deque<std::pair<int, serving::RequestOutput>> batch;
       if (absl::Status taken = mailbox->Take(batch); !taken.ok()) {
         // Its sequences are cancelled; the client may still read this.
+        if (model_.metrics) model_.metrics->CountRequest(method, taken.code());
         response.Write(
             absl::StrCat("data: ", openai::ErrorJson(taken), "\n\n"));
-        if (model_.metrics) model_.metrics->CountRequest(method, taken.code());
         return;
       }
       std::string data;
@@ -412,9 +412,10 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
     }
     tail += "data: [DONE]\n\n";
     response.Write(tail);
-    response.End();
+    // Counted before the client can see the end of the stream.
     if (model_.metrics)
       model_.metrics->CountRequest(method, absl::StatusCode::kOk);
+    response.End();
     return;
   }
 
@@ -467,9 +468,9 @@ void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,
       {"model", model_.name},
       {"choices", std::move(list)},
       {"usage", usage()}};
-  response.Send(200, kJson, Dump(body));
   if (model_.metrics)
     model_.metrics->CountRequest(method, absl::StatusCode::kOk);
+  response.Send(200, kJson, Dump(body));
 }
 
 }  // namespace ringmoe::server

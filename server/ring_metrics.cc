@@ -155,8 +155,8 @@ std::vector<prometheus::MetricFamily> ExpertParallelMetrics::Collect() const {
        "Bytes the rank's expert exchanges sent to other ranks.", kCounter,
        [](const RankStats& r) { return double(r.bytes_sent); }},
       {"ringmoe_expert_parallel_received_bytes_total",
-       "Bytes the rank's expert exchanges received from other ranks.",
-       kCounter, [](const RankStats& r) { return double(r.bytes_received); }},
+       "Bytes the rank's expert exchanges received from other ranks.", kCounter,
+       [](const RankStats& r) { return double(r.bytes_received); }},
       {"ringmoe_expert_parallel_collectives_total",
        "Collectives the rank's engine called.", kCounter,
        [](const RankStats& r) { return double(r.collectives); }},
@@ -184,8 +184,7 @@ std::vector<prometheus::MetricFamily> ExpertParallelMetrics::Collect() const {
   for (const Series& s : series) {
     prometheus::MetricFamily family = Family(s.name, s.help, s.type);
     for (size_t rank = 0; rank < ranks.size(); ++rank) {
-      AddValue(&family, s.value(ranks[rank]),
-               {{"rank", std::to_string(rank)}});
+      AddValue(&family, s.value(ranks[rank]), {{"rank", std::to_string(rank)}});
     }
     families.push_back(std::move(family));
   }

@@ -113,8 +113,7 @@ TEST(ExpertParallelMetricsTest, OneSeriesPerRankFromTheBoard) {
   EXPECT_EQ(value("ringmoe_expert_parallel_collective_seconds_total", 1), 0.5);
   EXPECT_EQ(value("ringmoe_expert_parallel_steps_total", 0), 9);
   EXPECT_EQ(value("ringmoe_expert_parallel_replica_rows_total", 1), 6);
-  EXPECT_EQ(value("ringmoe_expert_parallel_ring_stall_seconds_total", 1),
-            1.25);
+  EXPECT_EQ(value("ringmoe_expert_parallel_ring_stall_seconds_total", 1), 1.25);
   EXPECT_EQ(value("ringmoe_expert_parallel_experts", 0), 4);
   EXPECT_EQ(value("ringmoe_expert_parallel_experts", 1), 5);
 }

@@ -80,6 +80,10 @@ KServeService* ServicesTest::kserve_;
 grpc::Server* ServicesTest::server_;
 std::shared_ptr<grpc::Channel>* ServicesTest::channel_;
 
+std::string RenderMetrics(const Metrics& metrics) {
+  return prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+}
+
 TEST_F(ServicesTest, GenerateRequestErrors) {
   v1::GenerateRequest r;
   r.set_text("hello");
@@ -142,6 +146,10 @@ TEST_F(ServicesTest, GenerateStreamsAndLogitsAnswer) {
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(tokens, 5);
   EXPECT_EQ(reason, v1::FINISH_REASON_LENGTH);
+  // Counted before the client saw its status: a scrape now finds it.
+  EXPECT_NE(RenderMetrics(*metrics_).find(
+                "ringmoe_requests_total{method=\"Generate\",status=\"OK\"}"),
+            std::string::npos);
 
   auto kserve = inference::GRPCInferenceService::NewStub(*channel_);
   grpc::ClientContext infer_context;
@@ -176,10 +184,6 @@ grpc::Status CallWithBytes(const std::shared_ptr<grpc::Channel>& channel,
   stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
                  [&done](grpc::Status status) { done.set_value(status); });
   return done.get_future().get();
-}
-
-std::string RenderMetrics(const Metrics& metrics) {
-  return prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
 }
 
 TEST_F(ServicesTest, UnparsableRequestsAreInvalidArgumentAndCounted) {

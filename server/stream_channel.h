@@ -9,6 +9,10 @@
 // (client cancelled, call done) while the scheduler still holds the
 // channel: after Detach() everything pushed is dropped, so the engine never
 // touches a deleted reactor.
+//
+// The call's outcome is reported to `on_finish` as the status is handed to
+// gRPC, before the client can see it: a client that reads its final status
+// and then scrapes the metrics finds its call counted.
 #ifndef RINGMOE_SERVER_STREAM_CHANNEL_H_
 #define RINGMOE_SERVER_STREAM_CHANNEL_H_
 
@@ -48,9 +52,16 @@ class StreamChannel {
   // Folds `next` into `last` (a queued, not yet written response) and
   // returns true, or returns false to queue `next` separately.
   using MergeFn = std::function<bool(Response& last, const Response& next)>;
+  // Called once, with the code the call finishes with (the one the client
+  // is told), just before the reactor's Finish; under the channel's lock,
+  // so it must not call back into the channel.
+  using FinishFn = std::function<void(grpc::StatusCode)>;
 
-  StreamChannel(Reactor* reactor, MergeFn merge = nullptr)
-      : reactor_(reactor), merge_(std::move(merge)) {}
+  StreamChannel(Reactor* reactor, MergeFn merge = nullptr,
+                FinishFn on_finish = nullptr)
+      : reactor_(reactor),
+        merge_(std::move(merge)),
+        on_finish_(std::move(on_finish)) {}
 
   ~StreamChannel() {
     absl::MutexLock lock(&mu_);
@@ -140,13 +151,6 @@ class StreamChannel {
     reactor_ = nullptr;
   }
 
-  // The status the call was (or will be) finished with: what the client
-  // is told.
-  grpc::StatusCode final_code() const {
-    absl::MutexLock lock(&mu_);
-    return status_.error_code();
-  }
-
  private:
   // Drops what waits; a large buffer's memory goes back to the system
   // rather than staying in the allocator's free lists.
@@ -172,13 +176,15 @@ class StreamChannel {
     }
     if (finish_requested_) {
       finish_called_ = true;
+      if (on_finish_) on_finish_(status_.error_code());
       reactor_->Finish(status_);
     }
   }
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   Reactor* reactor_ ABSL_GUARDED_BY(mu_);
   const MergeFn merge_;
+  const FinishFn on_finish_;
   std::deque<Response> pending_ ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   Response in_flight_ ABSL_GUARDED_BY(mu_);

@@ -37,9 +37,22 @@ struct FakeReactor {
 
 using Channel = StreamChannel<FakeReactor, Text>;
 
+// What on_finish was told, and whether the reactor had been finished yet.
+struct FinishLog {
+  std::vector<grpc::StatusCode> codes;
+  bool reactor_finished_first = false;
+  Channel::FinishFn Recorder(const FakeReactor& r) {
+    return [this, &r](grpc::StatusCode code) {
+      codes.push_back(code);
+      reactor_finished_first |= r.finished;
+    };
+  }
+};
+
 TEST(StreamChannelTest, OneWriteAtATimeThenFinish) {
   FakeReactor r;
-  Channel channel(&r);
+  FinishLog log;
+  Channel channel(&r, nullptr, log.Recorder(r));
   EXPECT_TRUE(channel.Push("a"));
   EXPECT_TRUE(channel.Push("b"));
   channel.Finish(grpc::Status::OK);
@@ -52,6 +65,10 @@ TEST(StreamChannelTest, OneWriteAtATimeThenFinish) {
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.code, grpc::StatusCode::OK);
   EXPECT_FALSE(channel.Push("late"));
+  // Reported once, before gRPC could tell the client.
+  channel.Finish(grpc::Status::OK);
+  EXPECT_EQ(log.codes, std::vector<grpc::StatusCode>{grpc::StatusCode::OK});
+  EXPECT_FALSE(log.reactor_finished_first);
 }
 
 TEST(StreamChannelTest, MergesWhileAWriteIsInFlight) {
@@ -69,13 +86,15 @@ TEST(StreamChannelTest, MergesWhileAWriteIsInFlight) {
 
 TEST(StreamChannelTest, FailedWriteFinishesCancelledAndDetachDropsPushes) {
   FakeReactor r;
-  Channel channel(&r);
+  FinishLog log;
+  Channel channel(&r, nullptr, log.Recorder(r));
   channel.Push("a");
   channel.Push("b");
   channel.OnWriteDone(false);
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.code, grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(channel.final_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(log.codes,
+            std::vector<grpc::StatusCode>{grpc::StatusCode::CANCELLED});
   channel.Detach();
   EXPECT_FALSE(channel.Push("c"));
   EXPECT_EQ(r.written, std::vector<std::string>{"a"});
@@ -85,7 +104,8 @@ TEST(StreamChannelTest, AbortReplacesOnlyAStatusNotYetSent) {
   // Finished while a write is in flight: the OK status is not out yet, so
   // a cancel now is what the client sees.
   FakeReactor queued;
-  Channel before(&queued);
+  FinishLog before_log;
+  Channel before(&queued, nullptr, before_log.Recorder(queued));
   before.Push("a");
   before.Push("b");
   before.Finish(grpc::Status::OK);
@@ -94,30 +114,35 @@ TEST(StreamChannelTest, AbortReplacesOnlyAStatusNotYetSent) {
   before.OnWriteDone(true);
   EXPECT_TRUE(queued.finished);
   EXPECT_EQ(queued.code, grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(before.final_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(before_log.codes,
+            std::vector<grpc::StatusCode>{grpc::StatusCode::CANCELLED});
   EXPECT_EQ(queued.written, std::vector<std::string>{"a"});
 
   // The status already went out: a cancel crossing it changes nothing.
   FakeReactor sent;
-  Channel after(&sent);
+  FinishLog after_log;
+  Channel after(&sent, nullptr, after_log.Recorder(sent));
   after.Push("a");
   after.OnWriteDone(true);
   after.Finish(grpc::Status::OK);
   EXPECT_TRUE(sent.finished);
   after.Abort(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   EXPECT_EQ(sent.code, grpc::StatusCode::OK);
-  EXPECT_EQ(after.final_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(after_log.codes,
+            std::vector<grpc::StatusCode>{grpc::StatusCode::OK});
 
   // Finished while a write is in flight, and the write fails: the client
   // is gone before the OK status could go out.
   FakeReactor gone;
-  Channel failed(&gone);
+  FinishLog failed_log;
+  Channel failed(&gone, nullptr, failed_log.Recorder(gone));
   failed.Push("a");
   failed.Finish(grpc::Status::OK);
   failed.OnWriteDone(false);
   EXPECT_TRUE(gone.finished);
   EXPECT_EQ(gone.code, grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(failed.final_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(failed_log.codes,
+            std::vector<grpc::StatusCode>{grpc::StatusCode::CANCELLED});
 }
 
 TEST(StreamChannelTest, AClientThatDoesNotReadIsCutOffAtTheLimit) {

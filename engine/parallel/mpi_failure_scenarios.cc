@@ -32,6 +32,10 @@ void RunOrAbort(Communicator& comm, absl::string_view name,
               absl::ToDoubleSeconds(absl::Now() - start),
               status.ToString().c_str());
   std::fflush(stdout);
+  // The other waiting ranks time out within moments of this one: give them
+  // a second to report too before the abort ends the job (a slow rank,
+  // under a sanitizer, was killed before it could).
+  absl::SleepFor(absl::Seconds(1));
   comm.Abort(status);
 }
 
