@@ -48,6 +48,8 @@ def _cpu_model_test_impl(ctx):
         ]
     if ctx.attr.expect_path:
         lines.append("export RINGMOE_EXPECT_KERNEL_PATH=" + ctx.attr.expect_path)
+    for name, value in sorted(ctx.attr.env.items()):
+        lines.append("export {}={}".format(name, _shell_quote(value)))
     command = runner + binary.short_path + "".join([" " + _shell_quote(a) for a in ctx.attr.binary_args])
     if not ctx.attr.expect_stdout:
         lines.append(command + ' "$@"')
@@ -92,6 +94,9 @@ cpu_model_test = rule(
         ),
         "binary_args": attr.string_list(
             doc = "Arguments passed to the binary.",
+        ),
+        "env": attr.string_dict(
+            doc = "Environment variables set for the binary.",
         ),
         "expect_stdout": attr.string_list(
             doc = "Patterns (grep -E) the standard output must match.",
