@@ -106,10 +106,11 @@ void RotaryHalf(float* x, int64_t num_heads, int64_t head_dim, const float* cos,
 // out = silu(gate) * up (out may alias either input).
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 
-// Sum of n floats read with 256-bit loads (the bandwidth probe's loop),
-// each line prefetched `prefetch_bytes` ahead with the non-temporal hint
-// (0: none, the hardware prefetchers alone).
-float Sum(const float* data, int64_t n, int64_t prefetch_bytes);
+// Sum of n floats read with 256-bit loads (the bandwidth probe's loop) as
+// `streams` (1 or 3) sequential streams at once, the thirds of the range
+// (the rest after them alone), each line prefetched `prefetch_bytes` ahead
+// with the non-temporal hint (0: none, the hardware prefetchers alone).
+float Sum(const float* data, int64_t n, int64_t prefetch_bytes, int streams);
 // `iterations` rounds of 12 independent 8-wide FMA chains: 192 FLOPs each.
 float FmaLoop(int64_t iterations);
 

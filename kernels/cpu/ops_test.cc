@@ -493,6 +493,30 @@ TEST_P(MatMulTest, SameUnderEitherWeightPrefetch) {
   SetWeightPrefetch(type, before);
 }
 
+// The thread pool cuts a product's rows into ranges of multiples of 8
+// rows, differently for every thread count and load: a row's result must
+// not depend on the range it fell in (one activation row, rows streamed or
+// in tiles), or generation would vary with the machine's busyness.
+TEST_P(MatMulTest, OneRowSameWhateverRangeHoldsIt) {
+  std::mt19937 rng(37);
+  const WeightType type = std::get<0>(GetParam());
+  for (const int64_t cols : {517, 1024, 9000}) {
+    const TestMatrix m = MakeMatrix(rng, type, 203, cols);
+    const std::vector<float> x = RandomVector(rng, cols);
+    std::vector<float> whole(m.w.rows, NAN);
+    MatMulTransposedRows(x.data(), 1, m.w, 0, m.w.rows, whole.data());
+    for (const int64_t step : {8, 16, 24, 56, 96}) {
+      std::vector<float> cut(m.w.rows, NAN);
+      for (int64_t rb = 0; rb < m.w.rows; rb += step) {
+        MatMulTransposedRows(x.data(), 1, m.w, rb,
+                             std::min<int64_t>(m.w.rows, rb + step),
+                             cut.data());
+      }
+      EXPECT_EQ(cut, whole) << cols << " columns, ranges of " << step;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatMulTest,
     ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,

@@ -14,7 +14,8 @@ namespace ringmoe::kernels {
 
 // Bytes per second at which the threads together read a `bytes`-sized
 // buffer (much larger than the caches): the median over `repetitions` of
-// the faster of two read loops (with and without software prefetch).
+// the fastest of three read loops (one stream per thread with and without
+// software prefetch, three streams per thread).
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes = int64_t{1} << 30,
                             int repetitions = 7);
 
