@@ -99,23 +99,16 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
   }
 }
 
-// Rows [rb, re) of w against one activation row. Consecutive rows are
-// adjacent in memory, so the range is a sequential stream; it is read as
-// kSegments streams at once (its thirds, a row of each at a time), which
-// keeps more of memory's latency covered than one stream does (the
-// hardware prefetchers track each) within the 16 vector registers (three
-// rows' twelve accumulators). Interleaving *adjacent* rows instead (a tile's
-// streams a row apart) ran about 15% slower end to end. Each stream is
-// prefetched kStreamPrefetchBytes ahead where PrefetchStream says so.
+// Rows [rb, re) of w against one activation row, as ForEachStreamGroup's
+// streams, each prefetched kStreamPrefetchBytes ahead where PrefetchStream
+// says so. Interleaving *adjacent* rows instead (a tile's streams a row
+// apart) ran about 15% slower end to end.
 template <typename L>
 void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                 int64_t cols, float* y) {
-  constexpr int kSegments = 3;
-  const int64_t per = (re - rb) / kSegments;
-  for (int64_t t = 0; t < per; ++t)
-    StreamRowGroup<kSegments>(w, rb + t, per, x, cols, y);
-  for (int64_t r = rb + kSegments * per; r < re; ++r)
-    StreamRowGroup<1>(w, r, 0, x, cols, y);
+  ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+    StreamRowGroup<decltype(rows)::value>(w, r0, stride, x, cols, y);
+  });
 }
 
 // Rows [r0, r0 + rows) (rows <= 4) against n <= 3 activation rows.

@@ -135,14 +135,16 @@ struct NibbleRows {
   int64_t groups;  // scales per row
 };
 
-// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N; x holds
-// `ldx` chunks per activation row. One row against one activation row is a
-// piece of a single sequential stream (see StreamRows); other tiles
-// prefetch kAhead lines ahead in each of their rows.
+// y[j * ldy + i * stride] = row r0 + i * stride of w · activation row j,
+// i < R, j < N; x holds `ldx` chunks per activation row. Against one
+// activation row, a lone row or kRowsAreStreams' rows are pieces of
+// sequential streams (ForEachStreamGroup), prefetched as PrefetchStream
+// says; other tiles prefetch kAhead lines ahead in each of their rows.
+// Each row's sum is formed alike in any tile.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
-void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
-                int64_t ldx, float* y, int64_t ldy) {
-  constexpr bool kStream = R == 1 && N == 1;
+void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
+                const Int8Chunk* x, int64_t ldx, float* y, int64_t ldy) {
+  constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -150,13 +152,15 @@ void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
   const uint8_t* rows[R];
   const uint16_t* scales[R];
   for (int i = 0; i < R; ++i) {
-    rows[i] = w.p + (r0 + i) * w.row_bytes;
-    scales[i] = w.scales + (r0 + i) * w.groups;
+    rows[i] = w.p + (r0 + i * stride) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i * stride) * w.groups;
   }
   const int64_t full = w.row_bytes / 32;
   for (int64_t c = 0; c < full; ++c) {
-    if (kStream && c % 2 == 0)
-      PrefetchStream(WeightType::kInt4, rows[0] + 32 * c);
+    if (kStream && c % 2 == 0) {
+      for (int i = 0; i < R; ++i)
+        PrefetchStream(WeightType::kInt4, rows[i] + 32 * c);
+    }
     if (!kStream && kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
         PrefetchTileRow<N>(WeightType::kInt4, rows[i] + 32 * c + 64 * kAhead);
@@ -190,12 +194,12 @@ void NibbleTile(const NibbleRows& w, int64_t r0, const Int8Chunk* x,
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+    for (int j = 0; j < N; ++j) y[j * ldy + i * stride] = HSum(acc[i][j]);
   }
 }
 
-// Rows [rb, re) against n activation rows: one row as NibbleTile's single
-// stream (or tiles of four, see ForEachRowTile); more in tiles of four
+// Rows [rb, re) against n activation rows: one row as ForEachStreamGroup's
+// streams (or tiles of four, see ForEachRowTile); more in tiles of four
 // weight rows, each against the activation rows three at a time, so the
 // weights are read from memory once whatever n is.
 template <int G>
@@ -203,12 +207,19 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
                     const Int8Chunk* x, int64_t n, int64_t ldx, float* y,
                     int64_t ldy) {
   if (n == 1) {
-    ForEachRowTile(ldx * static_cast<int64_t>(sizeof(Int8Chunk)), rb, re,
-                   [&](int64_t r0, auto rows) {
-                     constexpr int R = decltype(rows)::value;
-                     NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, ldx,
-                                                                y + r0, ldy);
-                   });
+    const int64_t activation_bytes =
+        ldx * static_cast<int64_t>(sizeof(Int8Chunk));
+    if (activation_bytes <= StreamActivationBytes()) {
+      ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+        NibbleTile<G, decltype(rows)::value, 1, kRowsAreStreams>(
+            w, r0, stride, x, ldx, y + r0, ldy);
+      });
+      return;
+    }
+    ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
+      constexpr int R = decltype(rows)::value;
+      NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, ldx, y + r0, ldy);
+    });
     return;
   }
   const auto tile = [&](int64_t r, auto rows) {
@@ -218,13 +229,13 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
-          NibbleTile<G, R, 1>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 1>(w, r, 1, xj, ldx, yj, ldy);
           break;
         case 2:
-          NibbleTile<G, R, 2>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 2>(w, r, 1, xj, ldx, yj, ldy);
           break;
         default:
-          NibbleTile<G, R, 3>(w, r, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 3>(w, r, 1, xj, ldx, yj, ldy);
           break;
       }
     }
@@ -313,13 +324,12 @@ inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
           hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
 }
 
-// y[j * ldy + i] = row r0 + i of w · activation row j, i < R, j < N.
-// Weight groups of G columns span G / 32 activation blocks. Prefetches as
-// Int4Tile does.
+// As NibbleTile, for int8 weights: weight groups of G columns span G / 32
+// activation blocks.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
-void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
-              float* y, int64_t ldy) {
-  constexpr bool kStream = R == 1 && N == 1;
+void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
+              const Int16Activations& x, float* y, int64_t ldy) {
+  constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   constexpr int kBlocksPerGroup = G / 32;
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
@@ -328,12 +338,14 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
   const int8_t* rows[R];
   const uint16_t* scales[R];
   for (int i = 0; i < R; ++i) {
-    rows[i] = w.p + (r0 + i) * w.row_bytes;
-    scales[i] = w.scales + (r0 + i) * w.groups;
+    rows[i] = w.p + (r0 + i * stride) * w.row_bytes;
+    scales[i] = w.scales + (r0 + i * stride) * w.groups;
   }
   for (int64_t b = 0; b < x.blocks; ++b) {
-    if (kStream && b % 2 == 0)
-      PrefetchStream(WeightType::kInt8, rows[0] + 32 * b);
+    if (kStream && b % 2 == 0) {
+      for (int i = 0; i < R; ++i)
+        PrefetchStream(WeightType::kInt8, rows[i] + 32 * b);
+    }
     if (!kStream && kAhead > 0 && b % 2 == 0) {
       for (int i = 0; i < R; ++i) {
         PrefetchTileRow<N>(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
@@ -354,21 +366,28 @@ void Int8Tile(const Int8Rows& w, int64_t r0, const Int16Activations& x,
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < N; ++j) y[j * ldy + i] = HSum(acc[i][j]);
+    for (int j = 0; j < N; ++j) y[j * ldy + i * stride] = HSum(acc[i][j]);
   }
 }
 
-// As Int4RowRange, for int8 weights.
+// As NibbleRowRange, for int8 weights.
 template <int G>
 void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
                   const Int16Activations& x, int64_t n, float* y, int64_t ldy) {
   if (n == 1) {
-    ForEachRowTile(x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t)), rb,
-                   re, [&](int64_t r0, auto rows) {
-                     constexpr int R = decltype(rows)::value;
-                     Int8Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, x, y + r0,
-                                                              ldy);
-                   });
+    const int64_t activation_bytes =
+        x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t));
+    if (activation_bytes <= StreamActivationBytes()) {
+      ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+        Int8Tile<G, decltype(rows)::value, 1, kRowsAreStreams>(w, r0, stride, x,
+                                                               y + r0, ldy);
+      });
+      return;
+    }
+    ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
+      constexpr int R = decltype(rows)::value;
+      Int8Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, y + r0, ldy);
+    });
     return;
   }
   const auto tile = [&](int64_t r, auto rows) {
@@ -379,13 +398,13 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
-          Int8Tile<G, R, 1>(w, r, xj, yj, ldy);
+          Int8Tile<G, R, 1>(w, r, 1, xj, yj, ldy);
           break;
         case 2:
-          Int8Tile<G, R, 2>(w, r, xj, yj, ldy);
+          Int8Tile<G, R, 2>(w, r, 1, xj, yj, ldy);
           break;
         default:
-          Int8Tile<G, R, 3>(w, r, xj, yj, ldy);
+          Int8Tile<G, R, 3>(w, r, 1, xj, yj, ldy);
           break;
       }
     }
