@@ -60,12 +60,12 @@ constexpr int kLongRowPrefetchLines = 32;
 constexpr int kStreamSegments = 3;
 // A tile's kAhead when its rows are ForEachStreamGroup's streams.
 constexpr int kRowsAreStreams = -1;
-template <typename GroupFn>
+template <int kSegments = kStreamSegments, typename GroupFn>
 void ForEachStreamGroup(int64_t rb, int64_t re, const GroupFn& group) {
-  const int64_t per = (re - rb) / kStreamSegments;
+  const int64_t per = (re - rb) / kSegments;
   for (int64_t t = 0; t < per; ++t)
-    group(rb + t, per, std::integral_constant<int, kStreamSegments>());
-  for (int64_t r = rb + kStreamSegments * per; r < re; ++r)
+    group(rb + t, per, std::integral_constant<int, kSegments>());
+  for (int64_t r = rb + kSegments * per; r < re; ++r)
     group(r, int64_t{1}, std::integral_constant<int, 1>());
 }
 
