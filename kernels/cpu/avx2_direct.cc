@@ -100,9 +100,8 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
 }
 
 // How many streams StreamRows reads at once with loader L: three, but one
-// where widening the weights rather than memory bounds the product (fp8:
-// three rows' temporaries no longer fit the registers, 7% slower on the
-// Zen 3 VM).
+// where widening the weights rather than memory bounds the product (fp8,
+// whose three rows' temporaries would not fit the registers).
 template <typename L>
 constexpr int kStreamsOf = kStreamSegments;
 template <>

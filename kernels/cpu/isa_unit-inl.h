@@ -52,8 +52,9 @@ constexpr int kLongRowPrefetchLines = 32;
 // consecutive rows are adjacent in memory, so the range is one sequential
 // stream. It is read as kStreamSegments streams at once (its thirds, a row
 // of each at a time): a core keeps more of memory's latency covered across
-// several streams (on the Zen 3 VM three per core read 58 GB/s where one
-// read 42), and three rows' accumulators fit the 16 AVX2 registers.
+// several streams than its prefetchers do in one (docs/PERFORMANCE.md,
+// "Three streams per core"), and three rows' accumulators fit the 16 AVX2
+// registers.
 // `group(r0, stride, std::integral_constant<int, S>())` computes rows
 // r0 + s * stride, s < S, each exactly as it would alone: the grouping never
 // moves a result.

@@ -70,8 +70,8 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   // see the same memory: one stream per thread left to the hardware
   // prefetchers, one that also prefetches 4 KiB ahead (the best distance
   // for a bare read loop on the Zen 4 VM), and three streams per thread
-  // (on the Zen 3 VM one stream read 42 GB/s and three 58: a core keeps
-  // more lines in flight across streams; the decode products read so too).
+  // (a core may keep more lines in flight across streams than in one; the
+  // decode products read so too: docs/PERFORMANCE.md).
   struct ReadLoop {
     int64_t prefetch_bytes;
     int streams;
