@@ -61,11 +61,7 @@ class GenerateReactor final
       : model_(model),
         channel_(std::make_shared<Channel>(
             this, MergeDeltas,
-            [metrics = model.metrics, context](grpc::StatusCode code) {
-              if (metrics) {
-                metrics->CountRequest("Generate", OutcomeCode(*context, code));
-              }
-            })) {
+            CountOutcome(model.metrics, context, "Generate"))) {
     absl::StatusOr<Request> request = RequestFromProto(model_, proto);
     if (!request.ok()) {
       channel_->Finish(ToGrpcStatus(request.status()));

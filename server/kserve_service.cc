@@ -307,12 +307,7 @@ class StreamInferReactor final : public StreamReactorBase {
       : model_(model),
         context_(context),
         state_(std::make_shared<State>(
-            this, [metrics = model.metrics, context](grpc::StatusCode code) {
-              if (metrics) {
-                metrics->CountRequest("ModelStreamInfer",
-                                      OutcomeCode(*context, code));
-              }
-            })) {
+            this, CountOutcome(model.metrics, context, "ModelStreamInfer"))) {
     StartRead(&read_);
   }
 

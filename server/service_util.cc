@@ -47,4 +47,13 @@ absl::StatusCode OutcomeCode(const grpc::CallbackServerContext& context,
   return static_cast<absl::StatusCode>(finished_with);
 }
 
+std::function<void(grpc::StatusCode)> CountOutcome(
+    serving::ServingMetrics* metrics,
+    const grpc::CallbackServerContext* context, const char* method) {
+  return [metrics, context, method](grpc::StatusCode code) {
+    if (metrics != nullptr)
+      metrics->CountRequest(method, OutcomeCode(*context, code));
+  };
+}
+
 }  // namespace ringmoe::server

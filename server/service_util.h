@@ -2,6 +2,7 @@
 #ifndef RINGMOE_SERVER_SERVICE_UTIL_H_
 #define RINGMOE_SERVER_SERVICE_UTIL_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +32,12 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 // status went out), DEADLINE_EXCEEDED for a cancel at the call's deadline.
 absl::StatusCode OutcomeCode(const grpc::CallbackServerContext& context,
                              grpc::StatusCode finished_with);
+
+// A stream's StreamChannel on_finish: counts the call's OutcomeCode in
+// `metrics` (may be null) under `method`. `context` must outlive the call.
+std::function<void(grpc::StatusCode)> CountOutcome(
+    serving::ServingMetrics* metrics,
+    const grpc::CallbackServerContext* context, const char* method);
 
 }  // namespace ringmoe::server
 
