@@ -229,93 +229,7 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   }
 }
 
-// mxfp4 against one activation row (OrderMxfp4Activations): a block's
-// 16 bytes split into low and high nibbles, a byte shuffle turns each into
-// twice its e2m1 value as a signed byte, and 8 at a time widen to float and
-// meet their activations in an FMA; the block's sum times half its e8m0
-// scale (exact) is added to the row's. R rows share the activation loads.
-template <int R>
-void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
-               const float* x, int64_t r0, float* y) {
-  const int64_t row_bytes = blocks * 16;
-  const uint8_t* row = w + r0 * row_bytes;
-  const __m128i twice_value =
-      _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i nibble = _mm_set1_epi8(0x0f);
-  const auto widen = [](__m128i bytes) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-  };
-  const auto block = [&](int i, int64_t b, __m256 sum) {
-    const float* xb = x + 32 * b;
-    const __m128i bytes = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(row + i * row_bytes + 16 * b));
-    const __m128i lo =
-        _mm_shuffle_epi8(twice_value, _mm_and_si128(bytes, nibble));
-    const __m128i hi = _mm_shuffle_epi8(
-        twice_value, _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
-    __m256 dot = _mm256_mul_ps(widen(lo), _mm256_loadu_ps(xb));
-    dot = _mm256_fmadd_ps(widen(_mm_unpackhi_epi64(lo, lo)),
-                          _mm256_loadu_ps(xb + 8), dot);
-    dot = _mm256_fmadd_ps(widen(hi), _mm256_loadu_ps(xb + 16), dot);
-    dot = _mm256_fmadd_ps(widen(_mm_unpackhi_epi64(hi, hi)),
-                          _mm256_loadu_ps(xb + 24), dot);
-    return _mm256_fmadd_ps(
-        dot,
-        _mm256_set1_ps(E8m0ToF32Exact(exponents[(r0 + i) * blocks + b]) * 0.5f),
-        sum);
-  };
-  const auto prefetch = [&](int64_t b) {
-    for (int i = 0; i < R; ++i) {
-      if (R == 1) {
-        PrefetchStream(WeightType::kMxfp4, row + 16 * b);
-      } else {
-        PrefetchTileRow<1>(WeightType::kMxfp4, row + i * row_bytes + 16 * b +
-                                                   64 * kLongRowPrefetchLines);
-      }
-    }
-  };
-  __m256 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    if (b % 4 == 0) prefetch(b);
-    for (int i = 0; i < R; ++i) {
-      acc[i][0] = block(i, b, acc[i][0]);
-      acc[i][1] = block(i, b + 1, acc[i][1]);
-    }
-  }
-  if (b < blocks) {
-    for (int i = 0; i < R; ++i) acc[i][0] = block(i, b, acc[i][0]);
-  }
-  for (int i = 0; i < R; ++i) {
-    y[r0 + i] = HSum(_mm256_add_ps(acc[i][0], acc[i][1]));
-  }
-}
-
-void Mxfp4Row(const Matrix& w, const float* x, int64_t rb, int64_t re,
-              float* y) {
-  const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
-  float* ordered = static_cast<float*>(
-      ThreadScratch(ScratchSlot::kOrderedActivations,
-                    blocks * kMxfp4Block * int64_t{sizeof(float)}));
-  OrderMxfp4Activations(x, w.cols, ordered);
-  ForEachRowTile(blocks * kMxfp4Block * 4, rb, re, [&](int64_t r, auto rows) {
-    Mxfp4Tile<decltype(rows)::value>(static_cast<const uint8_t*>(w.data),
-                                     blocks, w.exponents, ordered, r, y);
-  });
-}
-
 }  // namespace
-
-void OrderMxfp4Activations(const float* x, int64_t cols, float* ordered) {
-  const int64_t padded = (cols + kMxfp4Block - 1) / kMxfp4Block * kMxfp4Block;
-  for (int64_t c = 0; c < padded; c += 2) {
-    const int64_t block = c / kMxfp4Block * kMxfp4Block;
-    const int64_t k = (c - block) / 2;
-    ordered[block + k] = c < cols ? x[c] : 0.f;
-    ordered[block + 16 + k] = c + 1 < cols ? x[c + 1] : 0.f;
-  }
-}
 
 void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
                          int64_t n, float* scaled) {
@@ -368,7 +282,7 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y);
     case WeightType::kMxfp4:
-      if (n == 1) return Mxfp4Row(w, x, row_begin, row_end, y);
+      if (n == 1) return MatMulRowMxfp4(x, w, row_begin, row_end, y);
       return VisitLoader(w, [&](const auto& loader) {
         DirectRows(loader, x, n, cols, row_begin, row_end, y, w.rows);
       });

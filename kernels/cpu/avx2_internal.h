@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/isa.h"
@@ -30,6 +31,24 @@ inline float HMax(__m256 v) {
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   return _mm_cvtss_f32(m);
+}
+
+// Loads one block of 32 activations (`count` <= 32 real ones, the rest
+// zero) into v[4] and returns their largest magnitude.
+inline float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
+  alignas(32) float buf[32];
+  if (count < 32) {
+    std::memset(buf, 0, sizeof(buf));
+    std::memcpy(buf, x, count * sizeof(float));
+    x = buf;
+  }
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+  }
+  return HMax(amax);
 }
 
 inline __m256i TailMask(int64_t count) {

@@ -20,24 +20,6 @@ namespace {
 // (vpmaddubsw, vpmaddwd), with one float multiply-add per 64, on
 // activations laid out as Int8Chunk (isa.h).
 
-// Loads one block of 32 activations (`count` <= 32 real ones, the rest
-// zero) into v[4] and returns their largest magnitude.
-float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
-  alignas(32) float buf[32];
-  if (count < 32) {
-    std::memset(buf, 0, sizeof(buf));
-    std::memcpy(buf, x, count * sizeof(float));
-    x = buf;
-  }
-  __m256 amax = _mm256_setzero_ps();
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_loadu_ps(x + 8 * j);
-    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-  }
-  return HMax(amax);
-}
-
 // Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
 // zero) into half `half` of `chunk`.
 void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {

@@ -4,10 +4,9 @@
 //
 // int8, int4, mxfp4 and fp8: at one activation row their AVX2 kernels do
 // several vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for
-// int4 and mxfp4) halve that, on activations quantized (int8, int4) or
-// scaled (fp8) exactly as the AVX2 path does; mxfp4's, which the AVX2 path
-// takes as they are, in three int8 levels (within 2^-24 of each block of
-// 32's largest, about float32's precision). bf16
+// int4 and mxfp4) halve that, on activations quantized (int8, int4, and
+// mxfp4's three int8 levels, Mxfp4Span in isa.h) or scaled (fp8) exactly
+// as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md). Rows are read as in avx2_quantized.cc: one after
@@ -25,6 +24,9 @@ namespace ringmoe::kernels::avx512 {
 #include "kernels/cpu/isa_unit-inl.h"
 
 using avx2::Int8Chunk;
+using avx2::kMxfp4BlocksPerSpan;
+using avx2::kMxfp4Levels;
+using avx2::Mxfp4Span;
 
 namespace {
 
@@ -174,103 +176,6 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
       _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)), _mm512_set1_ps(0x1p-127f));
 }
 
-// mxfp4 products against activations quantized in three int8 levels, so
-// that 128 weights meet them in six dpbusd (VNNI) rather than eight float
-// FMAs, as precisely: per block of 32 columns with s = max|x| / 127, x ≈
-// s * (q1 + q2 / 256 + q3 / 65536), each level the rounded remainder of the
-// one before (see QuantizeMxfp4Activations), an error of at most s / 2^17.
-// (Two levels, int16's precision, kept the golden models' logits within
-// 1.1-1.8e-4 of the reference, above the 1e-4 they are held to.) Laid out
-// to match 64 weight bytes (four blocks): byte i holds columns 2i (low
-// nibble) and 2i + 1 (high), so `*_even[i]` is column 2i and `*_odd[i]`
-// column 2i + 1 of the span. Int32 lane l of the byte products covers bytes
-// 4l..4l+3, columns 8l..8l+7, of block l / 4; `offset[l]` is 12 × that
-// lane's Σ (65536 q1 + 256 q2 + q3), since the weights meet the
-// activations as 2 * e2m1 + 12 (unsigned bytes 0..24).
-constexpr int kMxfp4Levels = 3;
-struct alignas(64) Mxfp4Span {
-  int8_t even[kMxfp4Levels][64];
-  int8_t odd[kMxfp4Levels][64];
-  int32_t offset[16];
-};
-constexpr int kBlocksPerSpan = 4;
-constexpr int kMxfp4WeightBias = 12;
-
-// Rounds each lane to the nearest integer, ties to even (as MXCSR has it).
-inline __m512i RoundToInt(__m512 v) { return _mm512_cvtps_epi32(v); }
-
-// Quantizes `cols` activations into ceil(blocks / 4) Mxfp4Spans and writes
-// each block's s / 2^17 (the weights are integers 2 * e2m1) to `scales`,
-// zero from block `blocks` up to a multiple of 16. With t = x / s in
-// [-127, 127]: q1 = round(t), r = 256 * (t - q1) (exact in float), q2 =
-// round(r) and q3 = round(256 * (r - q2)) up to 127; where q2 rounds to 128
-// (only where q1 was rounded down, so q1 < 127), q1 + 1 and q2 - 256 stand
-// for q1 and q2, as int8 holds -128 but not 128.
-void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
-                              Mxfp4Span* spans, float* scales) {
-  const __m512 level = _mm512_set1_ps(256.f);
-  const __m512i top = _mm512_set1_epi32(128);
-  // Within each 128-bit lane: its even bytes, then its odd ones.
-  const __m256i even_odd =
-      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const int64_t padded =
-      (blocks + kBlocksPerSpan - 1) / kBlocksPerSpan * kBlocksPerSpan;
-  for (int64_t b = 0; b < padded; ++b) {
-    Mxfp4Span& span = spans[b / kBlocksPerSpan];
-    const int part = static_cast<int>(b % kBlocksPerSpan);
-    const int64_t left = Clamp<int64_t>(cols - 32 * b, 0, 32);
-    const __m512 v[2] = {
-        _mm512_maskz_loadu_ps(
-            _cvtu32_mask16((1u << Min<int64_t>(left, 16)) - 1), x + 32 * b),
-        _mm512_maskz_loadu_ps(
-            _cvtu32_mask16((1u << Max<int64_t>(left - 16, 0)) - 1),
-            x + 32 * b + 16)};
-    const float max_abs = _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-    const __m512 inv = _mm512_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
-    __m128i q[kMxfp4Levels][2];
-    for (int h = 0; h < 2; ++h) {
-      const __m512 t = _mm512_mul_ps(v[h], inv);
-      const __m512i q1_rounded = RoundToInt(t);
-      const __m512 r = _mm512_mul_ps(
-          _mm512_sub_ps(t, _mm512_cvtepi32_ps(q1_rounded)), level);
-      const __m512i q2_rounded = RoundToInt(r);
-      const __m512i q3 = _mm512_min_epi32(
-          RoundToInt(_mm512_mul_ps(
-              _mm512_sub_ps(r, _mm512_cvtepi32_ps(q2_rounded)), level)),
-          _mm512_set1_epi32(127));
-      const __mmask16 halfway = _mm512_cmpeq_epi32_mask(q2_rounded, top);
-      const __m512i q1 = _mm512_mask_add_epi32(q1_rounded, halfway, q1_rounded,
-                                               _mm512_set1_epi32(1));
-      const __m512i q2 = _mm512_mask_sub_epi32(q2_rounded, halfway, q2_rounded,
-                                               _mm512_set1_epi32(256));
-      const __m512i sum = _mm512_add_epi32(
-          _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(q1, 8), q2), 8),
-          q3);
-      span.offset[4 * part + 2 * h] =
-          kMxfp4WeightBias * _mm512_mask_reduce_add_epi32(0x00ff, sum);
-      span.offset[4 * part + 2 * h + 1] =
-          kMxfp4WeightBias * _mm512_mask_reduce_add_epi32(0xff00, sum);
-      q[0][h] = _mm512_cvtepi32_epi8(q1);
-      q[1][h] = _mm512_cvtepi32_epi8(q2);
-      q[2][h] = _mm512_cvtepi32_epi8(q3);
-    }
-    // Each level's columns 0..31 in order, to even columns then odd ones.
-    for (int l = 0; l < kMxfp4Levels; ++l) {
-      const __m256i sorted = _mm256_permute4x64_epi64(
-          _mm256_shuffle_epi8(_mm256_set_m128i(q[l][1], q[l][0]), even_odd),
-          0b11011000);
-      _mm_store_si128(reinterpret_cast<__m128i*>(span.even[l] + 16 * part),
-                      _mm256_castsi256_si128(sorted));
-      _mm_store_si128(reinterpret_cast<__m128i*>(span.odd[l] + 16 * part),
-                      _mm256_extracti128_si256(sorted, 1));
-    }
-    scales[b] = max_abs / 127.f / 131072.f;
-  }
-  for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
-}
-
 // mxfp4 against Mxfp4Spans: a span's 64 weight bytes are split into
 // nibbles and looked up (vpshufb) as 2 * e2m1 + 12, then meet the three
 // activation levels in six dpbusd, shifting the sum by 8 before each next
@@ -288,11 +193,11 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // The lanes of span j of 16 blocks take block 4j + lane / 4's scale.
-  __m512i scale_lane[kBlocksPerSpan];
-  for (int j = 0; j < kBlocksPerSpan; ++j) {
+  __m512i scale_lane[kMxfp4BlocksPerSpan];
+  for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
     scale_lane[j] = _mm512_add_epi32(
         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-        _mm512_set1_epi32(kBlocksPerSpan * j));
+        _mm512_set1_epi32(kMxfp4BlocksPerSpan * j));
   }
   const auto span = [&](int64_t p, __m512i bytes, __m512 scale, __m512 acc) {
     const Mxfp4Span& xp = x[p];
@@ -320,13 +225,13 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
           E8m0x16(e + i * blocks + b0, _cvtu32_mask16((1u << count) - 1)),
           x_scale);
     }
-    const int64_t p0 = b0 / kBlocksPerSpan;
+    const int64_t p0 = b0 / kMxfp4BlocksPerSpan;
     if (count == 16) {
-      for (int line = 0; line < kBlocksPerSpan; ++line) {
+      for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
         PrefetchRows<R>(WeightType::kMxfp4, row + 16 * b0, row_bytes,
                         64 * line);
       }
-      for (int j = 0; j < kBlocksPerSpan; ++j) {
+      for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
         for (int i = 0; i < R; ++i) {
           acc[i][j % 2] = span(
               p0 + j,
@@ -338,8 +243,9 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     }
     // The row's last, partial 16 blocks: masked loads (zero bytes meet zero
     // activations and offsets).
-    for (int j = 0; kBlocksPerSpan * j < count; ++j) {
-      const int span_blocks = Min(kBlocksPerSpan, count - kBlocksPerSpan * j);
+    for (int j = 0; kMxfp4BlocksPerSpan * j < count; ++j) {
+      const int span_blocks =
+          Min<int>(kMxfp4BlocksPerSpan, count - kMxfp4BlocksPerSpan * j);
       const __mmask64 bytes =
           _cvtu64_mask64(~uint64_t{0} >> (64 - 16 * span_blocks));
       for (int i = 0; i < R; ++i) {
@@ -524,12 +430,13 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     case WeightType::kMxfp4: {
       const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-      const int64_t num_spans = (blocks + kBlocksPerSpan - 1) / kBlocksPerSpan;
+      const int64_t num_spans =
+          (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
       Mxfp4Span* spans =
           Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, num_spans);
       float* scales = Scratch<float>(ScratchSlot::kActivationScales,
                                      (blocks + 15) / 16 * 16);
-      QuantizeMxfp4Activations(x, cols, blocks, spans, scales);
+      avx2::QuantizeMxfp4Activations(x, cols, blocks, spans, scales);
       ForEachRowTile(num_spans * static_cast<int64_t>(sizeof(Mxfp4Span)),
                      row_begin, row_end, [&](int64_t r, auto rows) {
                        Mxfp4Tile<decltype(rows)::value>(

@@ -65,12 +65,42 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
                               int16_t* q, float* scale);
 
-// mxfp4 products run exactly, on float activations laid out per block of
-// 32 columns as its 16 even columns, then its 16 odd ones (zero past
-// `cols`): ordered[ceil(cols / 32) * 32]. A block's bytes widened to lanes
-// then meet their low nibbles' activations in one vector and their high
-// nibbles' in the next.
-void OrderMxfp4Activations(const float* x, int64_t cols, float* ordered);
+// mxfp4 products against one activation row run on it quantized in three
+// int8 levels, so that the weights meet it as bytes (vpmaddubsw, vpdpbusd)
+// rather than widened to float, as precisely: per block of 32 columns with
+// s = max|x| / 127, x ≈ s * (q1 + q2 / 256 + q3 / 65536), each level the
+// rounded remainder of the one before, an error of at most s / 2^17.
+// (Two levels, int16's precision, kept the golden models' logits within
+// 1.1-1.8e-4 of the reference, above the 1e-4 they are held to.) A span is
+// four blocks laid out to match their 64 weight bytes: byte i holds columns
+// 2i (low nibble) and 2i + 1 (high), so `even[l][i]` is level l of column
+// 2i and `odd[l][i]` of column 2i + 1. Int32 lane k of the byte products
+// covers bytes 4k..4k+3, columns 8k..8k+7, of block k / 4; `offset[k]` is
+// kMxfp4WeightBias × that lane's Σ (65536 q1 + 256 q2 + q3), since the
+// weights meet the activations as 2 * e2m1 + 12 (unsigned bytes 0..24).
+// (Enumerators rather than constexpr variables: those would be emitted,
+// at -O0, into every unit that uses them, outside its namespace.)
+enum : int {
+  kMxfp4Levels = 3,
+  kMxfp4BlocksPerSpan = 4,
+  kMxfp4WeightBias = 12,
+};
+struct alignas(64) Mxfp4Span {
+  int8_t even[kMxfp4Levels][64];
+  int8_t odd[kMxfp4Levels][64];
+  int32_t offset[16];
+};
+
+// Quantizes `cols` activations (blocks = ceil(cols / 32)) into
+// ceil(blocks / 4) Mxfp4Spans and writes each block's s / 2^17 (the weights
+// are the integers 2 * e2m1) to `scales`, zero from block `blocks` up to a
+// multiple of 16. With t = x / s in [-127, 127]: q1 = round(t), r = 256 *
+// (t - q1) (exact in float), q2 = round(r) and q3 = round(256 * (r - q2))
+// up to 127, each rounded to nearest even; where q2 rounds to 128 (only
+// where q1 was rounded down, so q1 < 127), q1 + 1 and q2 - 256 stand for q1
+// and q2, as int8 holds -128 but not 128.
+void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
+                              Mxfp4Span* spans, float* scales);
 
 // The activations of an fp8 product for the weight rows of row block
 // `row_block` (w.block_rows rows that share one scale per column block):

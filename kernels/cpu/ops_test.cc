@@ -301,10 +301,10 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
   return out;
 }
 
-// The activations as the AVX-512 mxfp4 path for one row sees them: per
-// block of 32, s * (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, q1 =
-// round(x / s), q2 and q3 the rounded remainders (as
-// QuantizeMxfp4Activations in avx512.cc).
+// The activations as the mxfp4 products for one row see them: per block of
+// 32, s * (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, q1 = round(x /
+// s), q2 and q3 the rounded remainders (as QuantizeMxfp4Activations in
+// isa.h).
 std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
                                           int64_t cols) {
   std::vector<double> out(x.size());
@@ -334,11 +334,11 @@ std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
 
 // The reference the product of x (n rows) with m must match: exact
 // activations, or for int8 and int4 on the AVX2 path with n <=
-// DirectProductRows and mxfp4 on the AVX-512 path with n = 1 the quantized
+// DirectProductRows and mxfp4 on either SIMD path with n = 1 the quantized
 // ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
-  if (n == 1 && m.w.type == WeightType::kMxfp4 && UseAvx512())
+  if (n == 1 && m.w.type == WeightType::kMxfp4 && UseAvx2())
     return ReferenceProduct(ThreeLevelActivations(x, m.w.cols), n, m);
   if (n <= DirectProductRows(m.w.type) && UseAvx2()) {
     if (m.w.type == WeightType::kInt8)
@@ -532,9 +532,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The AVX-512 one-row products (where the CPU has them) against the same
 // references as the AVX2 path, and against the AVX2 path itself: int8 and
-// int4 share its quantized activations and fp8 its scaled ones, so they
-// differ from it only in the order of float sums; mxfp4 quantizes the
-// activations the AVX2 path takes as they are, to 24 bits.
+// int4 and mxfp4 share its quantized activations and fp8 its scaled ones,
+// so they differ from it only in the order of float sums.
 // bf16 checks the pass-through to the AVX2 path.
 class Avx512Test : public ::testing::TestWithParam<WeightType> {};
 
@@ -564,7 +563,7 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
           << rows << "x" << cols << " group " << group;
       EXPECT_LE(
           RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
-          type == WeightType::kMxfp4 ? 1e-5 : ProductTolerance(cols))
+          ProductTolerance(cols))
           << rows << "x" << cols << " group " << group;
     }
   }
@@ -707,7 +706,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, Bf16ActivationsTest, ::testing::Bool(),
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
 // (int8 activations), within 1e-4 for int8 (int16 activations) and within
-// 1e-5 for mxfp4 (three int8 levels on the AVX-512 path, one row).
+// 1e-5 for mxfp4 (three int8 levels, one row).
 TEST(MatMulQuantizedTest, QuantizedActivationsCloseToExact) {
   std::mt19937 rng(31);
   for (WeightType type :

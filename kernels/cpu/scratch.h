@@ -10,21 +10,20 @@ namespace ringmoe::kernels {
 // What a scratch buffer holds. Every use has its own slot, so buffers that
 // one kernel needs at the same time never share one.
 enum class ScratchSlot : int {
-  kActivationsInt8,     // int4 products: activations as Int8Chunk
-  kChunkPairs,          // AVX-512 int4 products: Int8Chunk pairs
-  kActivationsInt16,    // int8 products: activations as int16
-  kActivationScales,    // int8 and AVX-512 mxfp4 products: block scales
-  kScaledActivations,   // fp8 decode products: activations times block scales
-  kOrderedActivations,  // AVX2 mxfp4 one-row products: by nibble
-  kMxfp4Spans,          // AVX-512 mxfp4 products: three-level int8 spans
-  kWeightPanel,         // prefill products: weight rows widened to float
-  kActivationPanel,     // prefill products: activations packed in groups
-  kAttentionKeys,       // decode attention: key row pointers
-  kAttentionValues,     // decode attention: value row pointers
-  kAttentionScores,     // attention scores
-  kAttentionOutput,     // prefill attention: running outputs
-  kAttentionMax,        // prefill attention: running maxima
-  kAttentionSum,        // prefill attention: running denominators
+  kActivationsInt8,    // int4 products: activations as Int8Chunk
+  kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
+  kActivationsInt16,   // int8 products: activations as int16
+  kActivationScales,   // int8 and mxfp4 products: block scales
+  kScaledActivations,  // fp8 decode products: activations times block scales
+  kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
+  kWeightPanel,        // prefill products: weight rows widened to float
+  kActivationPanel,    // prefill products: activations packed in groups
+  kAttentionKeys,      // decode attention: key row pointers
+  kAttentionValues,    // decode attention: value row pointers
+  kAttentionScores,    // attention scores
+  kAttentionOutput,    // prefill attention: running outputs
+  kAttentionMax,       // prefill attention: running maxima
+  kAttentionSum,       // prefill attention: running denominators
   kCount,
 };
 

@@ -1,0 +1,239 @@
+// AVX2 products of mxfp4 weights against one activation row, as integer
+// products on the activations quantized in three int8 levels (Mxfp4Span,
+// isa.h), and that quantizer (which the AVX-512 unit shares). Widening each
+// weight to float costs about a vector µop per weight; here 64 weights meet
+// each level in two vpmaddubsw and a vpmaddwd, and two blocks of 32 take one
+// convert and one FMA.
+#include <immintrin.h>
+
+#include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/avx2_products.h"
+#include "kernels/cpu/isa.h"
+
+namespace ringmoe::kernels::avx2 {
+
+namespace {
+
+// Σ of the 8 int32 lanes.
+inline int32_t HSumInt(__m256i v) {
+  __m128i s =
+      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10110001));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Level l of one block's 32 columns (q[l][j] holds columns 8j..8j+7 as
+// int32) into part `part` of a span's even and odd bytes.
+void StoreLevel(const __m256i q[4], int part, int8_t* even, int8_t* odd) {
+  // The packs work within 128-bit lanes; the permute restores column order.
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                         _mm256_packs_epi32(q[2], q[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Even columns to the low 8 bytes of each lane, odd to the high 8.
+  const __m256i split = _mm256_shuffle_epi8(
+      bytes,
+      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
+  _mm_store_si128(reinterpret_cast<__m128i*>(even + 16 * part),
+                  _mm256_castsi256_si128(grouped));
+  _mm_store_si128(reinterpret_cast<__m128i*>(odd + 16 * part),
+                  _mm256_extracti128_si256(grouped, 1));
+}
+
+}  // namespace
+
+void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
+                              Mxfp4Span* spans, float* scales) {
+  const __m256 level = _mm256_set1_ps(256.f);
+  const __m256i top = _mm256_set1_epi32(128);
+  const int64_t padded = (blocks + kMxfp4BlocksPerSpan - 1) /
+                         kMxfp4BlocksPerSpan * kMxfp4BlocksPerSpan;
+  for (int64_t b = 0; b < padded; ++b) {
+    Mxfp4Span& span = spans[b / kMxfp4BlocksPerSpan];
+    const int part = static_cast<int>(b % kMxfp4BlocksPerSpan);
+    __m256 v[4];
+    const float max_abs = LoadBlock32(x + Min(32 * b, cols),
+                                      Clamp<int64_t>(cols - 32 * b, 0, 32), v);
+    const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 127.f / max_abs : 0.f);
+    __m256i q[kMxfp4Levels][4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 t = _mm256_mul_ps(v[j], inv);
+      const __m256i q1_rounded = _mm256_cvtps_epi32(t);
+      const __m256 r = _mm256_mul_ps(
+          _mm256_sub_ps(t, _mm256_cvtepi32_ps(q1_rounded)), level);
+      const __m256i q2_rounded = _mm256_cvtps_epi32(r);
+      q[2][j] = _mm256_min_epi32(
+          _mm256_cvtps_epi32(_mm256_mul_ps(
+              _mm256_sub_ps(r, _mm256_cvtepi32_ps(q2_rounded)), level)),
+          _mm256_set1_epi32(127));
+      // All ones (-1) where q2 rounded to 128.
+      const __m256i halfway = _mm256_cmpeq_epi32(q2_rounded, top);
+      q[0][j] = _mm256_sub_epi32(q1_rounded, halfway);
+      q[1][j] = _mm256_sub_epi32(
+          q2_rounded, _mm256_and_si256(halfway, _mm256_set1_epi32(256)));
+      const __m256i sum = _mm256_add_epi32(
+          _mm256_slli_epi32(
+              _mm256_add_epi32(_mm256_slli_epi32(q[0][j], 8), q[1][j]), 8),
+          q[2][j]);
+      span.offset[4 * part + j] = kMxfp4WeightBias * HSumInt(sum);
+    }
+    for (int l = 0; l < kMxfp4Levels; ++l)
+      StoreLevel(q[l], part, span.even[l], span.odd[l]);
+    scales[b] = max_abs / 127.f / 131072.f;
+  }
+  for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
+}
+
+namespace {
+
+struct Mxfp4Rows {
+  const uint8_t* p;  // a row is blocks * 16 bytes
+  int64_t blocks;    // per row
+  const uint8_t* exponents;
+};
+
+// Eight e8m0 exponents as their scales 2^(e - 127), exactly (2^-127, a
+// subnormal, for e = 0).
+inline __m256 E8m0x8(const uint8_t* e) {
+  const __m256i v = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(
+      _mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000),
+      _mm256_cmpeq_epi32(v, _mm256_setzero_si256())));
+}
+
+// Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3) per int32 lane of two blocks (32
+// weight bytes) against half `half` of span `x`: each weight byte's nibbles
+// are looked up (vpshufb) as 2 * e2m1 + 12 and meet each level in two
+// vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16);
+// the levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 ·
+// 257), below 2^31) and the offsets taken off.
+inline __m256i Mxfp4Dot(__m256i bytes, const Mxfp4Span& x, int half) {
+  const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11,
+                                         10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16,
+                                         18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i lo =
+      _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, nibble));
+  const __m256i hi = _mm256_shuffle_epi8(
+      table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble));
+  __m256i pairs[kMxfp4Levels];
+  for (int l = 0; l < kMxfp4Levels; ++l) {
+    pairs[l] = _mm256_add_epi16(
+        _mm256_maddubs_epi16(
+            lo, _mm256_load_si256(
+                    reinterpret_cast<const __m256i*>(x.even[l] + 32 * half))),
+        _mm256_maddubs_epi16(
+            hi, _mm256_load_si256(
+                    reinterpret_cast<const __m256i*>(x.odd[l] + 32 * half))));
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i upper =
+      _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(256)),
+                       _mm256_madd_epi16(pairs[1], ones));
+  return _mm256_sub_epi32(
+      _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
+                       _mm256_madd_epi16(pairs[2], ones)),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset + 8 * half)));
+}
+
+// y[i * stride] = row r0 + i * stride of w · the activation row, i < R, in
+// groups of 8 blocks: one convert and one FMA per two blocks, with each
+// block's weight scale times its activation scale. With kAhead ==
+// kRowsAreStreams (or one row) the rows are pieces of sequential streams
+// (ForEachStreamGroup) prefetched as PrefetchStream says; otherwise each
+// row prefetches kAhead lines ahead. Each row's sum is formed alike in any
+// tile.
+template <int R, int kAhead>
+void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
+               const Mxfp4Span* x, const float* x_scales, float* y) {
+  constexpr bool kStream = R == 1 || kAhead == kRowsAreStreams;
+  const int64_t row_bytes = w.blocks * 16;
+  const uint8_t* rows[R];
+  const uint8_t* exponents[R];
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) {
+    rows[i] = w.p + (r0 + i * stride) * row_bytes;
+    exponents[i] = w.exponents + (r0 + i * stride) * w.blocks;
+    acc[i] = _mm256_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < w.blocks; b0 += 8) {
+    const int64_t count = Min<int64_t>(8, w.blocks - b0);
+    for (int i = 0; i < R; ++i) {
+      for (int line = 0; line < 2; ++line) {
+        if (kStream) {
+          PrefetchStream(WeightType::kMxfp4, rows[i] + 16 * b0 + 64 * line);
+        } else {
+          PrefetchTileRow<1>(WeightType::kMxfp4,
+                             rows[i] + 16 * b0 + 64 * (line + kAhead));
+        }
+      }
+    }
+    // The scales' padding is zero: past the row's last block a lane's
+    // scale is 0 times the 2^-127 of a zero exponent.
+    const __m256 x_scale = _mm256_load_ps(x_scales + b0);
+    for (int i = 0; i < R; ++i) {
+      alignas(8) uint8_t last[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const uint8_t* e = exponents[i] + b0;
+      if (count < 8) {
+        for (int64_t k = 0; k < count; ++k) last[k] = e[k];
+        e = last;
+      }
+      const __m256 scales = _mm256_mul_ps(E8m0x8(e), x_scale);
+      for (int64_t k = 0; 2 * k < count; ++k) {
+        const int64_t b = b0 + 2 * k;
+        // A row's odd last block alone (its second half of the span meets
+        // zero bytes, zero activations and a zero offset).
+        const __m256i bytes =
+            b + 1 < w.blocks
+                ? _mm256_loadu_si256(
+                      reinterpret_cast<const __m256i*>(rows[i] + 16 * b))
+                : _mm256_zextsi128_si256(_mm_loadu_si128(
+                      reinterpret_cast<const __m128i*>(rows[i] + 16 * b)));
+        const __m256 pair_scales = _mm256_permutevar8x32_ps(
+            scales,
+            _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                             _mm256_set1_epi32(static_cast<int>(2 * k))));
+        const __m256i dot = Mxfp4Dot(bytes, x[b / kMxfp4BlocksPerSpan],
+                                     static_cast<int>(k % 2));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), pair_scales, acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i * stride] = HSum(acc[i]);
+}
+
+}  // namespace
+
+void MatMulRowMxfp4(const float* x, const Matrix& w, int64_t row_begin,
+                    int64_t row_end, float* y) {
+  const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
+  const int64_t num_spans =
+      (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
+  Mxfp4Span* spans = Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, num_spans);
+  float* scales =
+      Scratch<float>(ScratchSlot::kActivationScales, (blocks + 15) / 16 * 16);
+  QuantizeMxfp4Activations(x, w.cols, blocks, spans, scales);
+  const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), blocks,
+                       w.exponents};
+  const int64_t activation_bytes =
+      num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
+  if (activation_bytes <= StreamActivationBytes()) {
+    ForEachStreamGroup(row_begin, row_end,
+                       [&](int64_t r0, int64_t stride, auto group) {
+                         Mxfp4Tile<decltype(group)::value, kRowsAreStreams>(
+                             rows, r0, stride, spans, scales, y + r0);
+                       });
+    return;
+  }
+  ForEachRowTile(activation_bytes, row_begin, row_end,
+                 [&](int64_t r0, auto tile) {
+                   Mxfp4Tile<decltype(tile)::value, kLongRowPrefetchLines>(
+                       rows, r0, 1, spans, scales, y + r0);
+                 });
+}
+
+}  // namespace ringmoe::kernels::avx2
