@@ -282,10 +282,7 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y);
     case WeightType::kMxfp4:
-      if (n == 1) return MatMulRowMxfp4(x, w, row_begin, row_end, y);
-      return VisitLoader(w, [&](const auto& loader) {
-        DirectRows(loader, x, n, cols, row_begin, row_end, y, w.rows);
-      });
+      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y);
   }
 }
 

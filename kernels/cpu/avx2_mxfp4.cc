@@ -1,9 +1,12 @@
-// AVX2 products of mxfp4 weights against one activation row, as integer
+// AVX2 products of mxfp4 weights against few activation rows (up to
+// DirectProductRows, ops.h), as integer
 // products on the activations quantized in three int8 levels (Mxfp4Span,
 // isa.h), and that quantizer (which the AVX-512 unit shares). Widening each
 // weight to float costs about a vector µop per weight; here 64 weights meet
-// each level in two vpmaddubsw and a vpmaddwd, and two blocks of 32 take one
-// convert and one FMA.
+// each level of each activation row in two vpmaddubsw and a vpmaddwd, and
+// two blocks of 32 take one convert and one FMA. With more activation rows
+// weights widened to float once for all of them cost less (the blocked
+// products).
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_internal.h"
@@ -105,30 +108,37 @@ inline __m256 E8m0x8(const uint8_t* e) {
       _mm256_cmpeq_epi32(v, _mm256_setzero_si256())));
 }
 
-// Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3) per int32 lane of two blocks (32
-// weight bytes) against half `half` of span `x`: each weight byte's nibbles
-// are looked up (vpshufb) as 2 * e2m1 + 12 and meet each level in two
-// vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16);
-// the levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 ·
-// 257), below 2^31) and the offsets taken off.
-inline __m256i Mxfp4Dot(__m256i bytes, const Mxfp4Span& x, int half) {
+// Two blocks' weight bytes (32) as their codes for Mxfp4Dot: each nibble
+// looked up (vpshufb) as 2 * e2m1 + 12, the low nibbles' in `lo`, the high
+// ones' in `hi`.
+struct Mxfp4Codes {
+  __m256i lo, hi;
+};
+inline Mxfp4Codes LookUpCodes(__m256i bytes) {
   const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11,
                                          10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16,
                                          18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  const __m256i lo =
-      _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, nibble));
-  const __m256i hi = _mm256_shuffle_epi8(
-      table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble));
+  return {_mm256_shuffle_epi8(table, _mm256_and_si256(bytes, nibble)),
+          _mm256_shuffle_epi8(
+              table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble))};
+}
+
+// Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3) per int32 lane of two blocks
+// against half `half` of span `x`: the codes meet each level in two
+// vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16); the
+// levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 · 257),
+// below 2^31) and the offsets taken off.
+inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
   __m256i pairs[kMxfp4Levels];
   for (int l = 0; l < kMxfp4Levels; ++l) {
     pairs[l] = _mm256_add_epi16(
         _mm256_maddubs_epi16(
-            lo, _mm256_load_si256(
-                    reinterpret_cast<const __m256i*>(x.even[l] + 32 * half))),
+            w.lo, _mm256_load_si256(
+                      reinterpret_cast<const __m256i*>(x.even[l] + 32 * half))),
         _mm256_maddubs_epi16(
-            hi, _mm256_load_si256(
-                    reinterpret_cast<const __m256i*>(x.odd[l] + 32 * half))));
+            w.hi, _mm256_load_si256(
+                      reinterpret_cast<const __m256i*>(x.odd[l] + 32 * half))));
   }
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i upper =
@@ -140,25 +150,34 @@ inline __m256i Mxfp4Dot(__m256i bytes, const Mxfp4Span& x, int half) {
       _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset + 8 * half)));
 }
 
-// y[i * stride] = row r0 + i * stride of w · the activation row, i < R, in
-// groups of 8 blocks: one convert and one FMA per two blocks, with each
-// block's weight scale times its activation scale. With kAhead ==
-// kRowsAreStreams (or one row) the rows are pieces of sequential streams
-// (ForEachStreamGroup) prefetched as PrefetchStream says; otherwise each
-// row prefetches kAhead lines ahead. Each row's sum is formed alike in any
-// tile.
-template <int R, int kAhead>
+// Activation rows as QuantizeMxfp4Activations leaves them: row j's spans
+// at spans + j * num_spans, its block scales at scales + j * padded_blocks.
+struct Mxfp4Activations {
+  const Mxfp4Span* spans;
+  const float* scales;
+  int64_t num_spans;
+  int64_t padded_blocks;  // a multiple of 16
+};
+
+// y[j * ldy + i * stride] = row r0 + i * stride of w · activation row j, i <
+// R, j < N, in groups of 8 blocks: one convert and one FMA per two blocks,
+// with each block's weight scale times its activation scale. Against one
+// activation row with kAhead == kRowsAreStreams (or one row) the rows are
+// pieces of sequential streams (ForEachStreamGroup) prefetched as
+// PrefetchStream says; otherwise each row prefetches kAhead lines ahead.
+// Each row's sum is formed alike in any tile.
+template <int R, int N, int kAhead>
 void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
-               const Mxfp4Span* x, const float* x_scales, float* y) {
-  constexpr bool kStream = R == 1 || kAhead == kRowsAreStreams;
+               const Mxfp4Activations& x, float* y, int64_t ldy) {
+  constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   const int64_t row_bytes = w.blocks * 16;
   const uint8_t* rows[R];
   const uint8_t* exponents[R];
-  __m256 acc[R];
+  __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i * stride) * row_bytes;
     exponents[i] = w.exponents + (r0 + i * stride) * w.blocks;
-    acc[i] = _mm256_setzero_ps();
+    for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   for (int64_t b0 = 0; b0 < w.blocks; b0 += 8) {
     const int64_t count = Min<int64_t>(8, w.blocks - b0);
@@ -167,14 +186,16 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
         if (kStream) {
           PrefetchStream(WeightType::kMxfp4, rows[i] + 16 * b0 + 64 * line);
         } else {
-          PrefetchTileRow<1>(WeightType::kMxfp4,
+          PrefetchTileRow<N>(WeightType::kMxfp4,
                              rows[i] + 16 * b0 + 64 * (line + kAhead));
         }
       }
     }
     // The scales' padding is zero: past the row's last block a lane's
     // scale is 0 times the 2^-127 of a zero exponent.
-    const __m256 x_scale = _mm256_load_ps(x_scales + b0);
+    __m256 x_scales[N];
+    for (int j = 0; j < N; ++j)
+      x_scales[j] = _mm256_load_ps(x.scales + j * x.padded_blocks + b0);
     for (int i = 0; i < R; ++i) {
       alignas(8) uint8_t last[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       const uint8_t* e = exponents[i] + b0;
@@ -182,57 +203,98 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
         for (int64_t k = 0; k < count; ++k) last[k] = e[k];
         e = last;
       }
-      const __m256 scales = _mm256_mul_ps(E8m0x8(e), x_scale);
+      const __m256 w_scales = E8m0x8(e);
       for (int64_t k = 0; 2 * k < count; ++k) {
         const int64_t b = b0 + 2 * k;
         // A row's odd last block alone (its second half of the span meets
         // zero bytes, zero activations and a zero offset).
-        const __m256i bytes =
+        const Mxfp4Codes codes = LookUpCodes(
             b + 1 < w.blocks
                 ? _mm256_loadu_si256(
                       reinterpret_cast<const __m256i*>(rows[i] + 16 * b))
                 : _mm256_zextsi128_si256(_mm_loadu_si128(
-                      reinterpret_cast<const __m128i*>(rows[i] + 16 * b)));
-        const __m256 pair_scales = _mm256_permutevar8x32_ps(
-            scales,
+                      reinterpret_cast<const __m128i*>(rows[i] + 16 * b))));
+        const __m256i lanes =
             _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-                             _mm256_set1_epi32(static_cast<int>(2 * k))));
-        const __m256i dot = Mxfp4Dot(bytes, x[b / kMxfp4BlocksPerSpan],
-                                     static_cast<int>(k % 2));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), pair_scales, acc[i]);
+                             _mm256_set1_epi32(static_cast<int>(2 * k)));
+        for (int j = 0; j < N; ++j) {
+          const __m256i dot = Mxfp4Dot(
+              codes, x.spans[j * x.num_spans + b / kMxfp4BlocksPerSpan],
+              static_cast<int>(k % 2));
+          acc[i][j] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                              _mm256_permutevar8x32_ps(
+                                  _mm256_mul_ps(w_scales, x_scales[j]), lanes),
+                              acc[i][j]);
+        }
       }
     }
   }
-  for (int i = 0; i < R; ++i) y[i * stride] = HSum(acc[i]);
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < N; ++j) y[j * ldy + i * stride] = HSum(acc[i][j]);
+  }
 }
 
 }  // namespace
 
-void MatMulRowMxfp4(const float* x, const Matrix& w, int64_t row_begin,
-                    int64_t row_end, float* y) {
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y) {
   const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
   const int64_t num_spans =
       (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
-  Mxfp4Span* spans = Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, num_spans);
+  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
+  Mxfp4Span* spans =
+      Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * num_spans);
   float* scales =
-      Scratch<float>(ScratchSlot::kActivationScales, (blocks + 15) / 16 * 16);
-  QuantizeMxfp4Activations(x, w.cols, blocks, spans, scales);
+      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  for (int64_t j = 0; j < n; ++j) {
+    QuantizeMxfp4Activations(x + j * w.cols, w.cols, blocks,
+                             spans + j * num_spans, scales + j * padded_blocks);
+  }
   const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), blocks,
                        w.exponents};
+  const Mxfp4Activations xq{spans, scales, num_spans, padded_blocks};
+  const int64_t ldy = w.rows;
+  if (n > 1) {
+    // Each weight row read from memory once, against the activation rows
+    // three at a time.
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t j = 0; j < n; j += 3) {
+        const Mxfp4Activations xj{spans + j * num_spans,
+                                  scales + j * padded_blocks, num_spans,
+                                  padded_blocks};
+        switch (Min<int64_t>(3, n - j)) {
+          case 1:
+            Mxfp4Tile<1, 1, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                            ldy);
+            break;
+          case 2:
+            Mxfp4Tile<1, 2, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                            ldy);
+            break;
+          default:
+            Mxfp4Tile<1, 3, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                            ldy);
+            break;
+        }
+      }
+    }
+    return;
+  }
   const int64_t activation_bytes =
       num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
   if (activation_bytes <= StreamActivationBytes()) {
     ForEachStreamGroup(row_begin, row_end,
                        [&](int64_t r0, int64_t stride, auto group) {
-                         Mxfp4Tile<decltype(group)::value, kRowsAreStreams>(
-                             rows, r0, stride, spans, scales, y + r0);
+                         Mxfp4Tile<decltype(group)::value, 1, kRowsAreStreams>(
+                             rows, r0, stride, xq, y + r0, ldy);
                        });
     return;
   }
   ForEachRowTile(activation_bytes, row_begin, row_end,
                  [&](int64_t r0, auto tile) {
-                   Mxfp4Tile<decltype(tile)::value, kLongRowPrefetchLines>(
-                       rows, r0, 1, spans, scales, y + r0);
+                   Mxfp4Tile<decltype(tile)::value, 1, kLongRowPrefetchLines>(
+                       rows, r0, 1, xq, y + r0, ldy);
                  });
 }
 

@@ -8,10 +8,10 @@
 // row after another, so the matrix is read as one sequential stream, or four
 // at a time when the activations outgrow L1: see DirectRows), except int8
 // and int4, whose products run on quantized activations (see Int8Rows and
-// Int8Chunk), and mxfp4 against one row (three int8 levels of activations,
-// Mxfp4Span). With more rows, a panel of four weight rows is widened to
-// float32 once into a small buffer and reused for every activation row
-// (prefill: bound by FMA throughput).
+// Int8Chunk), and mxfp4 against up to three rows (three int8 levels of
+// activations, Mxfp4Span). With more rows, a panel of four weight rows is
+// widened to float32 once into a small buffer and reused for every activation
+// row (prefill: bound by FMA throughput).
 #ifndef RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
 #define RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
 
@@ -254,10 +254,9 @@ void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
-// MatMulRowsDirect (isa.h) for mxfp4 weights against one activation row
-// (avx2_mxfp4.cc).
-void MatMulRowMxfp4(const float* x, const Matrix& w, int64_t row_begin,
-                    int64_t row_end, float* y);
+// MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_mxfp4.cc).
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y);
 
 }  // namespace ringmoe::kernels::avx2
 

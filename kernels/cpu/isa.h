@@ -78,8 +78,8 @@ void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
 // covers bytes 4k..4k+3, columns 8k..8k+7, of block k / 4; `offset[k]` is
 // kMxfp4WeightBias × that lane's Σ (65536 q1 + 256 q2 + q3), since the
 // weights meet the activations as 2 * e2m1 + 12 (unsigned bytes 0..24).
-// (Enumerators rather than constexpr variables: those would be emitted,
-// at -O0, into every unit that uses them, outside its namespace.)
+// (Enumerators rather than constexpr variables: those would be emitted, at
+// -O0, into every unit that uses them, outside its namespace.)
 enum : int {
   kMxfp4Levels = 3,
   kMxfp4BlocksPerSpan = 4,

@@ -218,7 +218,7 @@ void AddMatMulArgs(benchmark::internal::Benchmark* b,
 }
 BENCHMARK(BM_MatMul)
     ->Apply([](auto* b) {
-      AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512});
+      AddMatMulArgs(b, {1, 2, 3, 4, 8, 16, 32, 64, 128, 512});
     }) -> UseRealTime() -> MinTime(0.3);
 
 // bf16 products whose activations may be rounded to bf16

@@ -121,12 +121,18 @@ int64_t DirectProductRows(WeightType type) {
       return std::numeric_limits<int64_t>::max();
     case WeightType::kInt8:
       return 64;
+    case WeightType::kMxfp4:
+      return 8;
     default:
       return 32;
   }
 }
 
 int64_t Bf16ProductRows() { return 8; }
+
+int64_t Mxfp4IntegerProductRows() {
+  return UseAvx2() ? DirectProductRows(WeightType::kMxfp4) : 0;
+}
 
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {

@@ -73,13 +73,18 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
                       void* data, uint16_t* scales);
 
 // On the AVX2 path, products of at most this many activation rows read each
-// weight once from memory and widen it in registers (int8 and int4: multiply
-// it as an integer against quantized activations, see MatMulTransposed);
-// products of more rows are blocked for the caches and use float32
-// activations. The counts are where the two measured equal
-// (docs/PERFORMANCE.md): 32 rows for f32, bf16 and f16, 64 for int8; int4's
-// integer products were faster at every count.
+// weight once from memory and widen it in registers (int8, int4 and mxfp4:
+// multiply it as an integer against quantized activations, see
+// MatMulTransposed); products of more rows are blocked for the caches and
+// use float32 activations. The counts are where the two measured equal
+// (docs/PERFORMANCE.md): 32 rows for f32, bf16 and f16, 64 for int8, 8 for
+// mxfp4; int4's integer products were faster at every count.
 int64_t DirectProductRows(WeightType type);
+
+// DirectProductRows(kMxfp4) where the CPU has AVX2, else 0: mxfp4 products
+// of at most this many activation rows run on activations quantized to 24
+// bits (see MatMulTransposed).
+int64_t Mxfp4IntegerProductRows();
 
 // y[n, w.rows] = x[n, w.cols] · wᵀ. On the AVX2 path, int8 and int4 products
 // with at most DirectProductRows(type) activation rows first quantize the
@@ -87,8 +92,12 @@ int64_t DirectProductRows(WeightType type);
 // L = 32767 (int8 weights) or L = 127 (int4 weights) levels, in blocks of 32
 // columns: scale = max|x| / L (float), q = round-to-nearest-even(
 // x · (L / max|x|)); the integer products are exact, so the result is
-// Σ_blocks scale · Σ q · w to float rounding. Everything else is computed
-// on float32 activations.
+// Σ_blocks scale · Σ q · w to float rounding. mxfp4 products of at most
+// Mxfp4IntegerProductRows() rows quantize each block of 32 in three int8
+// levels, x ≈ s · (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, each
+// level the rounded remainder of the one before (QuantizeMxfp4Activations
+// in isa.h: within s / 2^17 of x), and multiply exactly likewise.
+// Everything else is computed on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 
 // MatMulTransposed for the columns [row_begin, row_end) of y[n, w.rows]

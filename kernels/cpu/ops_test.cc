@@ -306,27 +306,31 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 // s), q2 and q3 the rounded remainders (as QuantizeMxfp4Activations in
 // isa.h).
 std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
-                                          int64_t cols) {
+                                          int64_t n, int64_t cols) {
   std::vector<double> out(x.size());
-  for (int64_t b = 0; b < cols; b += 32) {
-    const int64_t end = std::min(cols, b + 32);
-    float max_abs = 0.f;
-    for (int64_t c = b; c < end; ++c)
-      max_abs = std::max(max_abs, std::abs(x[c]));
-    const float inv = max_abs > 0 ? 127.f / max_abs : 0.f;
-    for (int64_t c = b; c < end; ++c) {
-      const float t = x[c] * inv;
-      float q1 = std::nearbyint(t);
-      const float r = (t - q1) * 256.f;
-      float q2 = std::nearbyint(r);
-      const float q3 = std::min(std::nearbyint((r - q2) * 256.f), 127.f);
-      if (q2 == 128.f) {
-        q1 += 1;
-        q2 -= 256;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x.data() + i * cols;
+    for (int64_t b = 0; b < cols; b += 32) {
+      const int64_t end = std::min(cols, b + 32);
+      float max_abs = 0.f;
+      for (int64_t c = b; c < end; ++c)
+        max_abs = std::max(max_abs, std::abs(row[c]));
+      const float inv = max_abs > 0 ? 127.f / max_abs : 0.f;
+      for (int64_t c = b; c < end; ++c) {
+        const float t = row[c] * inv;
+        float q1 = std::nearbyint(t);
+        const float r = (t - q1) * 256.f;
+        float q2 = std::nearbyint(r);
+        const float q3 = std::min(std::nearbyint((r - q2) * 256.f), 127.f);
+        if (q2 == 128.f) {
+          q1 += 1;
+          q2 -= 256;
+        }
+        EXPECT_LE(std::abs(q1), 127.f);
+        EXPECT_GE(q3, -128.f);
+        out[i * cols + c] =
+            double(max_abs / 127.f) * (q1 + q2 / 256.0 + q3 / 65536.0);
       }
-      EXPECT_LE(std::abs(q1), 127.f);
-      EXPECT_GE(q3, -128.f);
-      out[c] = double(max_abs / 127.f) * (q1 + q2 / 256.0 + q3 / 65536.0);
     }
   }
   return out;
@@ -334,12 +338,12 @@ std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
 
 // The reference the product of x (n rows) with m must match: exact
 // activations, or for int8 and int4 on the AVX2 path with n <=
-// DirectProductRows and mxfp4 on either SIMD path with n = 1 the quantized
-// ones.
+// DirectProductRows and mxfp4 with n <= Mxfp4IntegerProductRows() the
+// quantized ones.
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
-  if (n == 1 && m.w.type == WeightType::kMxfp4 && UseAvx2())
-    return ReferenceProduct(ThreeLevelActivations(x, m.w.cols), n, m);
+  if (m.w.type == WeightType::kMxfp4 && n <= Mxfp4IntegerProductRows())
+    return ReferenceProduct(ThreeLevelActivations(x, n, m.w.cols), n, m);
   if (n <= DirectProductRows(m.w.type) && UseAvx2()) {
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
