@@ -12,6 +12,15 @@ namespace ringmoe::kernels::avx2 {
 
 namespace {
 
+// Whether loader L widens 16 weights at once for less than two Loads
+// (LoadPair): used where the extra registers it needs are free (one
+// activation row). Either way every weight meets the same FMA, in the same
+// order.
+template <typename L>
+constexpr bool kLoadsPairs = false;
+template <>
+constexpr bool kLoadsPairs<Fp8UnscaledLoader> = true;
+
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
 // prefetched kAhead lines ahead (the memory-bound direct path) or not (0).
 template <int R, int N, int kAhead, typename L>
@@ -22,6 +31,24 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   int64_t k = 0;
+  if constexpr (kLoadsPairs<L> && N == 1) {
+    static_assert(L::kPerLine % 16 == 0);
+    for (; k + 16 <= cols; k += 16) {
+      if (kAhead > 0 && k % L::kPerLine == 0) {
+        for (int i = 0; i < R; ++i) {
+          PrefetchTileRow<N>(L::kType,
+                             w.Address(r0 + i, k + kAhead * L::kPerLine));
+        }
+      }
+      const __m256 x0 = _mm256_loadu_ps(x + k);
+      const __m256 x1 = _mm256_loadu_ps(x + k + 8);
+      for (int i = 0; i < R; ++i) {
+        __m256 w0, w1;
+        w.LoadPair(r0 + i, k, &w0, &w1);
+        acc[i][0] = _mm256_fmadd_ps(w1, x1, _mm256_fmadd_ps(w0, x0, acc[i][0]));
+      }
+    }
+  }
   for (; k + 8 <= cols; k += 8) {
     // Each row is its own stream and rows are short, so the hardware
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
@@ -72,11 +99,24 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
       for (int64_t line = 0; line < 32; line += L::kPerLine)
         PrefetchStream(L::kType, w.Address(r0 + s * stride, k + line));
     }
-    for (int j = 0; j < 4; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
-      for (int s = 0; s < S; ++s) {
-        acc[s][j] =
-            _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv, acc[s][j]);
+    if constexpr (kLoadsPairs<L>) {
+      for (int j = 0; j < 4; j += 2) {
+        const __m256 x0 = _mm256_loadu_ps(x + k + 8 * j);
+        const __m256 x1 = _mm256_loadu_ps(x + k + 8 * j + 8);
+        for (int s = 0; s < S; ++s) {
+          __m256 w0, w1;
+          w.LoadPair(r0 + s * stride, k + 8 * j, &w0, &w1);
+          acc[s][j] = _mm256_fmadd_ps(w0, x0, acc[s][j]);
+          acc[s][j + 1] = _mm256_fmadd_ps(w1, x1, acc[s][j + 1]);
+        }
+      }
+    } else {
+      for (int j = 0; j < 4; ++j) {
+        const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
+        for (int s = 0; s < S; ++s) {
+          acc[s][j] = _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv,
+                                      acc[s][j]);
+        }
       }
     }
   }

@@ -95,6 +95,21 @@ inline __m256 Fp8TimesTwoToMinus8(const uint8_t* p) {
       _mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<int16_t>(0xbf80))));
 }
 
+// 16 fp8 weights as two vectors of 8, the same values as two
+// Fp8TimesTwoToMinus8 loads: sign-extended to 16 bits and shifted left by 7,
+// each byte has its exponent and mantissa in an IEEE half's place and its
+// sign in bit 15, and the mask clears the sign's copy in bit 14; one shift
+// and one mask serve 16 weights instead of 8.
+inline void Fp8x16TimesTwoToMinus8(const uint8_t* p, __m256* lo, __m256* hi) {
+  const __m256i halves = _mm256_and_si256(
+      _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(
+                            reinterpret_cast<const __m128i*>(p))),
+                        7),
+      _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
+  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
+  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
+}
+
 inline float Fp8TimesTwoToMinus8(uint8_t b) {
   return _cvtsh_ss(
       static_cast<uint16_t>(((b & 0x7f) << 7) | ((b & 0x80) << 8)));
@@ -135,6 +150,10 @@ struct Fp8UnscaledLoader : ScalarTail<Fp8UnscaledLoader> {
   const void* Address(int64_t r, int64_t k) const { return p + r * ld + k; }
   __m256 Load(int64_t r, int64_t k) const {
     return Fp8TimesTwoToMinus8(p + r * ld + k);
+  }
+  // Load(r, k) and Load(r, k + 8) at once (k + 16 <= cols).
+  void LoadPair(int64_t r, int64_t k, __m256* lo, __m256* hi) const {
+    Fp8x16TimesTwoToMinus8(p + r * ld + k, lo, hi);
   }
   float Scalar(int64_t r, int64_t k) const {
     return Fp8TimesTwoToMinus8(p[r * ld + k]);
