@@ -1,6 +1,6 @@
 // AVX2 products against few activation rows (n <= 3: decode) with the
 // weights widened in registers as they are read (MatMulRowsDirect; int8 and
-// int4 go to avx2_quantized.cc), and AccumulateRows.
+// int4 go to avx2_quantized.cc, mxfp4 to avx2_mxfp4.cc), and AccumulateRows.
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_internal.h"

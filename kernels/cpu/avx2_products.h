@@ -1,5 +1,6 @@
 // Internal to the AVX2 products (avx2_direct.cc, avx2_blocked.cc,
-// avx2_quantized.cc): the weight loaders and what else they share.
+// avx2_quantized.cc, avx2_mxfp4.cc): the weight loaders and what else they
+// share.
 //
 // Products are computed as dot products of weight rows with activation rows
 // in register tiles of R weight rows × N activation rows. Up to three
