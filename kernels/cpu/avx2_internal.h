@@ -51,6 +51,28 @@ inline float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
   return HMax(amax);
 }
 
+// 32 int8-ranged int32 (q[j] holds columns 8j..8j+7) packed to bytes and
+// split by column parity: the 16 even columns to even[0..15], the 16 odd
+// ones to odd[0..15] (both 16-byte aligned), as the byte products against
+// low and high weight nibbles want them.
+inline void StoreEvenOddBytes(const __m256i q[4], int8_t* even, int8_t* odd) {
+  // The packs work within 128-bit lanes; the permute restores column order.
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                         _mm256_packs_epi32(q[2], q[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Even columns to the low 8 bytes of each lane, odd to the high 8.
+  const __m256i split = _mm256_shuffle_epi8(
+      bytes,
+      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
+  _mm_store_si128(reinterpret_cast<__m128i*>(even),
+                  _mm256_castsi256_si128(grouped));
+  _mm_store_si128(reinterpret_cast<__m128i*>(odd),
+                  _mm256_extracti128_si256(grouped, 1));
+}
+
 inline __m256i TailMask(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

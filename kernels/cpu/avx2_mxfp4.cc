@@ -26,26 +26,6 @@ inline int32_t HSumInt(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Level l of one block's 32 columns (q[l][j] holds columns 8j..8j+7 as
-// int32) into part `part` of a span's even and odd bytes.
-void StoreLevel(const __m256i q[4], int part, int8_t* even, int8_t* odd) {
-  // The packs work within 128-bit lanes; the permute restores column order.
-  const __m256i bytes = _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                         _mm256_packs_epi32(q[2], q[3])),
-      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  // Even columns to the low 8 bytes of each lane, odd to the high 8.
-  const __m256i split = _mm256_shuffle_epi8(
-      bytes,
-      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
-  _mm_store_si128(reinterpret_cast<__m128i*>(even + 16 * part),
-                  _mm256_castsi256_si128(grouped));
-  _mm_store_si128(reinterpret_cast<__m128i*>(odd + 16 * part),
-                  _mm256_extracti128_si256(grouped, 1));
-}
-
 }  // namespace
 
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
@@ -83,8 +63,10 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
           q[2][j]);
       span.offset[4 * part + j] = kMxfp4WeightBias * HSumInt(sum);
     }
-    for (int l = 0; l < kMxfp4Levels; ++l)
-      StoreLevel(q[l], part, span.even[l], span.odd[l]);
+    for (int l = 0; l < kMxfp4Levels; ++l) {
+      StoreEvenOddBytes(q[l], span.even[l] + 16 * part,
+                        span.odd[l] + 16 * part);
+    }
     scales[b] = max_abs / 127.f / 131072.f;
   }
   for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
@@ -204,6 +186,9 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
         e = last;
       }
       const __m256 w_scales = E8m0x8(e);
+      __m256 scales[N];
+      for (int j = 0; j < N; ++j)
+        scales[j] = _mm256_mul_ps(w_scales, x_scales[j]);
       for (int64_t k = 0; 2 * k < count; ++k) {
         const int64_t b = b0 + 2 * k;
         // A row's odd last block alone (its second half of the span meets
@@ -221,11 +206,9 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
           const __m256i dot = Mxfp4Dot(
               codes, x.spans[j * x.num_spans + b / kMxfp4BlocksPerSpan],
               static_cast<int>(k % 2));
-          acc[i][j] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                              _mm256_permutevar8x32_ps(
-                                  _mm256_mul_ps(w_scales, x_scales[j]), lanes),
-                              acc[i][j]);
+          acc[i][j] = _mm256_fmadd_ps(
+              _mm256_cvtepi32_ps(dot),
+              _mm256_permutevar8x32_ps(scales[j], lanes), acc[i][j]);
         }
       }
     }

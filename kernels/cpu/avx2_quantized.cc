@@ -29,21 +29,7 @@ void QuantizeBlock(const float* x, int64_t count, int half, Int8Chunk* chunk) {
   __m256i q[4];
   for (int j = 0; j < 4; ++j)
     q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv));
-  // The packs work within 128-bit lanes; the permute restores column order.
-  const __m256i bytes = _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                         _mm256_packs_epi32(q[2], q[3])),
-      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  // Even columns to the low 8 bytes of each lane, odd to the high 8.
-  const __m256i split = _mm256_shuffle_epi8(
-      bytes,
-      _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                       2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  const __m256i grouped = _mm256_permute4x64_epi64(split, 0xd8);  // 0, 2, 1, 3
-  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->even + 16 * half),
-                  _mm256_castsi256_si128(grouped));
-  _mm_store_si128(reinterpret_cast<__m128i*>(chunk->odd + 16 * half),
-                  _mm256_extracti128_si256(grouped, 1));
+  StoreEvenOddBytes(q, chunk->even + 16 * half, chunk->odd + 16 * half);
   for (int i = 0; i < 4; ++i) chunk->scale[4 * half + i] = max_abs / 127.f;
 }
 
