@@ -12,15 +12,6 @@ namespace ringmoe::kernels::avx2 {
 
 namespace {
 
-// Whether loader L widens 16 weights at once for less than two Loads
-// (LoadPair): used where the extra registers it needs are free (one
-// activation row). Either way every weight meets the same FMA, in the same
-// order.
-template <typename L>
-constexpr bool kLoadsPairs = false;
-template <>
-constexpr bool kLoadsPairs<Fp8UnscaledLoader> = true;
-
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
 // prefetched kAhead lines ahead (the memory-bound direct path) or not (0).
 template <int R, int N, int kAhead, typename L>
@@ -31,24 +22,6 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   int64_t k = 0;
-  if constexpr (kLoadsPairs<L> && N == 1) {
-    static_assert(L::kPerLine % 16 == 0);
-    for (; k + 16 <= cols; k += 16) {
-      if (kAhead > 0 && k % L::kPerLine == 0) {
-        for (int i = 0; i < R; ++i) {
-          PrefetchTileRow<N>(L::kType,
-                             w.Address(r0 + i, k + kAhead * L::kPerLine));
-        }
-      }
-      const __m256 x0 = _mm256_loadu_ps(x + k);
-      const __m256 x1 = _mm256_loadu_ps(x + k + 8);
-      for (int i = 0; i < R; ++i) {
-        __m256 w0, w1;
-        w.LoadPair(r0 + i, k, &w0, &w1);
-        acc[i][0] = _mm256_fmadd_ps(w1, x1, _mm256_fmadd_ps(w0, x0, acc[i][0]));
-      }
-    }
-  }
   for (; k + 8 <= cols; k += 8) {
     // Each row is its own stream and rows are short, so the hardware
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
@@ -99,24 +72,11 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
       for (int64_t line = 0; line < 32; line += L::kPerLine)
         PrefetchStream(L::kType, w.Address(r0 + s * stride, k + line));
     }
-    if constexpr (kLoadsPairs<L>) {
-      for (int j = 0; j < 4; j += 2) {
-        const __m256 x0 = _mm256_loadu_ps(x + k + 8 * j);
-        const __m256 x1 = _mm256_loadu_ps(x + k + 8 * j + 8);
-        for (int s = 0; s < S; ++s) {
-          __m256 w0, w1;
-          w.LoadPair(r0 + s * stride, k + 8 * j, &w0, &w1);
-          acc[s][j] = _mm256_fmadd_ps(w0, x0, acc[s][j]);
-          acc[s][j + 1] = _mm256_fmadd_ps(w1, x1, acc[s][j + 1]);
-        }
-      }
-    } else {
-      for (int j = 0; j < 4; ++j) {
-        const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
-        for (int s = 0; s < S; ++s) {
-          acc[s][j] = _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv,
-                                      acc[s][j]);
-        }
+    for (int j = 0; j < 4; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
+      for (int s = 0; s < S; ++s) {
+        acc[s][j] =
+            _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv, acc[s][j]);
       }
     }
   }
@@ -139,14 +99,6 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
   }
 }
 
-// How many streams StreamRows reads at once with loader L: three, but one
-// where widening the weights rather than memory bounds the product (fp8,
-// whose three rows' temporaries would not fit the registers).
-template <typename L>
-constexpr int kStreamsOf = kStreamSegments;
-template <>
-constexpr int kStreamsOf<Fp8UnscaledLoader> = 1;
-
 // Rows [rb, re) of w against one activation row, as ForEachStreamGroup's
 // streams, each prefetched kStreamPrefetchBytes ahead where PrefetchStream
 // says so. Interleaving *adjacent* rows instead (a tile's streams a row
@@ -154,7 +106,7 @@ constexpr int kStreamsOf<Fp8UnscaledLoader> = 1;
 template <typename L>
 void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                 int64_t cols, float* y) {
-  ForEachStreamGroup<kStreamsOf<L>>(
+  ForEachStreamGroup<kStreamSegments>(
       rb, re, [&](int64_t r0, int64_t stride, auto rows) {
         StreamRowGroup<decltype(rows)::value>(w, r0, stride, x, cols, y);
       });
@@ -250,9 +202,15 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
 
 // fp8 against n <= 3 activation rows: within one block of rows every
 // weight of a column block shares one scale, so the activations take the
-// scales (times 2^8) once per row block and the weights widen with no
-// multiply (a block of 128 rows re-scales the activations once per 128
-// weight rows).
+// scales once per row block and the weights widen with no multiply (a
+// block of 128 rows re-scales the activations once per 128 weight rows).
+// The weights widen to their values times 2^-120 (Fp8TimesTwoToMinus120):
+// the activations take 2^64 of the 2^120 and the sums the other 2^56, so
+// no product leaves float32's normal range (an activation times its scale
+// would overflow from 2^8 with all of it) and every sum is that of the
+// weights' true values, rounded alike.
+constexpr float kFp8ActivationUnit = 0x1p64f;
+constexpr float kFp8SumUnit = 0x1p56f;
 void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
                    int64_t re, float* y) {
   const int64_t cols = w.cols;
@@ -263,22 +221,26 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   for (int64_t begin = rb; begin < re;) {
     const int64_t block = begin / w.block_rows;
     const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
-    ScaleFp8Activations(w, block, x, n, scaled);
+    ScaleFp8Activations(w, block, x, n, kFp8ActivationUnit, scaled);
     DirectRows(weights, scaled, n, cols, begin, end, y, w.rows);
     begin = end;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t r = rb; r < re; ++r) y[j * w.rows + r] *= kFp8SumUnit;
   }
 }
 
 }  // namespace
 
 void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
-                         int64_t n, float* scaled) {
+                         int64_t n, float unit, float* scaled) {
   const int64_t cols = w.cols;
   const float* scales =
       w.block_scales + row_block * ((cols + w.block_cols - 1) / w.block_cols);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t k0 = 0; k0 < cols; k0 += w.block_cols) {
-      const __m256 s = _mm256_set1_ps(scales[k0 / w.block_cols] * 256.f);
+      const float scale = scales[k0 / w.block_cols] * unit;
+      const __m256 s = _mm256_set1_ps(scale);
       const int64_t k1 = Min<int64_t>(cols, k0 + w.block_cols);
       int64_t k = k0;
       for (; k + 8 <= k1; k += 8) {
@@ -286,8 +248,7 @@ void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
                          _mm256_mul_ps(_mm256_loadu_ps(x + j * cols + k), s));
       }
       for (; k < k1; ++k) {
-        scaled[j * cols + k] =
-            x[j * cols + k] * (scales[k0 / w.block_cols] * 256.f);
+        scaled[j * cols + k] = x[j * cols + k] * scale;
       }
     }
   }

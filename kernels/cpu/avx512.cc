@@ -452,7 +452,7 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       for (int64_t begin = row_begin; begin < row_end;) {
         const int64_t block = begin / w.block_rows;
         const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
-        avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+        avx2::ScaleFp8Activations(w, block, x, 1, 256.f, scaled);
         OrderFp8Activations(scaled, cols, ordered);
         ForEachRowTile(cols * 4, begin, end, [&](int64_t r, auto rows) {
           Fp8Tile<decltype(rows)::value>(data, cols, ordered, r, y);
