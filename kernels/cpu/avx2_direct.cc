@@ -63,17 +63,23 @@ template <int S, typename L>
 inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
                            const float* x, int64_t cols, float* y) {
   __m256 acc[S][4];
+  RINGMOE_UNROLL
   for (int s = 0; s < S; ++s) {
+    RINGMOE_UNROLL
     for (int j = 0; j < 4; ++j) acc[s][j] = _mm256_setzero_ps();
   }
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) {
+    RINGMOE_UNROLL
     for (int s = 0; s < S; ++s) {
+      RINGMOE_UNROLL
       for (int64_t line = 0; line < 32; line += L::kPerLine)
         PrefetchStream(L::kType, w.Address(r0 + s * stride, k + line));
     }
+    RINGMOE_UNROLL
     for (int j = 0; j < 4; ++j) {
       const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
+      RINGMOE_UNROLL
       for (int s = 0; s < S; ++s) {
         acc[s][j] =
             _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv, acc[s][j]);
@@ -82,16 +88,19 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
   }
   for (; k + 8 <= cols; k += 8) {
     const __m256 xv = _mm256_loadu_ps(x + k);
+    RINGMOE_UNROLL
     for (int s = 0; s < S; ++s)
       acc[s][0] = _mm256_fmadd_ps(w.Load(r0 + s * stride, k), xv, acc[s][0]);
   }
   if (k < cols) {
     const __m256 xv = _mm256_maskload_ps(x + k, TailMask(cols - k));
+    RINGMOE_UNROLL
     for (int s = 0; s < S; ++s) {
       acc[s][1] = _mm256_fmadd_ps(w.LoadTail(r0 + s * stride, k, cols - k), xv,
                                   acc[s][1]);
     }
   }
+  RINGMOE_UNROLL
   for (int s = 0; s < S; ++s) {
     y[r0 + s * stride] =
         HSum(_mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]),

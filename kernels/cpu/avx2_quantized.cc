@@ -300,31 +300,39 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   constexpr int kBlocksPerGroup = G / 32;
   __m256 acc[R][N];
+  RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
+    RINGMOE_UNROLL
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const int8_t* rows[R];
   const uint16_t* scales[R];
+  RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
     rows[i] = w.p + (r0 + i * stride) * w.row_bytes;
     scales[i] = w.scales + (r0 + i * stride) * w.groups;
   }
   for (int64_t b = 0; b < x.blocks; ++b) {
     if (kStream && b % 2 == 0) {
+      RINGMOE_UNROLL
       for (int i = 0; i < R; ++i)
         PrefetchStream(WeightType::kInt8, rows[i] + 32 * b);
     }
     if (!kStream && kAhead > 0 && b % 2 == 0) {
+      RINGMOE_UNROLL
       for (int i = 0; i < R; ++i) {
         PrefetchTileRow<N>(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
       }
     }
     __m256 xs[N];
+    RINGMOE_UNROLL
     for (int j = 0; j < N; ++j)
       xs[j] = _mm256_broadcast_ss(x.scale + j * x.blocks + b);
+    RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) {
       const __m256 ws =
           _mm256_set1_ps(_cvtsh_ss(scales[i][b / kBlocksPerGroup]));
+      RINGMOE_UNROLL
       for (int j = 0; j < N; ++j) {
         const __m256i dot =
             Int8BlockDot(rows[i] + 32 * b, x.q + (j * x.blocks + b) * 32);
@@ -333,7 +341,9 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
       }
     }
   }
+  RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
+    RINGMOE_UNROLL
     for (int j = 0; j < N; ++j) y[j * ldy + i * stride] = HSum(acc[i][j]);
   }
 }

@@ -3,6 +3,16 @@
 // after kernels/cpu/isa.h (it includes nothing itself and has no include
 // guard, so each unit gets its own copy; see isa.h for why).
 
+// Unrolls the loop that follows completely. Before GCC 12 decides which
+// local arrays live in registers it has unrolled only innermost loops, so a
+// tile's accumulators indexed by an outer loop's counter stayed an array in
+// memory, stored on every step of the hot loop (three to twelve 32-byte
+// stores per step); with every loop over them unrolled first, each index is
+// a constant and the accumulators stay in registers.
+#ifndef RINGMOE_UNROLL
+#define RINGMOE_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 template <typename T>
 constexpr T Min(T a, T b) {
   return b < a ? b : a;
