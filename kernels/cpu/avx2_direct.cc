@@ -215,9 +215,10 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
 // block of 128 rows re-scales the activations once per 128 weight rows).
 // The weights widen to their values times 2^-120 (Fp8TimesTwoToMinus120):
 // the activations take 2^64 of the 2^120 and the sums the other 2^56, so
-// no product leaves float32's normal range (an activation times its scale
-// would overflow from 2^8 with all of it) and every sum is that of the
-// weights' true values, rounded alike.
+// every product and sum is the true one times a power of two and rounds
+// alike, unless an activation times its scale reaches 2^64 or a sum is
+// below 2^-70 (with all of 2^120 on the activations, one times its scale
+// would overflow from 2^8).
 constexpr float kFp8ActivationUnit = 0x1p64f;
 constexpr float kFp8SumUnit = 0x1p56f;
 void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,

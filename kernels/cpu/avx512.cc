@@ -112,7 +112,7 @@ void OrderFp8Activations(const float* x, int64_t cols, float* ordered) {
 // weight widens with no multiply) and ordered by OrderFp8Activations: a
 // weight byte unpacked into the high half of a 16-bit lane, an arithmetic
 // shift by one and a mask are the f16 bits of the weight times 2^-8 (as
-// Fp8TimesTwoToMinus8 on the AVX2 path); 16 at a time convert to float
+// Fp8TimesTwoToMinus8 in avx2_products.h); 16 at a time convert to float
 // and meet their activations in an FMA. Four accumulators per row keep
 // the FMA latency off the critical path.
 template <int R>

@@ -97,6 +97,55 @@ TEST(NumericTest, Fp8E4M3DecodesEveryCode) {
   }
 }
 
+// Every finite fp8 code, subnormals and both zeros included, through the
+// products of one to three activation rows (rows short enough to stream
+// and long enough for tiles of four): each weight row repeats one code, the
+// activations are multiples of 1/4 and the block scale a power of two, so
+// every partial sum is exact and the products must equal the decoded code
+// times the activations' sum to the last bit.
+TEST(MatMulFp8Test, EveryCodeExactlyAtFewRows) {
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) != 0x7f) codes.push_back(static_cast<uint8_t>(c));
+  }
+  const int64_t rows = static_cast<int64_t>(codes.size());
+  for (int64_t cols : {40, 8200}) {
+    std::vector<uint8_t> bytes(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::fill(bytes.begin() + r * cols, bytes.begin() + (r + 1) * cols,
+                codes[r]);
+    }
+    for (float scale : {1.f, std::ldexp(1.f, -10)}) {
+      Matrix w{bytes.data(), WeightType::kFp8E4M3, rows, cols};
+      w.block_rows = w.block_cols = 128;
+      std::vector<float> block_scales(
+          ((rows + 127) / 128) * ((cols + 127) / 128), scale);
+      w.block_scales = block_scales.data();
+      for (int64_t n = 1; n <= 3; ++n) {
+        std::vector<float> x(n * cols);
+        std::vector<double> sums(n, 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t k = 0; k < cols; ++k) {
+            x[j * cols + k] = 0.25f * static_cast<float>((k + j) % 5 - 1 + j);
+            sums[j] += x[j * cols + k];
+          }
+        }
+        std::vector<float> y(n * rows);
+        MatMulTransposed(x.data(), n, w, y.data());
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const float expected = static_cast<float>(
+                double(Fp8E4M3ToF32(codes[r])) * scale * sums[j]);
+            ASSERT_EQ(y[j * rows + r], expected)
+                << "code " << int(codes[r]) << " cols " << cols << " n " << n
+                << " scale " << scale;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(NumericTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(F32ToBf16(1.0f), 0x3f80);
   EXPECT_EQ(Bf16ToF32(0x3f80), 1.0f);
