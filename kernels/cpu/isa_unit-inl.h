@@ -8,7 +8,11 @@
 // tile's accumulators indexed by an outer loop's counter stayed an array in
 // memory, stored on every step of the hot loop (three to twelve 32-byte
 // stores per step); with every loop over them unrolled first, each index is
-// a constant and the accumulators stay in registers.
+// a constant and the accumulators stay in registers. (The blocked
+// products' OuterSums in avx2_blocked.cc avoid the same by keeping their
+// accumulators in a function of their own.) Tiles whose accumulators
+// outnumber the registers gain nothing and lost a little in measurement,
+// so the macro marks only the loops it was measured to help.
 #ifndef RINGMOE_UNROLL
 #define RINGMOE_UNROLL _Pragma("GCC unroll 16")
 #endif
