@@ -14,21 +14,41 @@ namespace {
 
 // y[j * ldy + i] = dot(w row r0 + i, x row j) for i < R, j < N; weights are
 // prefetched kAhead lines ahead (the memory-bound direct path) or not (0).
+// An interleaving loader's whole chunks of 32 columns are read whole.
 template <int R, int N, int kAhead, typename L>
 inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
                  int64_t cols, float* y, int64_t ldy) {
+  const WeightPrefetcher prefetch(L::kType);
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   int64_t k = 0;
+  if constexpr (L::kInterleavedChunks) {
+    for (; k + 32 <= cols; k += 32) {
+      if (kAhead > 0 && k % L::kPerLine == 0) {
+        for (int i = 0; i < R; ++i) {
+          prefetch.TileRow<N>(w.Address(r0 + i, k + kAhead * L::kPerLine));
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        __m256 wv[4];
+        w.LoadChunk(r0 + i, k, wv);
+        for (int t = 0; t < 4; ++t) {
+          for (int j = 0; j < N; ++j) {
+            acc[i][j] = _mm256_fmadd_ps(
+                wv[t], _mm256_loadu_ps(x + j * ldx + k + 8 * t), acc[i][j]);
+          }
+        }
+      }
+    }
+  }
   for (; k + 8 <= cols; k += 8) {
     // Each row is its own stream and rows are short, so the hardware
     // prefetchers barely ramp up before a row ends: fetch ahead explicitly.
     if (kAhead > 0 && k % L::kPerLine == 0) {
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow<N>(L::kType,
-                           w.Address(r0 + i, k + kAhead * L::kPerLine));
+        prefetch.TileRow<N>(w.Address(r0 + i, k + kAhead * L::kPerLine));
       }
     }
     __m256 xv[N];
@@ -58,10 +78,14 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
 // Rows r0 + s * stride (s < S) against one activation row, together; each
 // row's sum is formed exactly as it would be alone (four accumulators over
 // 32 columns a step, the same tail), so the grouping never changes a
-// result. Four accumulators keep the FMA latency off the critical path.
+// result. Four accumulators keep the FMA latency off the critical path. An
+// interleaving loader's chunks take two: with four vectors of weights from
+// each chunk, twelve accumulators spilled two to memory, whose loop-carried
+// chains then went through a store and a load every step.
 template <int S, typename L>
 inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
                            const float* x, int64_t cols, float* y) {
+  const WeightPrefetcher prefetch(L::kType);
   __m256 acc[S][4];
   RINGMOE_UNROLL
   for (int s = 0; s < S; ++s) {
@@ -74,15 +98,28 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
     for (int s = 0; s < S; ++s) {
       RINGMOE_UNROLL
       for (int64_t line = 0; line < 32; line += L::kPerLine)
-        PrefetchStream(L::kType, w.Address(r0 + s * stride, k + line));
+        prefetch.Stream(w.Address(r0 + s * stride, k + line));
     }
-    RINGMOE_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
+    if constexpr (L::kInterleavedChunks) {
       RINGMOE_UNROLL
       for (int s = 0; s < S; ++s) {
-        acc[s][j] =
-            _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv, acc[s][j]);
+        __m256 wv[4];
+        w.LoadChunk(r0 + s * stride, k, wv);
+        RINGMOE_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          acc[s][j % 2] = _mm256_fmadd_ps(wv[j], _mm256_loadu_ps(x + k + 8 * j),
+                                          acc[s][j % 2]);
+        }
+      }
+    } else {
+      RINGMOE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
+        RINGMOE_UNROLL
+        for (int s = 0; s < S; ++s) {
+          acc[s][j] = _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv,
+                                      acc[s][j]);
+        }
       }
     }
   }
@@ -109,9 +146,9 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
 }
 
 // Rows [rb, re) of w against one activation row, as ForEachStreamGroup's
-// streams, each prefetched kStreamPrefetchBytes ahead where PrefetchStream
-// says so. Interleaving *adjacent* rows instead (a tile's streams a row
-// apart) ran about 15% slower end to end.
+// streams, each prefetched kStreamPrefetchBytes ahead where
+// WeightPrefetcher::Stream says so. Interleaving *adjacent* rows instead (a
+// tile's streams a row apart) ran about 15% slower end to end.
 template <typename L>
 void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                 int64_t cols, float* y) {
@@ -209,6 +246,31 @@ void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
   }
 }
 
+// Lays out x's whole chunks of 32 columns as Fp8InterleavedLoader reads
+// its weights: chunk position 8t + d takes column 4d + t (t < 4, d < 8), a
+// transpose of the chunk seen as 8 rows of 4; later columns stay in place.
+void InterleaveFp8Chunks(float* x, int64_t cols) {
+  for (int64_t k = 0; k + 32 <= cols; k += 32) {
+    const __m256 v0 = _mm256_loadu_ps(x + k);
+    const __m256 v1 = _mm256_loadu_ps(x + k + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + k + 16);
+    const __m256 v3 = _mm256_loadu_ps(x + k + 24);
+    // Rows d and d + 4 of the chunk side by side: {0, 4}, {1, 5}, ...
+    const __m256 a = _mm256_permute2f128_ps(v0, v2, 0x20);
+    const __m256 b = _mm256_permute2f128_ps(v0, v2, 0x31);
+    const __m256 c = _mm256_permute2f128_ps(v1, v3, 0x20);
+    const __m256 e = _mm256_permute2f128_ps(v1, v3, 0x31);
+    const __m256 ab_low = _mm256_unpacklo_ps(a, b);
+    const __m256 ab_high = _mm256_unpackhi_ps(a, b);
+    const __m256 ce_low = _mm256_unpacklo_ps(c, e);
+    const __m256 ce_high = _mm256_unpackhi_ps(c, e);
+    _mm256_storeu_ps(x + k, _mm256_shuffle_ps(ab_low, ce_low, 0x44));
+    _mm256_storeu_ps(x + k + 8, _mm256_shuffle_ps(ab_low, ce_low, 0xee));
+    _mm256_storeu_ps(x + k + 16, _mm256_shuffle_ps(ab_high, ce_high, 0x44));
+    _mm256_storeu_ps(x + k + 24, _mm256_shuffle_ps(ab_high, ce_high, 0xee));
+  }
+}
+
 // fp8 against n <= 3 activation rows: within one block of rows every
 // weight of a column block shares one scale, so the activations take the
 // scales once per row block and the weights widen with no multiply (a
@@ -226,12 +288,14 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   const int64_t cols = w.cols;
   float* scaled = static_cast<float*>(ThreadScratch(
       ScratchSlot::kScaledActivations, n * cols * int64_t{sizeof(float)}));
-  const Fp8UnscaledLoader weights{
+  const Fp8InterleavedLoader weights{
       {}, static_cast<const uint8_t*>(w.data), cols};
   for (int64_t begin = rb; begin < re;) {
     const int64_t block = begin / w.block_rows;
     const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
     ScaleFp8Activations(w, block, x, n, kFp8ActivationUnit, scaled);
+    for (int64_t j = 0; j < n; ++j)
+      InterleaveFp8Chunks(scaled + j * cols, cols);
     DirectRows(weights, scaled, n, cols, begin, end, y, w.rows);
     begin = end;
   }

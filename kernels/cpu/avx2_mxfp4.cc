@@ -146,12 +146,13 @@ struct Mxfp4Activations {
 // with each block's weight scale times its activation scale. Against one
 // activation row with kAhead == kRowsAreStreams (or one row) the rows are
 // pieces of sequential streams (ForEachStreamGroup) prefetched as
-// PrefetchStream says; otherwise each row prefetches kAhead lines ahead.
-// Each row's sum is formed alike in any tile.
+// WeightPrefetcher::Stream says; otherwise each row prefetches kAhead lines
+// ahead. Each row's sum is formed alike in any tile.
 template <int R, int N, int kAhead>
 void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
                const Mxfp4Activations& x, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
+  const WeightPrefetcher prefetch(WeightType::kMxfp4);
   const int64_t row_bytes = w.blocks * 16;
   const uint8_t* rows[R];
   const uint8_t* exponents[R];
@@ -166,10 +167,9 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
     for (int i = 0; i < R; ++i) {
       for (int line = 0; line < 2; ++line) {
         if (kStream) {
-          PrefetchStream(WeightType::kMxfp4, rows[i] + 16 * b0 + 64 * line);
+          prefetch.Stream(rows[i] + 16 * b0 + 64 * line);
         } else {
-          PrefetchTileRow<N>(WeightType::kMxfp4,
-                             rows[i] + 16 * b0 + 64 * (line + kAhead));
+          prefetch.TileRow<N>(rows[i] + 16 * b0 + 64 * (line + kAhead));
         }
       }
     }

@@ -106,13 +106,14 @@ struct NibbleRows {
 // y[j * ldy + i * stride] = row r0 + i * stride of w · activation row j,
 // i < R, j < N; x holds `ldx` chunks per activation row. Against one
 // activation row, a lone row or kRowsAreStreams' rows are pieces of
-// sequential streams (ForEachStreamGroup), prefetched as PrefetchStream
-// says; other tiles prefetch kAhead lines ahead in each of their rows.
-// Each row's sum is formed alike in any tile.
+// sequential streams (ForEachStreamGroup), prefetched as
+// WeightPrefetcher::Stream says; other tiles prefetch kAhead lines ahead in
+// each of their rows. Each row's sum is formed alike in any tile.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
 void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
                 const Int8Chunk* x, int64_t ldx, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
+  const WeightPrefetcher prefetch(WeightType::kInt4);
   __m256 acc[R][N];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < N; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -126,12 +127,11 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
   const int64_t full = w.row_bytes / 32;
   for (int64_t c = 0; c < full; ++c) {
     if (kStream && c % 2 == 0) {
-      for (int i = 0; i < R; ++i)
-        PrefetchStream(WeightType::kInt4, rows[i] + 32 * c);
+      for (int i = 0; i < R; ++i) prefetch.Stream(rows[i] + 32 * c);
     }
     if (!kStream && kAhead > 0 && c % 2 == 0) {
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow<N>(WeightType::kInt4, rows[i] + 32 * c + 64 * kAhead);
+        prefetch.TileRow<N>(rows[i] + 32 * c + 64 * kAhead);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -299,6 +299,7 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
               const Int16Activations& x, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   constexpr int kBlocksPerGroup = G / 32;
+  const WeightPrefetcher prefetch(WeightType::kInt8);
   __m256 acc[R][N];
   RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
@@ -315,13 +316,12 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
   for (int64_t b = 0; b < x.blocks; ++b) {
     if (kStream && b % 2 == 0) {
       RINGMOE_UNROLL
-      for (int i = 0; i < R; ++i)
-        PrefetchStream(WeightType::kInt8, rows[i] + 32 * b);
+      for (int i = 0; i < R; ++i) prefetch.Stream(rows[i] + 32 * b);
     }
     if (!kStream && kAhead > 0 && b % 2 == 0) {
       RINGMOE_UNROLL
       for (int i = 0; i < R; ++i) {
-        PrefetchTileRow<N>(WeightType::kInt8, rows[i] + 32 * b + 64 * kAhead);
+        prefetch.TileRow<N>(rows[i] + 32 * b + 64 * kAhead);
       }
     }
     __m256 xs[N];

@@ -34,15 +34,15 @@ namespace {
 // each of R rows `stride` apart, or for a single row the one
 // kStreamPrefetchBytes ahead of its stream.
 template <int R>
-inline void PrefetchRows(WeightType type, const void* p, int64_t stride,
-                         int64_t ahead) {
+inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
+                         int64_t stride, int64_t ahead) {
   if (R == 1) {
-    PrefetchStream(type, static_cast<const char*>(p) + ahead);
+    prefetch.Stream(static_cast<const char*>(p) + ahead);
     return;
   }
   for (int i = 0; i < R; ++i) {
-    PrefetchTileRow<1>(type, static_cast<const char*>(p) + i * stride +
-                                 64 * kLongRowPrefetchLines + ahead);
+    prefetch.TileRow<1>(static_cast<const char*>(p) + i * stride +
+                        64 * kLongRowPrefetchLines + ahead);
   }
 }
 
@@ -69,11 +69,12 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
                        q_scale[b]),
         acc);
   };
+  const WeightPrefetcher prefetch(WeightType::kInt8);
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    PrefetchRows<R>(WeightType::kInt8, row + 32 * b, row_bytes, 0);
+    PrefetchRows<R>(prefetch, row + 32 * b, row_bytes, 0);
     for (int i = 0; i < R; ++i) {
       acc[i][0] = block(i, b, acc[i][0]);
       acc[i][1] = block(i, b + 1, acc[i][1]);
@@ -124,13 +125,14 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   const auto f16 = [&](__m512i high) {
     return _mm512_and_si512(_mm512_srai_epi16(high, 1), clear_copied_sign);
   };
+  const WeightPrefetcher prefetch(WeightType::kFp8E4M3);
   __m512 acc[R][4];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   int64_t k = 0;
   for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
-    PrefetchRows<R>(WeightType::kFp8E4M3, row + k, cols, 0);
+    PrefetchRows<R>(prefetch, row + k, cols, 0);
     __m512 xv[4];
     for (int j = 0; j < 4; ++j) xv[j] = _mm512_loadu_ps(x + k + 16 * j);
     for (int i = 0; i < R; ++i) {
@@ -214,6 +216,7 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
   };
+  const WeightPrefetcher prefetch(WeightType::kMxfp4);
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
@@ -228,8 +231,7 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     const int64_t p0 = b0 / kMxfp4BlocksPerSpan;
     if (count == 16) {
       for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
-        PrefetchRows<R>(WeightType::kMxfp4, row + 16 * b0, row_bytes,
-                        64 * line);
+        PrefetchRows<R>(prefetch, row + 16 * b0, row_bytes, 64 * line);
       }
       for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
         for (int i = 0; i < R; ++i) {
@@ -340,12 +342,13 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
                     PairScales<G>(ws + i * groups + kGroupsPerPair * p)),
                 acc);
   };
+  const WeightPrefetcher prefetch(WeightType::kInt4);
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t p = 0;
   for (; p + 2 <= full; p += 2) {
-    PrefetchRows<R>(WeightType::kInt4, row + 64 * p, row_bytes, 0);
-    PrefetchRows<R>(WeightType::kInt4, row + 64 * p, row_bytes, 64);
+    PrefetchRows<R>(prefetch, row + 64 * p, row_bytes, 0);
+    PrefetchRows<R>(prefetch, row + 64 * p, row_bytes, 64);
     for (int i = 0; i < R; ++i) {
       acc[i][0] = full_pair(i, p, acc[i][0]);
       acc[i][1] = full_pair(i, p + 1, acc[i][1]);

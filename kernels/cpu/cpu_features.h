@@ -35,7 +35,7 @@ int64_t L3CacheBytes();
 
 // Whether the one-activation-row products of a weight type (decode at
 // batch 1, bound by memory bandwidth) issue software prefetches ahead of
-// the weight rows they stream (PrefetchStream and PrefetchTileRow in
+// the weight rows they stream (WeightPrefetcher::Stream and ::TileRow in
 // isa_unit-inl.h) or leave the streams to the hardware prefetchers. Which reads
 // memory faster depends on the CPU and on the kernel's work per byte (on one
 // Zen 3 VM software prefetch cost bf16 decode 5-10% and gained int8 and int4

@@ -94,31 +94,43 @@ inline bool SoftwarePrefetch(WeightType type) {
 }
 
 // The single-stream kernels prefetch the line this many bytes ahead of each
-// one they load, with the non-temporal hint (the weights are read once per
-// step), where SoftwarePrefetch(type). On the Zen 4
-// VM it was tuned on, the hardware prefetchers alone kept too few lines in
-// flight: 15-20% below this at 1024x2048 and 14336x4096 bf16 in both of its
-// memory states (4 KiB and 8 KiB were best; 8 KiB ahead in the faster
-// state).
+// one they load (WeightPrefetcher::Stream). On the Zen 4 VM it was tuned on,
+// the hardware prefetchers alone kept too few lines in flight: 15-20% below
+// this at 1024x2048 and 14336x4096 bf16 in both of its memory states (4 KiB
+// and 8 KiB were best; 8 KiB ahead in the faster state).
 constexpr int64_t kStreamPrefetchBytes = 8 << 10;
-inline void PrefetchStream(WeightType type, const void* p,
-                           int64_t ahead = kStreamPrefetchBytes) {
-  if (SoftwarePrefetch(type)) {
-    __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
-  }
-}
 
-// The tiles of several weight rows (one stream each) prefetch into every
-// cache level, as far ahead as their caller says: against one activation
-// row where SoftwarePrefetch(type) (the products TuneWeightPrefetch times),
-// against more always (without it decode with 8 sequences ran a third
-// slower on the Zen 3 VM whose one-row bf16 products it sped up).
-template <int kActivationRows>
-inline void PrefetchTileRow(WeightType type, const void* p) {
-  if (kActivationRows > 1 || SoftwarePrefetch(type)) {
-    __builtin_prefetch(p, 0, 3);
+// The weight prefetches of one tile or stream group, with
+// SoftwarePrefetch(type) read once when it starts: that is a relaxed atomic
+// load (TuneWeightPrefetch may change it while products run), which
+// compilers leave where it is written, so read at each prefetch it cost a
+// load, a test and a branch per prefetch in the hot loops.
+class WeightPrefetcher {
+ public:
+  explicit WeightPrefetcher(WeightType type)
+      : software_(SoftwarePrefetch(type)) {}
+
+  // A single stream prefetches the line `ahead` bytes past p with the
+  // non-temporal hint (the weights are read once per step), where
+  // SoftwarePrefetch(type).
+  void Stream(const void* p, int64_t ahead = kStreamPrefetchBytes) const {
+    if (software_)
+      __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 0);
   }
-}
+
+  // The tiles of several weight rows (one stream each) prefetch p into every
+  // cache level (their callers say how far ahead): against one activation
+  // row where SoftwarePrefetch(type) (the products TuneWeightPrefetch
+  // times), against more always (without it decode with 8 sequences ran a
+  // third slower on the Zen 3 VM whose one-row bf16 products it sped up).
+  template <int kActivationRows>
+  void TileRow(const void* p) const {
+    if (kActivationRows > 1 || software_) __builtin_prefetch(p, 0, 3);
+  }
+
+ private:
+  bool software_;
+};
 
 // An mxfp4 block's e8m0 scale 2^(e - 127), exactly (subnormal for e = 0).
 inline float E8m0ToF32Exact(uint32_t e) {

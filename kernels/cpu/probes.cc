@@ -224,9 +224,9 @@ WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
   }
   // Two matrices of about half the bytes each, both paths of the decode
   // products: 1024 columns, whose activation row stays in L1, so each
-  // thread reads its rows as one sequential stream (PrefetchStream); and
-  // 16384, longer than any L1 holds, read in tiles of several rows
-  // (PrefetchTileRow).
+  // thread reads its rows as one sequential stream (WeightPrefetcher::Stream);
+  // and 16384, longer than any L1 holds, read in tiles of several rows
+  // (WeightPrefetcher::TileRow).
   std::vector<TimedMatrix> matrices;
   std::vector<std::vector<float>> xs, ys;
   std::vector<MatMulJob> jobs;
