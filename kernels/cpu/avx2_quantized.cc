@@ -292,6 +292,22 @@ inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
           hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
 }
 
+// The f16 weight scales of activation blocks b .. b + 7 (of 32 columns)
+// of one row, whose groups of G columns span G / 32 blocks, as floats.
+template <int G>
+inline __m256 EightBlockScales(const uint16_t* row_scales, int64_t b) {
+  static_assert(G == 32 || G == 64);
+  if constexpr (G == 32) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_scales + b)));
+  } else {
+    const __m128 four = _mm_cvtph_ps(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_scales + b / 2)));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(four),
+                                    _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  }
+}
+
 // As NibbleTile, for int8 weights: weight groups of G columns span G / 32
 // activation blocks.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
@@ -313,7 +329,8 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
     rows[i] = w.p + (r0 + i * stride) * w.row_bytes;
     scales[i] = w.scales + (r0 + i * stride) * w.groups;
   }
-  for (int64_t b = 0; b < x.blocks; ++b) {
+  // acc[i][j] += block b of row i · activation row j, times scale(i, j).
+  const auto step = [&](int64_t b, const auto& scale) {
     if (kStream && b % 2 == 0) {
       RINGMOE_UNROLL
       for (int i = 0; i < R; ++i) prefetch.Stream(rows[i] + 32 * b);
@@ -324,22 +341,48 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
         prefetch.TileRow<N>(rows[i] + 32 * b + 64 * kAhead);
       }
     }
-    __m256 xs[N];
-    RINGMOE_UNROLL
-    for (int j = 0; j < N; ++j)
-      xs[j] = _mm256_broadcast_ss(x.scale + j * x.blocks + b);
     RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) {
-      const __m256 ws =
-          _mm256_set1_ps(_cvtsh_ss(scales[i][b / kBlocksPerGroup]));
       RINGMOE_UNROLL
       for (int j = 0; j < N; ++j) {
         const __m256i dot =
             Int8BlockDot(rows[i] + 32 * b, x.q + (j * x.blocks + b) * 32);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                    _mm256_mul_ps(ws, xs[j]), acc[i][j]);
+        acc[i][j] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale(i, j), acc[i][j]);
       }
     }
+  };
+  // Eight blocks' scales (weight scale times activation scale) are formed
+  // at once, with one conversion and one multiply per row, and each block
+  // broadcasts its own from memory: one scale per block had each block
+  // convert, broadcast and multiply on the vector pipes, which the
+  // products share.
+  int64_t b = 0;
+  for (; N == 1 && b + 8 <= x.blocks; b += 8) {
+    alignas(32) float block_scales[R][N][8];
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      const __m256 ws = EightBlockScales<G>(scales[i], b);
+      RINGMOE_UNROLL
+      for (int j = 0; j < N; ++j) {
+        _mm256_store_ps(
+            block_scales[i][j],
+            _mm256_mul_ps(ws, _mm256_loadu_ps(x.scale + j * x.blocks + b)));
+      }
+    }
+    RINGMOE_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      step(b + k, [&](int i, int j) {
+        return _mm256_broadcast_ss(&block_scales[i][j][k]);
+      });
+    }
+  }
+  for (; b < x.blocks; ++b) {
+    step(b, [&](int i, int j) {
+      return _mm256_mul_ps(
+          _mm256_set1_ps(_cvtsh_ss(scales[i][b / kBlocksPerGroup])),
+          _mm256_broadcast_ss(x.scale + j * x.blocks + b));
+    });
   }
   RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
