@@ -80,8 +80,9 @@ inline __m256 ChunkScales(const uint16_t* row_scales, int64_t c) {
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
-// Σ (code - 8) · x per int32 lane of one chunk (see Int8Chunk).
-inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
+// Σ code · x per int32 lane of one chunk (see Int8Chunk): the product
+// with the weights' bias of 8 still in.
+inline __m256i NibbleBiasedDot(__m256i w, const Int8Chunk& x) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   const __m256i lo = _mm256_and_si256(w, mask);
   const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
@@ -91,9 +92,65 @@ inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
           lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.even))),
       _mm256_maddubs_epi16(
           hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.odd))));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// Σ (code - 8) · x per int32 lane of one chunk.
+inline __m256i NibbleDot(__m256i w, const Int8Chunk& x) {
   return _mm256_sub_epi32(
-      _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+      NibbleBiasedDot(w, x),
       _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset)));
+}
+
+// One-row tiles take four chunks at a time, their eight blocks of 32 in
+// the order 0, 2, 4, 6, 1, 3, 5, 7: a chunk's first block in the low
+// 128-bit lane and its second in the high one, so that one in-lane permute
+// (ChunkLaneScales) spreads chunk k's two scales over its lanes, where
+// forming them chunk by chunk took a convert, a cross-lane permute and a
+// multiply. The weights' bias comes off once per four chunks too: each
+// block's scale times the Σ of its lanes' offsets, a correction multiplied
+// by the weight scales in one multiply-add.
+template <int G>
+inline __m256 FourChunkWeightScales(const uint16_t* row_scales, int64_t c) {
+  if constexpr (G == 32) {
+    const __m128i halves =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_scales + 2 * c));
+    return _mm256_cvtph_ps(_mm_shuffle_epi8(
+        halves,
+        _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
+  } else {
+    const __m128 four = _mm_cvtph_ps(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_scales + c)));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(four), four, 1);
+  }
+}
+template <int k>
+inline __m256 ChunkLaneScales(__m256 four_chunks) {
+  return _mm256_permute_ps(four_chunks, k * 0x55);
+}
+
+// One activation row's block scales and corrections in the four-chunk
+// order (ArrangeFourChunks).
+struct FourChunkActivations {
+  const float* scales;
+  const float* corrections;
+};
+
+// Writes the four-chunk scales and corrections of `chunks` chunks (whole
+// groups of four) of one activation row.
+void ArrangeFourChunks(const Int8Chunk* x, int64_t chunks, float* scales,
+                       float* corrections) {
+  for (int64_t c = 0; c < chunks / 4 * 4; ++c) {
+    for (int half = 0; half < 2; ++half) {
+      const float scale = x[c].scale[4 * half];
+      int32_t offset = 0;
+      for (int lane = 0; lane < 4; ++lane)
+        offset += x[c].offset[4 * half + lane];
+      const int64_t at = 2 * (c - c % 4) + 4 * half + c % 4;
+      scales[at] = scale;
+      corrections[at] = scale * static_cast<float>(offset);
+    }
+  }
 }
 
 struct NibbleRows {
@@ -103,15 +160,32 @@ struct NibbleRows {
   int64_t groups;  // scales per row
 };
 
+// NibbleTile's prefetches for chunk c of its rows (every other chunk: a
+// line holds two).
+template <int R, int N, bool kStream, int kAhead>
+inline void PrefetchChunk(const WeightPrefetcher& prefetch,
+                          const uint8_t* const (&rows)[R], int64_t c) {
+  if (c % 2 != 0) return;
+  for (int i = 0; i < R; ++i) {
+    if (kStream) {
+      prefetch.Stream(rows[i] + 32 * c);
+    } else if (kAhead > 0) {
+      prefetch.TileRow<N>(rows[i] + 32 * c + 64 * kAhead);
+    }
+  }
+}
+
 // y[j * ldy + i * stride] = row r0 + i * stride of w · activation row j,
-// i < R, j < N; x holds `ldx` chunks per activation row. Against one
-// activation row, a lone row or kRowsAreStreams' rows are pieces of
-// sequential streams (ForEachStreamGroup), prefetched as
-// WeightPrefetcher::Stream says; other tiles prefetch kAhead lines ahead in
-// each of their rows. Each row's sum is formed alike in any tile.
+// i < R, j < N. Against one activation row, a lone row or
+// kRowsAreStreams' rows are pieces of sequential streams
+// (ForEachStreamGroup), prefetched as WeightPrefetcher::Stream says; other
+// tiles prefetch kAhead lines ahead in each of their rows. One-row tiles
+// take whole groups of four chunks at a time. Each row's sum is formed
+// alike in any tile with the same N.
 template <int G, int R, int N, int kAhead = kPrefetchLines>
 void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
-                const Int8Chunk* x, int64_t ldx, float* y, int64_t ldy) {
+                const Int8Chunk* x, int64_t ldx, FourChunkActivations four,
+                float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   const WeightPrefetcher prefetch(WeightType::kInt4);
   __m256 acc[R][N];
@@ -125,7 +199,33 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
     scales[i] = w.scales + (r0 + i * stride) * w.groups;
   }
   const int64_t full = w.row_bytes / 32;
-  for (int64_t c = 0; c < full; ++c) {
+  int64_t c = 0;
+  if constexpr (N == 1) {
+    for (; c + 4 <= full; c += 4) {
+      PrefetchChunk<R, N, kStream, kAhead>(prefetch, rows, c);
+      PrefetchChunk<R, N, kStream, kAhead>(prefetch, rows, c + 2);
+      const __m256 x_scales = _mm256_loadu_ps(four.scales + 2 * c);
+      const __m256 x_corrections = _mm256_loadu_ps(four.corrections + 2 * c);
+      RINGMOE_UNROLL
+      for (int i = 0; i < R; ++i) {
+        const __m256 ws = FourChunkWeightScales<G>(scales[i], c);
+        const __m256 lane_scales = _mm256_mul_ps(ws, x_scales);
+        const auto step = [&](auto k) {
+          const __m256i wv = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(rows[i] + 32 * (c + k)));
+          acc[i][0] = _mm256_fmadd_ps(
+              _mm256_cvtepi32_ps(NibbleBiasedDot(wv, x[c + k])),
+              ChunkLaneScales<decltype(k)::value>(lane_scales), acc[i][0]);
+        };
+        step(std::integral_constant<int, 0>());
+        step(std::integral_constant<int, 1>());
+        step(std::integral_constant<int, 2>());
+        step(std::integral_constant<int, 3>());
+        acc[i][0] = _mm256_fnmadd_ps(ws, x_corrections, acc[i][0]);
+      }
+    }
+  }
+  for (; c < full; ++c) {
     if (kStream && c % 2 == 0) {
       for (int i = 0; i < R; ++i) prefetch.Stream(rows[i] + 32 * c);
     }
@@ -172,7 +272,8 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
 // weights are read from memory once whatever n is.
 template <int G>
 void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
-                    const Int8Chunk* x, int64_t n, int64_t ldx, float* y,
+                    const Int8Chunk* x, int64_t n, int64_t ldx,
+                    FourChunkActivations four, int64_t ld4, float* y,
                     int64_t ldy) {
   if (n == 1) {
     const int64_t activation_bytes =
@@ -180,13 +281,14 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
     if (activation_bytes <= StreamActivationBytes()) {
       ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
         NibbleTile<G, decltype(rows)::value, 1, kRowsAreStreams>(
-            w, r0, stride, x, ldx, y + r0, ldy);
+            w, r0, stride, x, ldx, four, y + r0, ldy);
       });
       return;
     }
     ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
       constexpr int R = decltype(rows)::value;
-      NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, ldx, y + r0, ldy);
+      NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, ldx, four, y + r0,
+                                                 ldy);
     });
     return;
   }
@@ -194,16 +296,18 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
     constexpr int R = decltype(rows)::value;
     for (int64_t j = 0; j < n; j += 3) {
       const Int8Chunk* xj = x + j * ldx;
+      const FourChunkActivations fourj{four.scales + j * ld4,
+                                       four.corrections + j * ld4};
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
-          NibbleTile<G, R, 1>(w, r, 1, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 1>(w, r, 1, xj, ldx, fourj, yj, ldy);
           break;
         case 2:
-          NibbleTile<G, R, 2>(w, r, 1, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 2>(w, r, 1, xj, ldx, fourj, yj, ldy);
           break;
         default:
-          NibbleTile<G, R, 3>(w, r, 1, xj, ldx, yj, ldy);
+          NibbleTile<G, R, 3>(w, r, 1, xj, ldx, fourj, yj, ldy);
           break;
       }
     }
@@ -221,7 +325,15 @@ void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  NibbleRowRange<G>(w, rb, re, xq, n, chunks, y, ldy);
+  const int64_t ld4 = 8 * (chunks / 4);
+  float* four = Scratch<float>(ScratchSlot::kActivationScales,
+                               Max<int64_t>(1, 2 * n * ld4));
+  for (int64_t j = 0; j < n; ++j) {
+    ArrangeFourChunks(xq + j * chunks, chunks, four + j * ld4,
+                      four + (n + j) * ld4);
+  }
+  NibbleRowRange<G>(w, rb, re, xq, n, chunks, {four, four + n * ld4}, ld4, y,
+                    ldy);
 }
 
 // int8 weights against few activation rows: widening every weight to float

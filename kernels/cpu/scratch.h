@@ -13,7 +13,7 @@ enum class ScratchSlot : int {
   kActivationsInt8,    // int4 products: activations as Int8Chunk
   kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,   // int8 products: activations as int16
-  kActivationScales,   // int8 and mxfp4 products: block scales
+  kActivationScales,   // int8, int4 and mxfp4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
   kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
   kWeightPanel,        // prefill products: weight rows widened to float
