@@ -210,12 +210,15 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
       for (int i = 0; i < R; ++i) {
         const __m256 ws = FourChunkWeightScales<G>(scales[i], c);
         const __m256 lane_scales = _mm256_mul_ps(ws, x_scales);
+        // k's value read from its type: converting the integral_constant
+        // would emit its operator into this unit (isa_symbols_test).
         const auto step = [&](auto k) {
+          constexpr int kChunk = decltype(k)::value;
           const __m256i wv = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(rows[i] + 32 * (c + k)));
+              reinterpret_cast<const __m256i*>(rows[i] + 32 * (c + kChunk)));
           acc[i][0] = _mm256_fmadd_ps(
-              _mm256_cvtepi32_ps(NibbleBiasedDot(wv, x[c + k])),
-              ChunkLaneScales<decltype(k)::value>(lane_scales), acc[i][0]);
+              _mm256_cvtepi32_ps(NibbleBiasedDot(wv, x[c + kChunk])),
+              ChunkLaneScales<kChunk>(lane_scales), acc[i][0]);
         };
         step(std::integral_constant<int, 0>());
         step(std::integral_constant<int, 1>());
