@@ -229,14 +229,7 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
     }
   }
   for (; c < full; ++c) {
-    if (kStream && c % 2 == 0) {
-      for (int i = 0; i < R; ++i) prefetch.Stream(rows[i] + 32 * c);
-    }
-    if (!kStream && kAhead > 0 && c % 2 == 0) {
-      for (int i = 0; i < R; ++i) {
-        prefetch.TileRow<N>(rows[i] + 32 * c + 64 * kAhead);
-      }
-    }
+    PrefetchChunk<R, N, kStream, kAhead>(prefetch, rows, c);
     for (int i = 0; i < R; ++i) {
       const __m256i wv = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(rows[i] + 32 * c));
