@@ -203,6 +203,13 @@ class Backend {
   // y may be x.
   virtual void RmsNorm(const Tensor& x, const Vector& weight, float eps,
                        const Tensor& y) = 0;
+  // x += delta, then y = RmsNorm(x): a residual stream's add and the next
+  // sub-layer's norm, one pass on a device. y aliases neither x nor delta.
+  virtual void AddRmsNorm(const Tensor& x, const Tensor& delta,
+                          const Vector& weight, float eps, const Tensor& y) {
+    Add(x, delta);
+    RmsNorm(x, weight, eps, y);
+  }
   // y[i, :] += bias.
   virtual void AddBias(const Tensor& y, const Vector& bias) = 0;
   // y += x.

@@ -194,6 +194,65 @@ TEST_P(BackendConformanceTest, MatMulMatchesADoubleReferenceForEveryFormat) {
   }
 }
 
+// Independent products in one call, as attention's q, k and v come: the CUDA
+// backend launches decode-sized ones of one format and width together (at
+// most four a launch, so the five of one input make two launches, one of
+// them with a product of eight rows, a whole block); a product of another
+// width and one of another format in the same call launch apart, and more
+// than eight rows go through cuBLAS one by one. Every output starts as NaN
+// and is checked, so a block that reads another product's operands or
+// writes outside its own rows fails.
+TEST_P(BackendConformanceTest, MatMulOfSeveralProductsOfOneInput) {
+  std::mt19937 rng(13);
+  const int64_t cols = 96;
+  for (const WeightFormat& format : AllWeightFormats()) {
+    const WeightFormat other{format.type == WeightType::kBF16
+                                 ? WeightType::kF32
+                                 : WeightType::kBF16};
+    struct Case {
+      WeightFormat format;
+      int64_t rows;
+      int64_t cols;
+    };
+    const Case cases[] = {{format, 29, cols}, {format, 8, cols},
+                          {format, 1, cols},  {format, 3, cols},
+                          {format, 41, cols}, {format, 11, cols - 8},
+                          {other, 6, cols},   {format, 5, cols}};
+    for (int64_t n : {1, 5, 8, 9}) {
+      const std::string name = absl::StrCat(FormatName(format), " n=", n);
+      std::vector<TestWeight> host;
+      std::vector<Weight> weights;
+      for (const Case& c : cases) {
+        host.push_back(MakeTestWeight(c.format, c.rows, c.cols, &rng));
+        weights.push_back(Upload(host.back().weight));
+      }
+      const int levels =
+          std::max(ActivationLevels(format.type), ActivationLevels(other.type));
+      const std::vector<float> x_host = GridActivations(n, cols, levels, &rng);
+      const std::vector<float> narrow_host =
+          GridActivations(n, cols - 8, levels, &rng);
+      const Backend::Buffer x = Put(x_host, n, cols);
+      const Backend::Buffer narrow = Put(narrow_host, n, cols - 8);
+      std::vector<Backend::Buffer> y;
+      std::vector<Product> products;
+      for (size_t i = 0; i < host.size(); ++i) {
+        y.push_back(Poisoned(n, cases[i].rows));
+        products.push_back(
+            {cases[i].cols == cols ? x.tensor() : narrow.tensor(), &weights[i],
+             y.back()});
+      }
+      backend().MatMul(products);
+      for (size_t i = 0; i < host.size(); ++i) {
+        ExpectNear(
+            Get(y[i]),
+            ReferenceProduct(cases[i].cols == cols ? x_host : narrow_host, n,
+                             host[i].values, cases[i].rows, cases[i].cols),
+            kTolerance, absl::StrCat(name, " product ", i));
+      }
+    }
+  }
+}
+
 // A weight larger than one of the CUDA backend's dequantised tiles (2^24
 // floats), so that a product of more than 8 rows runs tile by tile into
 // column ranges of its output; and one row against it. The weight repeats
@@ -582,6 +641,42 @@ TEST_P(BackendConformanceTest, RmsNormInPlaceAndNot) {
     backend().RmsNorm(in, weight, eps, in);
     ExpectNear(Get(in), want, kTolerance,
                absl::StrCat("in place, cols ", cols));
+  }
+}
+
+// The residual add and the norm after it: x holds x + delta afterwards (as
+// Add leaves it, exactly), y its normalised rows; lengths that are
+// multiples of four (whole float4 loads) and not.
+TEST_P(BackendConformanceTest, AddRmsNormAddsThenNormalises) {
+  std::mt19937 rng(20);
+  const float eps = 1e-5f;
+  for (int64_t cols : {7, 68, 300, 1001}) {
+    const int64_t rows = 3;
+    const std::vector<float> x_host = Random(rows * cols, &rng, 2.f);
+    const std::vector<float> delta_host = Random(rows * cols, &rng, 2.f);
+    const std::vector<float> weight_host = Random(cols, &rng);
+    const Vector weight = Upload(weight_host);
+    std::vector<float> sum(rows * cols);
+    std::vector<double> sum_want(rows * cols), want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      double squares = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        sum[i] = x_host[i] + delta_host[i];
+        sum_want[i] = sum[i];
+        squares += double{sum[i]} * sum[i];
+      }
+      const double scale = 1 / std::sqrt(squares / cols + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        want[r * cols + c] = sum[r * cols + c] * scale * weight_host[c];
+      }
+    }
+    const Backend::Buffer x = Put(x_host, rows, cols);
+    const Backend::Buffer delta = Put(delta_host, rows, cols);
+    const Backend::Buffer y = Poisoned(rows, cols);
+    backend().AddRmsNorm(x, delta, weight, eps, y);
+    ExpectNear(Get(x), sum_want, 0, absl::StrCat("sum, cols ", cols));
+    ExpectNear(Get(y), want, kTolerance, absl::StrCat("cols ", cols));
   }
 }
 

@@ -47,6 +47,7 @@ enum Op : uint64_t {
   kOpActivation,
   kOpEmbed,
   kOpRmsNorm,
+  kOpAddRmsNorm,
   kOpAddBias,
   kOpAdd,
   kOpClamp,
@@ -388,17 +389,19 @@ void CudaBackend::CountProduct(const Weight& w, int64_t n) {
 
 void CudaBackend::RunProduct(const Tensor& x, const Weight& w,
                              const Tensor& y) {
+  if (x.rows <= cuda::kMaxFusedProductRows) {
+    RunProducts({{x, &w, y}});
+    return;
+  }
   const cuda::DeviceWeight d = AsDevice(w);
   // cuBLAS's products stay out of graphs.
-  if (x.rows > cuda::kMaxFusedProductRows) FailGraphStep();
+  FailGraphStep();
   Note({kOpProduct, Bits(x.data), Bits(x.rows), Bits(y.data)});
   NoteWeight(w);
   if (Running()) {
     float* scratch = nullptr;
-    if (x.rows > cuda::kMaxFusedProductRows) {
-      if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
-        scratch = Allocate(floats);
-      }
+    if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
+      scratch = Allocate(floats);
     }
     Check(cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_,
                               stream_),
@@ -408,9 +411,42 @@ void CudaBackend::RunProduct(const Tensor& x, const Weight& w,
   CountProduct(w, x.rows);
 }
 
+void CudaBackend::RunProducts(absl::Span<const Product> products) {
+  const auto fused = [](const Product& p) {
+    return p.x.rows <= cuda::kMaxFusedProductRows;
+  };
+  size_t first = 0;
+  while (first < products.size()) {
+    const Product& head = products[first];
+    if (!fused(head)) {
+      RunProduct(head.x, *head.w, head.y);
+      ++first;
+      continue;
+    }
+    cuda::ProductOperands operands[cuda::kMaxProductsPerLaunch];
+    int count = 0;
+    for (size_t i = first;
+         i < products.size() && count < cuda::kMaxProductsPerLaunch; ++i) {
+      const Product& p = products[i];
+      if (p.x.rows != head.x.rows) break;
+      operands[count] = {AsDevice(*p.w), p.x.data, p.y.data};
+      if (!cuda::CanLaunchTogether(operands[0].w, operands[count].w)) break;
+      Note({kOpProduct, Bits(p.x.data), Bits(p.x.rows), Bits(p.y.data)});
+      NoteWeight(*p.w);
+      CountProduct(*p.w, p.x.rows);
+      ++count;
+    }
+    if (Running()) {
+      Check(cuda::LaunchFusedProducts(operands, count, head.x.rows, stream_),
+            "product");
+    }
+    first += count;
+  }
+}
+
 void CudaBackend::MatMul(absl::Span<const Product> products) {
   Bind();
-  for (const Product& p : products) RunProduct(p.x, *p.w, p.y);
+  RunProducts(products);
 }
 
 void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
@@ -435,8 +471,7 @@ void CudaBackend::RunMlps(absl::Span<const MlpTask> tasks) {
       }
     } else {
       const Buffer up = NewTensor(n, inter);
-      RunProduct(t.x, w.gate, hidden);
-      RunProduct(t.x, w.up, up);
+      RunProducts({{t.x, &w.gate, hidden}, {t.x, &w.up, up}});
       Note({kOpActivation, Bits(hidden.tensor().data), Bits(up.tensor().data),
             Bits(n * inter), static_cast<uint64_t>(w.activation.kind),
             Bits(w.activation.alpha), Bits(w.activation.limit)});
@@ -482,6 +517,18 @@ void CudaBackend::RmsNorm(const Tensor& x, const Vector& weight, float eps,
                                static_cast<int>(x.rows),
                                static_cast<int>(x.cols), eps, stream_),
         "RMSNorm");
+}
+
+void CudaBackend::AddRmsNorm(const Tensor& x, const Tensor& delta,
+                             const Vector& weight, float eps, const Tensor& y) {
+  Bind();
+  Note({kOpAddRmsNorm, Bits(x.data), Bits(delta.data), Bits(x.rows),
+        Bits(x.cols), Bits(weight.data), Bits(eps), Bits(y.data)});
+  if (!Running()) return;
+  Check(cuda::LaunchAddRmsNormF32(x.data, delta.data, weight.data, y.data,
+                                  static_cast<int>(x.rows),
+                                  static_cast<int>(x.cols), eps, stream_),
+        "residual add and RMSNorm");
 }
 
 void CudaBackend::AddBias(const Tensor& y, const Vector& bias) {

@@ -57,6 +57,8 @@ class CudaBackend : public Backend {
              const Tensor& out) override;
   void RmsNorm(const Tensor& x, const Vector& weight, float eps,
                const Tensor& y) override;
+  void AddRmsNorm(const Tensor& x, const Tensor& delta, const Vector& weight,
+                  float eps, const Tensor& y) override;
   void AddBias(const Tensor& y, const Vector& bias) override;
   void Add(const Tensor& y, const Tensor& x) override;
   void Clamp(const Tensor& y, float limit) override;
@@ -137,6 +139,9 @@ class CudaBackend : public Backend {
   absl::StatusOr<const void*> UploadBytes(const void* host, int64_t bytes,
                                           const char* what);
   void RunProduct(const Tensor& x, const Weight& w, const Tensor& y);
+  // Independent products: decode-sized ones of one weight type and width
+  // (q, k and v of one input) as one launch each, the rest one by one.
+  void RunProducts(absl::Span<const Product> products);
   void CountProduct(const Weight& w, int64_t n);
 
   // A layer's experts as the routed-experts kernels read them: a device

@@ -198,12 +198,15 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
   const Backend::Buffer normed = backend.NewTensor(n, hidden);
   const Backend::Buffer delta = backend.NewTensor(n, hidden);
   experts_->BeginStep(n);
+  // Each residual add and the norm after it are one operation (the next
+  // layer's input norm follows the feed-forward's add).
+  if (spec_.num_layers > 0) {
+    backend.RmsNorm(x, weights_.layers[0].input_norm, eps, normed);
+  }
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     const model::LayerWeights& layer = weights_.layers[l];
-    backend.RmsNorm(x, layer.input_norm, eps, normed);
     attention_[l]->Forward(step, l, normed, delta, backend);
-    backend.Add(x, delta);
-    backend.RmsNorm(x, layer.post_attention_norm, eps, normed);
+    backend.AddRmsNorm(x, delta, layer.post_attention_norm, eps, normed);
     // The next layer's router on this layer's hidden state predicts the
     // experts it will need, so they load while this layer computes.
     if (experts_->WantsPredictions() && l + 1 < spec_.num_layers &&
@@ -221,7 +224,12 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
       experts_->EndStep();
       return status;
     }
-    backend.Add(x, delta);
+    if (l + 1 < spec_.num_layers) {
+      backend.AddRmsNorm(x, delta, weights_.layers[l + 1].input_norm, eps,
+                         normed);
+    } else {
+      backend.Add(x, delta);
+    }
   }
   experts_->EndStep();
   return absl::OkStatus();

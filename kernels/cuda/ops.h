@@ -45,6 +45,24 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
                           float* d_y, float* d_scratch, cublasHandle_t cublas,
                           cudaStream_t stream);
 int64_t ProductScratchFloats(const DeviceWeight& w);
+
+// One of several independent products of one launch: d_y[n, w.rows] =
+// d_x[n, w.cols] · wᵀ.
+struct ProductOperands {
+  DeviceWeight w;
+  const float* d_x = nullptr;
+  float* d_y = nullptr;
+};
+inline constexpr int kMaxProductsPerLaunch = 4;
+// Whether products of `a` and `b` may share one LaunchFusedProducts: one
+// weight type and width, so one kernel and block size serve both.
+bool CanLaunchTogether(const DeviceWeight& a, const DeviceWeight& b);
+// The products of `count` (1 to kMaxProductsPerLaunch) operands of n <=
+// kMaxFusedProductRows rows each, every pair CanLaunchTogether, as one
+// launch: decode-sized products (q, k and v of one input) are too small to
+// fill the GPU one launch at a time.
+cudaError_t LaunchFusedProducts(const ProductOperands* products, int count,
+                                int64_t n, cudaStream_t stream);
 // Whether the kernels may read `w` eight values per load (rows of whole
 // groups of eight, 16-byte aligned).
 bool CanDecodeVectorized(const DeviceWeight& w);

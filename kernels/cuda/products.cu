@@ -17,14 +17,30 @@ static_assert(kMaxFusedProductRows == kDotActivationRows,
 // Floats of dequantised weight per cuBLAS tile: whole rows, at most this.
 constexpr int64_t kTileFloats = int64_t{1} << 24;
 
-// y[t, r] = w[r] · x[t] for the block's kDotWeightRows rows r and t < n
-// <= kActs.
+// The operands of one LaunchFusedProducts: products[p] takes the blocks
+// [first_block[p], first_block[p + 1]).
+struct FusedProductsParams {
+  ProductOperands products[kMaxProductsPerLaunch];
+  int64_t first_block[kMaxProductsPerLaunch + 1];
+  int count;
+};
+
+// y[t, r] = w[r] · x[t] of the block's product, for its kDotWeightRows rows
+// r and t < n <= kActs. The parameters are read in place (grid constant),
+// so that picking a product by the block's index copies nothing to local
+// memory.
 template <WeightType kType, int kActs>
 __global__ void __launch_bounds__(kMaxDotThreads)
-    FusedProductKernel(DeviceWeight w, const float* __restrict__ x, int n,
-                       bool vectorized, float* __restrict__ y) {
+    FusedProductKernel(const __grid_constant__ FusedProductsParams params,
+                       int n, bool vectorized) {
   __shared__ BlockDotShared shared;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kDotWeightRows;
+  int p = 0;
+  while (p + 1 < params.count && blockIdx.x >= params.first_block[p + 1]) ++p;
+  const DeviceWeight w = params.products[p].w;
+  const float* const x = params.products[p].d_x;
+  float* const y = params.products[p].d_y;
+  const int64_t first =
+      (blockIdx.x - params.first_block[p]) * int64_t{kDotWeightRows};
   const int rows = static_cast<int>(
       min(static_cast<int64_t>(kDotWeightRows), w.rows - first));
   const DeviceWeight* const weights[kDotWeightRows] = {&w, &w, &w, &w};
@@ -55,19 +71,16 @@ __global__ void DequantizeRowsKernel(DeviceWeight w, int64_t first_row,
 }
 
 template <WeightType kType>
-cudaError_t LaunchFused(const DeviceWeight& w, const float* x, int64_t n,
-                        float* y, cudaStream_t stream) {
-  const bool vectorized =
-      CanDecode8(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int64_t blocks = (w.rows + kDotWeightRows - 1) / kDotWeightRows;
+cudaError_t LaunchFused(const FusedProductsParams& params, int64_t n,
+                        int64_t blocks, int threads, bool vectorized,
+                        cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(blocks));
-  const int threads = BlockDotThreads(w.cols, vectorized);
   if (n == 1) {
     FusedProductKernel<kType, 1>
-        <<<grid, threads, 0, stream>>>(w, x, 1, vectorized, y);
+        <<<grid, threads, 0, stream>>>(params, 1, vectorized);
   } else {
-    FusedProductKernel<kType, kDotActivationRows><<<grid, threads, 0, stream>>>(
-        w, x, static_cast<int>(n), vectorized, y);
+    FusedProductKernel<kType, kDotActivationRows>
+        <<<grid, threads, 0, stream>>>(params, static_cast<int>(n), vectorized);
   }
   return cudaGetLastError();
 }
@@ -97,20 +110,62 @@ cudaError_t Sgemm(cublasHandle_t cublas, const float* a, int64_t rows,
 
 bool CanDecodeVectorized(const DeviceWeight& w) { return CanDecode8(w); }
 
+bool CanLaunchTogether(const DeviceWeight& a, const DeviceWeight& b) {
+  return a.type == b.type && a.cols == b.cols;
+}
+
 int64_t ProductScratchFloats(const DeviceWeight& w) {
   return w.type == WeightType::kF32 ? 0 : TileRows(w) * w.cols;
+}
+
+cudaError_t LaunchFusedProducts(const ProductOperands* products, int count,
+                                int64_t n, cudaStream_t stream) {
+  if (count < 1 || count > kMaxProductsPerLaunch || n > kMaxFusedProductRows) {
+    return cudaErrorInvalidValue;
+  }
+  if (n <= 0) return cudaSuccess;
+  const DeviceWeight& first = products[0].w;
+  FusedProductsParams params;
+  params.count = count;
+  params.first_block[0] = 0;
+  bool vectorized = true;
+  for (int p = 0; p < count; ++p) {
+    const ProductOperands& operands = products[p];
+    if (!CanLaunchTogether(first, operands.w)) return cudaErrorInvalidValue;
+    if (first.cols == 0 && operands.w.rows > 0) {
+      if (cudaError_t e = cudaMemsetAsync(
+              operands.d_y, 0, n * operands.w.rows * sizeof(float), stream);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+    params.products[p] = operands;
+    const int64_t blocks =
+        first.cols == 0
+            ? 0
+            : (operands.w.rows + kDotWeightRows - 1) / kDotWeightRows;
+    params.first_block[p + 1] = params.first_block[p] + blocks;
+    vectorized = vectorized && CanDecode8(operands.w) &&
+                 reinterpret_cast<uintptr_t>(operands.d_x) % 16 == 0;
+  }
+  const int64_t blocks = params.first_block[count];
+  if (blocks == 0) return cudaSuccess;
+  const int threads = BlockDotThreads(first.cols, vectorized);
+  return WithWeightType(first.type, [&](auto type) {
+    return LaunchFused<decltype(type)::value>(params, n, blocks, threads,
+                                              vectorized, stream);
+  });
 }
 
 cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
                           float* d_y, float* d_scratch, cublasHandle_t cublas,
                           cudaStream_t stream) {
   if (n <= 0 || w.rows <= 0) return cudaSuccess;
-  if (w.cols == 0) return cudaMemsetAsync(d_y, 0, n * w.rows * 4, stream);
   if (n <= kMaxFusedProductRows) {
-    return WithWeightType(w.type, [&](auto type) {
-      return LaunchFused<decltype(type)::value>(w, d_x, n, d_y, stream);
-    });
+    const ProductOperands operands{w, d_x, d_y};
+    return LaunchFusedProducts(&operands, 1, n, stream);
   }
+  if (w.cols == 0) return cudaMemsetAsync(d_y, 0, n * w.rows * 4, stream);
   if (w.type == WeightType::kF32) {
     return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols, d_x,
                  n, d_y, w.rows);

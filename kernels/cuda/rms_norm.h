@@ -11,6 +11,12 @@ namespace ringmoe::cuda {
 cudaError_t LaunchRmsNormF32(const float* x, const float* weight, float* y,
                              int rows, int cols, float eps,
                              cudaStream_t stream);
+// x += delta, then y = RMSNorm(x), in one pass: the same float32 sums and
+// the same reduction as LaunchAdd followed by LaunchRmsNormF32. x, delta
+// and y are [rows, cols]; y aliases neither.
+cudaError_t LaunchAddRmsNormF32(float* x, const float* delta,
+                                const float* weight, float* y, int rows,
+                                int cols, float eps, cudaStream_t stream);
 
 }  // namespace ringmoe::cuda
 
