@@ -104,6 +104,19 @@ struct RotarySlots {
   bool interleaved = false;
 };
 
+// A tensor and the slots of its rows a rotary embedding turns.
+struct RotaryTarget {
+  Tensor x;
+  RotarySlots slots;
+};
+
+// Rows of a tensor and where they go: dst[i] (host-side pointers into the
+// backend's memory, such as KV-cache rows) = row i of src.
+struct RowWrite {
+  Tensor src;
+  absl::Span<float* const> dst;
+};
+
 // One sequence's keys and values of one layer, in fixed-size blocks:
 // position p lives in block p / block_size at row p % block_size. Blocks
 // below the attended range may be null.
@@ -218,14 +231,14 @@ class Backend {
   virtual void Clamp(const Tensor& y, float limit) = 0;
   // y = 0.
   virtual void SetZero(const Tensor& y) = 0;
-  // Rotates `slots` of every row of x by its row of cos and sin ([x.rows,
-  // dim / 2] each).
-  virtual void ApplyRotary(const Tensor& x, const RotarySlots& slots,
+  // Rotates each target's slots of every row i by row i of cos and sin
+  // ([rows, dim / 2] each; every target has their rows and slots of that
+  // dim): a layer's queries and keys in one call.
+  virtual void ApplyRotary(absl::Span<const RotaryTarget> targets,
                            const Tensor& cos, const Tensor& sin) = 0;
 
-  // dst[i] (host-side pointers into the backend's memory, such as KV-cache
-  // rows) = row i of src.
-  virtual void WriteRows(const Tensor& src, absl::Span<float* const> dst) = 0;
+  // Every write's rows (a layer's keys and values in one call).
+  virtual void WriteRows(absl::Span<const RowWrite> writes) = 0;
   // out[i] = x[rows[i]].
   virtual void GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                           const Tensor& out) = 0;

@@ -498,6 +498,9 @@ TEST_P(BackendConformanceTest, RunRoutedExpertsMatchesHostRouting) {
        36,
        20},
       {"f32", 5, 5, mixtral, false, {WeightType::kF32}, 24, 16},
+      // So many experts that the CUDA kernel routes with few warps, each
+      // taking several tokens in turn.
+      {"many_experts", 1000, 3, mixtral, false, {WeightType::kBF16}, 16, 8},
   };
   for (const Case& c : cases) {
     std::vector<Mlp> mlps(c.experts);
@@ -751,62 +754,87 @@ TEST_P(BackendConformanceTest, ApplyRotaryRotatesEverySlotLayout) {
       {2, 72, 8, 64, false},  // rotary dimensions inside wider heads
       {3, 40, 24, 16, true},  // MLA's rope part after each nope part
   };
-  for (const RotarySlots& slots : layouts) {
-    const int64_t half = slots.dim / 2;
-    const int64_t cols = slots.offset + slots.count * slots.stride;
+  // The layouts of one dimension in one call (as a layer's queries and keys
+  // come), each in its own tensor.
+  for (const int64_t dim : {8, 64, 16}) {
+    const int64_t half = dim / 2;
     const std::vector<float> angles = Random(rows * half, &rng, 2.f);
     std::vector<float> cos_host(rows * half), sin_host(rows * half);
     for (size_t i = 0; i < angles.size(); ++i) {
       cos_host[i] = std::cos(angles[i]);
       sin_host[i] = std::sin(angles[i]);
     }
-    const std::vector<float> x_host = Random(rows * cols, &rng);
-    std::vector<double> want(x_host.begin(), x_host.end());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t h = 0; h < slots.count; ++h) {
-        const int64_t base = r * cols + slots.offset + h * slots.stride;
-        for (int64_t j = 0; j < half; ++j) {
-          const int64_t a = slots.interleaved ? base + 2 * j : base + j;
-          const int64_t b = slots.interleaved ? a + 1 : base + j + half;
-          const double c = cos_host[r * half + j], s = sin_host[r * half + j];
-          want[a] = double{x_host[a]} * c - double{x_host[b]} * s;
-          want[b] = double{x_host[b]} * c + double{x_host[a]} * s;
-        }
-      }
-    }
-    const Backend::Buffer x = Put(x_host, rows, cols);
     const Backend::Buffer cos = Put(cos_host, rows, half);
     const Backend::Buffer sin = Put(sin_host, rows, half);
-    backend().ApplyRotary(x, slots, cos, sin);
-    ExpectNear(Get(x), want, kTolerance,
-               absl::StrCat("rotary dim ", slots.dim, " offset ", slots.offset,
-                            slots.interleaved ? " interleaved" : ""));
+    std::vector<RotarySlots> used;
+    std::vector<std::vector<double>> want;
+    std::vector<Backend::Buffer> x;
+    std::vector<RotaryTarget> targets;
+    for (const RotarySlots& slots : layouts) {
+      if (slots.dim != dim) continue;
+      const int64_t cols = slots.offset + slots.count * slots.stride;
+      const std::vector<float> x_host = Random(rows * cols, &rng);
+      std::vector<double>& w = want.emplace_back(x_host.begin(), x_host.end());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = 0; h < slots.count; ++h) {
+          const int64_t base = r * cols + slots.offset + h * slots.stride;
+          for (int64_t j = 0; j < half; ++j) {
+            const int64_t a = slots.interleaved ? base + 2 * j : base + j;
+            const int64_t b = slots.interleaved ? a + 1 : base + j + half;
+            const double c = cos_host[r * half + j];
+            const double s = sin_host[r * half + j];
+            w[a] = double{x_host[a]} * c - double{x_host[b]} * s;
+            w[b] = double{x_host[b]} * c + double{x_host[a]} * s;
+          }
+        }
+      }
+      x.push_back(Put(x_host, rows, cols));
+      used.push_back(slots);
+      targets.push_back({x.back(), slots});
+    }
+    backend().ApplyRotary(targets, cos, sin);
+    for (size_t k = 0; k < targets.size(); ++k) {
+      ExpectNear(Get(x[k]), want[k], kTolerance,
+                 absl::StrCat("rotary dim ", dim, " offset ", used[k].offset,
+                              used[k].interleaved ? " interleaved" : ""));
+    }
   }
 }
 
-// Rows written through pointers into two tensors (as into the K and V
-// caches), at unaligned offsets within their rows; the rest stays.
+// Writes of several sources in one call (five: more than the CUDA
+// backend's four a launch; one of no rows), each row to its own row of two
+// destination tensors, at column offsets; everything else stays.
 TEST_P(BackendConformanceTest, WriteRowsWritesThroughRowPointers) {
   std::mt19937 rng(25);
-  const int64_t n = 4, cols = 21, a_cols = 21, b_cols = 32, b_offset = 5;
-  const std::vector<float> src_host = Random(n * cols, &rng);
-  std::vector<float> a_host = Random(20 * a_cols, &rng);
-  std::vector<float> b_host = Random(10 * b_cols, &rng);
-  const Backend::Buffer src = Put(src_host, n, cols);
-  const Backend::Buffer a = Put(a_host, 20, a_cols);
-  const Backend::Buffer b = Put(b_host, 10, b_cols);
-  // Row i goes to a[7], b[0], a[19], b[9] (+ b_offset in b's rows).
-  const int64_t rows[] = {7, 0, 19, 9};
-  std::vector<float*> dst;
-  for (int64_t i = 0; i < n; ++i) {
-    float* row = i % 2 == 0 ? a.tensor().row(rows[i])
-                            : b.tensor().row(rows[i]) + b_offset;
-    dst.push_back(row);
-    float* host_row = i % 2 == 0 ? &a_host[rows[i] * a_cols]
-                                 : &b_host[rows[i] * b_cols + b_offset];
-    std::copy_n(&src_host[i * cols], cols, host_row);
+  const int64_t a_rows = 40, a_cols = 21, b_rows = 30, b_cols = 32;
+  std::vector<float> a_host = Random(a_rows * a_cols, &rng);
+  std::vector<float> b_host = Random(b_rows * b_cols, &rng);
+  const Backend::Buffer a = Put(a_host, a_rows, a_cols);
+  const Backend::Buffer b = Put(b_host, b_rows, b_cols);
+  // Write k: rows_of[k] rows of cols_of[k] floats, into a (k even) or b at
+  // column offset k.
+  const int64_t rows_of[] = {4, 1, 0, 3, 2};
+  const int64_t cols_of[] = {21, 9, 5, 17, 20};
+  std::vector<Backend::Buffer> src;
+  std::vector<std::vector<float*>> dst(5);
+  std::vector<RowWrite> writes;
+  int64_t next_a = 0, next_b = 29;
+  for (int k = 0; k < 5; ++k) {
+    const int64_t n = rows_of[k], cols = cols_of[k];
+    const std::vector<float> src_host = Random(n * cols, &rng);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool to_a = k % 2 == 0;
+      const int64_t row = to_a ? next_a++ * 3 % a_rows : next_b--;
+      const int64_t offset = to_a ? 0 : k;
+      dst[k].push_back((to_a ? a : b).tensor().row(row) + offset);
+      float* host_row =
+          to_a ? &a_host[row * a_cols] : &b_host[row * b_cols + offset];
+      std::copy_n(&src_host[i * cols], cols, host_row);
+    }
+    src.push_back(Put(src_host, n, cols));
+    writes.push_back({src.back(), dst[k]});
   }
-  backend().WriteRows(src, dst);
+  backend().WriteRows(writes);
   ExpectNear(Get(a), std::vector<double>(a_host.begin(), a_host.end()), 0,
              "first tensor");
   ExpectNear(Get(b), std::vector<double>(b_host.begin(), b_host.end()), 0,

@@ -180,6 +180,11 @@ void CpuBackend::SetZero(const Tensor& y) {
   std::fill(y.data, y.data + y.size(), 0.f);
 }
 
+void CpuBackend::ApplyRotary(absl::Span<const RotaryTarget> targets,
+                             const Tensor& cos, const Tensor& sin) {
+  for (const auto& [x, slots] : targets) ApplyRotary(x, slots, cos, sin);
+}
+
 void CpuBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
                              const Tensor& cos, const Tensor& sin) {
   for (int64_t i = 0; i < x.rows; ++i) {
@@ -199,9 +204,11 @@ void CpuBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
   }
 }
 
-void CpuBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
-  for (size_t i = 0; i < dst.size(); ++i) {
-    std::copy_n(src.row(i), src.cols, dst[i]);
+void CpuBackend::WriteRows(absl::Span<const RowWrite> writes) {
+  for (const auto& [src, dst] : writes) {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      std::copy_n(src.row(i), src.cols, dst[i]);
+    }
   }
 }
 

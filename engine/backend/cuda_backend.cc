@@ -560,28 +560,64 @@ void CudaBackend::SetZero(const Tensor& y) {
   Check(cudaMemsetAsync(y.data, 0, y.size() * sizeof(float), stream_), "zero");
 }
 
-void CudaBackend::ApplyRotary(const Tensor& x, const RotarySlots& slots,
+void CudaBackend::ApplyRotary(absl::Span<const RotaryTarget> targets,
                               const Tensor& cos, const Tensor& sin) {
   Bind();
-  Note({kOpRotary, Bits(x.data), Bits(x.rows), Bits(x.cols), Bits(slots.count),
-        Bits(slots.stride), Bits(slots.offset), Bits(slots.dim),
-        slots.interleaved, Bits(cos.data), Bits(sin.data)});
-  if (!Running()) return;
-  Check(cuda::LaunchRotary(x.data, x.rows, x.cols, slots.count, slots.stride,
-                           slots.offset, slots.dim, slots.interleaved, cos.data,
-                           sin.data, stream_),
-        "rotary embedding");
+  // Targets of one row count, dim and pairing share a launch.
+  size_t first = 0;
+  while (first < targets.size()) {
+    const RotaryTarget& head = targets[first];
+    cuda::RotaryTensor tensors[cuda::kMaxRotaryTensors];
+    int count = 0;
+    for (size_t i = first;
+         i < targets.size() && count < cuda::kMaxRotaryTensors; ++i) {
+      const auto& [x, slots] = targets[i];
+      if (x.rows != head.x.rows || slots.dim != head.slots.dim ||
+          slots.interleaved != head.slots.interleaved) {
+        break;
+      }
+      Note({kOpRotary, Bits(x.data), Bits(x.rows), Bits(x.cols),
+            Bits(slots.count), Bits(slots.stride), Bits(slots.offset),
+            Bits(slots.dim), slots.interleaved, Bits(cos.data),
+            Bits(sin.data)});
+      tensors[count++] = {x.data, x.cols, slots.count, slots.stride,
+                          slots.offset};
+    }
+    if (Running()) {
+      Check(cuda::LaunchRotary(tensors, count, head.x.rows, head.slots.dim,
+                               head.slots.interleaved, cos.data, sin.data,
+                               stream_),
+            "rotary embedding");
+    }
+    first += count;
+  }
 }
 
-void CudaBackend::WriteRows(const Tensor& src, absl::Span<float* const> dst) {
+void CudaBackend::WriteRows(absl::Span<const RowWrite> writes) {
   Bind();
-  float* const* d_dst = Stage(dst);
-  SendArguments();
-  Note({kOpWriteRows, Bits(src.data), dst.size(), Bits(src.cols), Bits(d_dst)});
-  if (!Running()) return;
-  Check(cuda::LaunchWriteRows(src.data, static_cast<int64_t>(dst.size()),
-                              src.cols, d_dst, stream_),
-        "writing rows");
+  for (size_t first = 0; first < writes.size(); first += cuda::kMaxRowWrites) {
+    const absl::Span<const RowWrite> part =
+        writes.subspan(first, cuda::kMaxRowWrites);
+    size_t bytes = 0;
+    for (const RowWrite& w : part) {
+      bytes += StagingBytes(w.dst.size() * sizeof(float*));
+    }
+    ReserveStaging(bytes);
+    cuda::RowWrites list[cuda::kMaxRowWrites];
+    for (size_t k = 0; k < part.size(); ++k) {
+      const auto& [src, dst] = part[k];
+      list[k] = {src.data, static_cast<int64_t>(dst.size()), src.cols,
+                 Stage(dst)};
+    }
+    SendArguments();
+    for (size_t k = 0; k < part.size(); ++k) {
+      Note({kOpWriteRows, Bits(list[k].d_src), Bits(list[k].rows),
+            Bits(list[k].cols), Bits(list[k].d_dst)});
+    }
+    if (!Running()) continue;
+    Check(cuda::LaunchWriteRows(list, static_cast<int>(part.size()), stream_),
+          "writing rows");
+  }
 }
 
 void CudaBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,

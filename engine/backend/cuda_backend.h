@@ -63,10 +63,10 @@ class CudaBackend : public Backend {
   void Add(const Tensor& y, const Tensor& x) override;
   void Clamp(const Tensor& y, float limit) override;
   void SetZero(const Tensor& y) override;
-  void ApplyRotary(const Tensor& x, const RotarySlots& slots, const Tensor& cos,
+  void ApplyRotary(absl::Span<const RotaryTarget> targets, const Tensor& cos,
                    const Tensor& sin) override;
 
-  void WriteRows(const Tensor& src, absl::Span<float* const> dst) override;
+  void WriteRows(absl::Span<const RowWrite> writes) override;
   void GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                   const Tensor& out) override;
   void AddScaledRows(const Tensor& src, absl::Span<const int32_t> rows,

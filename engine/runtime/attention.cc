@@ -81,17 +81,15 @@ class GqaAttention : public Attention {
         backend.RmsNorm(k, w_.k_norm, eps, k);
         break;
     }
-    backend.ApplyRotary(q, {heads, head_dim, 0, head_dim, false}, step.cos,
-                        step.sin);
-    backend.ApplyRotary(k, {kv_heads, head_dim, 0, head_dim, false}, step.cos,
-                        step.sin);
+    backend.ApplyRotary({{q, {heads, head_dim, 0, head_dim, false}},
+                         {k, {kv_heads, head_dim, 0, head_dim, false}}},
+                        step.cos, step.sin);
     std::vector<float*> keys(n), values(n);
     for (int64_t i = 0; i < n; ++i) {
       keys[i] = step.cache->Key(step.seq_of[i], layer, step.position_of[i]);
       values[i] = step.cache->Value(step.seq_of[i], layer, step.position_of[i]);
     }
-    backend.WriteRows(k, keys);
-    backend.WriteRows(v, values);
+    backend.WriteRows({{k, keys}, {v, values}});
 
     const CachedSequences cached(step, layer);
     const Backend::Buffer attended = backend.NewTensor(n, qw);
@@ -154,13 +152,14 @@ class MlaAttention : public Attention {
       const Tensor one{latent.row(i), 1, lora};
       backend.RmsNorm(one, w.kv_a_norm, kMlaNormEps, one);
     }
-    backend.ApplyRotary(kv, {1, rope, lora, rope, true}, step.cos, step.sin);
-    backend.ApplyRotary(q, {heads, qk, nope, rope, true}, step.cos, step.sin);
+    backend.ApplyRotary(
+        {{kv, {1, rope, lora, rope, true}}, {q, {heads, qk, nope, rope, true}}},
+        step.cos, step.sin);
     std::vector<float*> rows(n);
     for (int64_t i = 0; i < n; ++i) {
       rows[i] = step.cache->Key(step.seq_of[i], layer, step.position_of[i]);
     }
-    backend.WriteRows(kv, rows);
+    backend.WriteRows({{kv, rows}});
 
     const Backend::Buffer absorbed = backend.NewTensor(n, heads * row);
     backend.AbsorbMlaQueries(q, w.kv_b, m, heads, absorbed);

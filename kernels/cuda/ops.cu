@@ -68,16 +68,29 @@ __global__ void GatedActivationKernel(const float* gate, const float* up,
   }
 }
 
-__global__ void RotaryKernel(float* x, int64_t rows, int64_t x_cols,
-                             int64_t count, int64_t stride, int64_t offset,
+// The tensors of one LaunchRotary: tensors[k] takes the work items
+// [first_item[k], first_item[k + 1]), one per row, vector and pair.
+struct RotaryTensors {
+  RotaryTensor tensors[kMaxRotaryTensors];
+  int64_t first_item[kMaxRotaryTensors + 1];
+  int count;
+};
+
+// The parameters are read in place (grid constant): picking a tensor by
+// the item's index copies nothing to local memory.
+__global__ void RotaryKernel(const __grid_constant__ RotaryTensors p,
                              int64_t dim, bool interleaved, const float* cos,
                              const float* sin) {
   const int64_t half = dim / 2;
-  FOR_EACH_INDEX(idx, rows * count * half) {
-    const int64_t i = idx / (count * half);
-    const int64_t h = idx / half % count;
+  FOR_EACH_INDEX(item, p.first_item[p.count]) {
+    int k = 0;
+    while (k + 1 < p.count && item >= p.first_item[k + 1]) ++k;
+    const RotaryTensor& t = p.tensors[k];
+    const int64_t idx = item - p.first_item[k];
+    const int64_t i = idx / (t.count * half);
+    const int64_t h = idx / half % t.count;
     const int64_t j = idx % half;
-    float* v = x + i * x_cols + offset + h * stride;
+    float* v = t.d_x + i * t.x_cols + t.offset + h * t.stride;
     float* first = interleaved ? v + 2 * j : v + j;
     float* second = interleaved ? v + 2 * j + 1 : v + j + half;
     const float c = cos[i * half + j], s = sin[i * half + j];
@@ -87,12 +100,22 @@ __global__ void RotaryKernel(float* x, int64_t rows, int64_t x_cols,
   }
 }
 
-__global__ void WriteRowsKernel(const float* src, int64_t cols,
-                                float* const* dst) {
-  const int64_t i = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    dst[i][c] = src[i * cols + c];
-  }
+// The writes of one LaunchWriteRows: writes[k] takes the blocks
+// [first_block[k], first_block[k + 1]), one per row.
+struct RowWriteList {
+  RowWrites writes[kMaxRowWrites];
+  int64_t first_block[kMaxRowWrites + 1];
+  int count;
+};
+
+__global__ void WriteRowsKernel(const __grid_constant__ RowWriteList p) {
+  int k = 0;
+  while (k + 1 < p.count && blockIdx.x >= p.first_block[k + 1]) ++k;
+  const RowWrites& w = p.writes[k];
+  const int64_t i = blockIdx.x - p.first_block[k];
+  float* const dst = w.d_dst[i];
+  const float* const src = w.d_src + i * w.cols;
+  for (int64_t c = threadIdx.x; c < w.cols; c += blockDim.x) dst[c] = src[c];
 }
 
 __global__ void GatherRowsKernel(const float* x, int64_t cols,
@@ -328,22 +351,41 @@ cudaError_t LaunchGatedActivation(const float* d_gate, const float* d_up,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRotary(float* d_x, int64_t rows, int64_t x_cols,
-                         int64_t count, int64_t stride, int64_t offset,
+cudaError_t LaunchRotary(const RotaryTensor* tensors, int count, int64_t rows,
                          int64_t dim, bool interleaved, const float* d_cos,
                          const float* d_sin, cudaStream_t stream) {
-  const int64_t work = rows * count * (dim / 2);
+  if (count < 1 || count > kMaxRotaryTensors) return cudaErrorInvalidValue;
+  RotaryTensors p;
+  p.count = count;
+  p.first_item[0] = 0;
+  for (int k = 0; k < count; ++k) {
+    p.tensors[k] = tensors[k];
+    p.first_item[k + 1] =
+        p.first_item[k] + std::max<int64_t>(rows * tensors[k].count, 0) *
+                              std::max<int64_t>(dim / 2, 0);
+  }
+  const int64_t work = p.first_item[count];
   if (work <= 0) return cudaSuccess;
-  RotaryKernel<<<GridFor(work), kThreads, 0, stream>>>(
-      d_x, rows, x_cols, count, stride, offset, dim, interleaved, d_cos, d_sin);
+  RotaryKernel<<<GridFor(work), kThreads, 0, stream>>>(p, dim, interleaved,
+                                                       d_cos, d_sin);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchWriteRows(const float* d_src, int64_t rows, int64_t cols,
-                            float* const* d_dst, cudaStream_t stream) {
-  if (rows <= 0) return cudaSuccess;
-  WriteRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      d_src, cols, d_dst);
+cudaError_t LaunchWriteRows(const RowWrites* writes, int count,
+                            cudaStream_t stream) {
+  if (count < 1 || count > kMaxRowWrites) return cudaErrorInvalidValue;
+  RowWriteList p;
+  p.count = count;
+  p.first_block[0] = 0;
+  for (int k = 0; k < count; ++k) {
+    p.writes[k] = writes[k];
+    p.first_block[k + 1] =
+        p.first_block[k] +
+        (writes[k].cols > 0 ? std::max<int64_t>(writes[k].rows, 0) : 0);
+  }
+  const int64_t blocks = p.first_block[count];
+  if (blocks <= 0) return cudaSuccess;
+  WriteRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -93,19 +93,37 @@ cudaError_t LaunchGatedActivation(const float* d_gate, const float* d_up,
                                   const GatedActivationParams& act,
                                   float* d_out, cudaStream_t stream);
 
-// Rotates, in each of `rows` rows of d_x (row stride x_cols), `count`
-// vectors of `dim` floats starting at column offset + i * stride, by the
-// row's d_cos and d_sin ([rows, dim / 2]); pairs (j, j + dim / 2), or (2j,
-// 2j + 1) when interleaved.
-cudaError_t LaunchRotary(float* d_x, int64_t rows, int64_t x_cols,
-                         int64_t count, int64_t stride, int64_t offset,
+// A tensor of `rows` rows (row stride x_cols) whose rows each hold `count`
+// vectors to rotate, vector i starting at column offset + i * stride.
+struct RotaryTensor {
+  float* d_x = nullptr;
+  int64_t x_cols = 0;
+  int64_t count = 0;
+  int64_t stride = 0;
+  int64_t offset = 0;
+};
+inline constexpr int kMaxRotaryTensors = 4;
+// Rotates every vector of `dim` floats of each of `tensors` (1 to
+// kMaxRotaryTensors: a layer's queries and keys in one launch) in each row
+// by the row's d_cos and d_sin ([rows, dim / 2]); pairs (j, j + dim / 2),
+// or (2j, 2j + 1) when interleaved.
+cudaError_t LaunchRotary(const RotaryTensor* tensors, int count, int64_t rows,
                          int64_t dim, bool interleaved, const float* d_cos,
                          const float* d_sin, cudaStream_t stream);
 
-// d_dst[i][:cols] = d_src[i, :] for i < rows (d_dst: a device array of
-// device row pointers).
-cudaError_t LaunchWriteRows(const float* d_src, int64_t rows, int64_t cols,
-                            float* const* d_dst, cudaStream_t stream);
+// Rows of d_src ([rows, cols]) to write through d_dst (a device array of
+// `rows` device row pointers).
+struct RowWrites {
+  const float* d_src = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  float* const* d_dst = nullptr;
+};
+inline constexpr int kMaxRowWrites = 4;
+// d_dst[i][:cols] = d_src[i, :] for every i < rows of each of `writes` (1
+// to kMaxRowWrites: a layer's keys and values in one launch).
+cudaError_t LaunchWriteRows(const RowWrites* writes, int count,
+                            cudaStream_t stream);
 // d_out[i, :] = d_x[d_rows[i], :] for i < n.
 cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
                              const int32_t* d_rows, int64_t n, float* d_out,

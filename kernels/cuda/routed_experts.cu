@@ -1,6 +1,7 @@
 // The routed experts of a MoE layer on the device, routing included, so a
 // decode step never waits for the host between layers: route (a warp per
-// token), group the (token, expert) pairs by expert (one block), the gate
+// token) and group the (token, expert) pairs by expert (one block, one
+// launch for both), the gate
 // and up products with the activation and the down products (a block per
 // expert and kDotWeightRows weight rows, each expert's weights read once for
 // up to eight of its rows at a time), and the weighted combine.
@@ -66,20 +67,26 @@ __device__ __forceinline__ bool Better(float v, int i, float best_v,
   return i >= 0 && (best_i < 0 || v > best_v || (v == best_v && i < best_i));
 }
 
-// One warp per token. Shared memory: scores and selection scores [E],
-// group scores [G], then eligibility flags [E] and kept groups [G].
-__global__ void RouteKernel(const float* __restrict__ logits, DeviceRouting r,
-                            int32_t* __restrict__ pair_expert,
-                            float* __restrict__ pair_weight) {
-  extern __shared__ float shared[];
+// Shared memory one routing warp works in, in 4-byte words: scores and
+// selection scores [E], group scores [G], then eligibility flags [E] and
+// kept groups [G].
+int64_t RouteWords(const DeviceRouting& r) {
+  return 3 * int64_t{r.num_experts} + 2 * int64_t{r.num_groups};
+}
+
+// Token t's experts and weights, by one whole warp in `shared`
+// (RouteWords); lane 0 writes them.
+__device__ void RouteToken(const float* __restrict__ logits,
+                           const DeviceRouting& r, int64_t t, float* shared,
+                           int32_t* __restrict__ pair_expert,
+                           float* __restrict__ pair_weight) {
   const int experts = r.num_experts, groups = r.num_groups;
   float* score = shared;
   float* select = score + experts;
   float* group_score = select + experts;
   int* eligible = reinterpret_cast<int*>(group_score + groups);
   int* kept_group = eligible + experts;
-  const int lane = threadIdx.x;
-  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x & 31;
   const float* l = logits + t * experts;
 
   const bool softmax = !r.top_k_first && !r.sigmoid;
@@ -232,9 +239,11 @@ __device__ void BlockExclusiveScan2(int a, int b, int* a_before, int* b_before,
   *b_total = tb;
 }
 
-__global__ void GroupKernel(int pairs, int top_k, int experts, Scratch s,
-                            uint64_t expert_bytes,
-                            unsigned long long* weight_bytes) {
+// The pairs grouped by expert (Scratch's rows and slots), by the whole
+// block of kGroupThreads threads.
+__device__ void GroupPairs(int pairs, int top_k, int experts, const Scratch& s,
+                           uint64_t expert_bytes,
+                           unsigned long long* weight_bytes) {
   __shared__ int count[kMaxRoutedExperts];
   __shared__ int first_row[kMaxRoutedExperts];
   const int e = threadIdx.x;
@@ -271,6 +280,34 @@ __global__ void GroupKernel(int pairs, int top_k, int experts, Scratch s,
     s.pair_row[i] = row;
     s.row_token[row] = i / top_k;
   }
+}
+
+// Dynamic shared memory of RouteAndGroupKernel's routing warps: with the
+// grouping's static arrays, within the 48 KB a block gets without opting in.
+constexpr int64_t kRouteSharedBytes = 32 << 10;
+
+// Routes the n tokens, `route_warps` warps taking them in turn (each in its
+// own `route_words` of the dynamic shared memory), then groups their pairs:
+// one block of kGroupThreads, one launch.
+__global__ void __launch_bounds__(kGroupThreads)
+    RouteAndGroupKernel(const float* __restrict__ logits, DeviceRouting r,
+                        int n, int route_warps, int route_words, Scratch s,
+                        uint64_t expert_bytes,
+                        unsigned long long* weight_bytes) {
+  extern __shared__ float route_shared[];
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (warp < route_warps) {
+    for (int t = warp; t < n; t += route_warps) {
+      RouteToken(logits, r, t, route_shared + warp * route_words, s.pair_expert,
+                 s.pair_weight);
+      // Lane 0 reads the scores after the others are done with the token.
+      __syncwarp();
+    }
+  }
+  // Every token's pairs, written by other warps, visible to the block.
+  __syncthreads();
+  GroupPairs(n * r.top_k, r.top_k, r.num_experts, s, expert_bytes,
+             weight_bytes);
 }
 
 // The activation rows [done, done + kDotActivationRows) of a slot whose
@@ -439,15 +476,14 @@ cudaError_t LaunchRoutedExperts(const RoutedExpertsParams& p,
   const int64_t pairs = p.n * r.top_k;
   const int64_t slots = Slots(pairs, r.num_experts);
   const Scratch s(p.d_scratch, pairs, slots, p.hidden, p.intermediate);
-  const size_t route_shared =
-      (2 * r.num_experts + r.num_groups) * sizeof(float) +
-      (r.num_experts + r.num_groups) * sizeof(int);
-  RouteKernel<<<static_cast<unsigned>(p.n), 32, route_shared, stream>>>(
-      p.d_logits, r, s.pair_expert, s.pair_weight);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  GroupKernel<<<1, kGroupThreads, 0, stream>>>(static_cast<int>(pairs), r.top_k,
-                                               r.num_experts, s, p.expert_bytes,
-                                               p.d_weight_bytes);
+  const int64_t route_words = RouteWords(r);
+  const int route_warps = static_cast<int>(
+      std::clamp<int64_t>(kRouteSharedBytes / (4 * route_words), 1,
+                          std::min<int64_t>(p.n, kGroupThreads / 32)));
+  RouteAndGroupKernel<<<1, kGroupThreads, 4 * route_warps * route_words,
+                        stream>>>(p.d_logits, r, static_cast<int>(p.n),
+                                  route_warps, static_cast<int>(route_words), s,
+                                  p.expert_bytes, p.d_weight_bytes);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const auto slots_grid = static_cast<unsigned>(slots);
   if (cudaError_t e = WithWeightType(
