@@ -8,7 +8,8 @@
 #       .device/bundle.tar.xz (git-ignored; carry it to the device).
 #   tools/gpu_check.sh run [tests|bench|hybrid]  (there, from the
 #       repository root; tests and bench without an argument, one part per
-#       call keeps each within the device tool's time limit; hybrid: the
+#       call keeps each within the device tool's time limit; plain_tests
+#       and sanitized_tests: the two halves of tests; hybrid: the
 #       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
 #       alone; resident: the resident benchmarks alone; profile: decode
 #       kernels under Nsight Compute, per kernel; models: the benchmarks'
@@ -91,12 +92,21 @@ memcheck_nccl() {
 # Every CUDA test plain, under memcheck and racecheck; the goldens on cuda:0.
 # Uses run()'s check, bin and out.
 run_tests() {
+  run_plain_tests
+  run_sanitized_tests
+}
+
+run_plain_tests() {
   local test
   for test in rms_norm_test device_info_test cuda_tier_test \
     backend_conformance_test nccl_communicator_test golden_logits_test \
     hybrid_golden_test; do
     check "$test" "$bin/$test"
   done
+}
+
+run_sanitized_tests() {
+  local test
   for test in rms_norm_test cuda_tier_test backend_conformance_test \
     golden_logits_test; do
     check "memcheck_$test" "${sanitize[@]}" --tool memcheck "$bin/$test"
@@ -109,6 +119,22 @@ run_tests() {
   for test in rms_norm_test backend_conformance_test; do
     check "racecheck_$test" "${sanitize[@]}" --tool racecheck "$bin/$test"
   done
+}
+
+# The synthetic checkpoints: each architecture at make_synthetic_moe.py's
+# defaults, and mixtral_wide, two layers of Mixtral 8x7B's own widths
+# (hidden 4096, experts of 14336, 32 heads of which 8 KV; four experts,
+# about 3.5 GB), whose products are large enough to be measured against
+# the device's memory bandwidth rather than against launch gaps.
+ALL_ARCHS="mixtral mixtral_wide deepseek_v3 gpt_oss"
+synthetic_args() {
+  case $1 in
+    mixtral_wide)
+      echo --arch mixtral --hidden 4096 --intermediate 14336 --layers 2 \
+        --experts 4 --heads 32 --kv_heads 8
+      ;;
+    *) echo --arch "$1" ;;
+  esac
 }
 
 # Benchmarks on synthetic checkpoints of real shapes, written here: every
@@ -130,7 +156,8 @@ synthetic_model() {
     flock 9
     [[ -d $models/$arch ]] && exit 0
     rm -rf "$models/$arch.partial"
-    python3 tools/make_synthetic_moe.py --arch "$arch" \
+    # shellcheck disable=SC2046  # the arguments split as words
+    python3 tools/make_synthetic_moe.py $(synthetic_args "$arch") \
       --out "$models/$arch.partial" >"$out/make_$arch.log" 2>&1 &&
       mv "$models/$arch.partial" "$models/$arch"
   ) 9>"$models/$arch.lock"
@@ -141,7 +168,7 @@ synthetic_model() {
 # device and on the host. GPU_CHECK_ARCHS picks architectures.
 run_resident_benchmarks() {
   local arch
-  for arch in ${GPU_CHECK_ARCHS:-mixtral deepseek_v3 gpt_oss}; do
+  for arch in ${GPU_CHECK_ARCHS:-$ALL_ARCHS}; do
     synthetic_model "$arch"
     check "bench_$arch" bash -c "\"$bin/forward_benchmark\" \
       --model $models/$arch --device cuda:0 --batches 1,8,32 \
@@ -205,7 +232,7 @@ run() {
   if [[ $part == models ]]; then
     # No bundle: another part may be unpacking and running it.
     local arch
-    for arch in ${GPU_CHECK_ARCHS:-mixtral deepseek_v3 gpt_oss}; do
+    for arch in ${GPU_CHECK_ARCHS:-$ALL_ARCHS}; do
       synthetic_model "$arch" || return 1
     done
     return 0
@@ -252,6 +279,8 @@ run() {
   }
   case $part in
     tests) run_tests ;;
+    plain_tests) run_plain_tests ;;
+    sanitized_tests) run_sanitized_tests ;;
     bench) run_benchmarks ;;
     hybrid)
       check hybrid_golden_test "$bin/hybrid_golden_test"
@@ -277,8 +306,8 @@ case ${1:-} in
   build) build ;;
   run) run "${2:-all}" ;;
   *)
-    echo "usage: $0 build|run" \
-      "[tests|bench|hybrid|hybrid_bench|resident|profile|nccl|models]" >&2
+    echo "usage: $0 build|run [tests|plain_tests|sanitized_tests|bench|" \
+      "hybrid|hybrid_bench|resident|profile|nccl|models]" >&2
     exit 2
     ;;
 esac
