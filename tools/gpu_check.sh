@@ -12,7 +12,8 @@
 #       and sanitized_tests: the two halves of tests; hybrid: the
 #       hybrid goldens and benchmark alone; hybrid_bench: the benchmark
 #       alone; resident: the resident benchmarks alone; profile: decode
-#       kernels under Nsight Compute, per kernel; models: the benchmarks'
+#       kernels under Nsight Compute, per kernel; profile_wide: batched
+#       decode at Mixtral's widths, cuBLAS's kernels too; models: the benchmarks'
 #       synthetic checkpoints alone, to start in the background beside
 #       `run tests`, which the benchmark parts then wait for) runs every
 #       CUDA test plain and under compute-sanitizer (memcheck; racecheck on
@@ -225,6 +226,39 @@ run_profile() {
   cat "$out/profile_mixtral.txt"
 }
 
+# Batched decode at Mixtral's own widths, where the products of 9 to 64
+# rows decide the step: mixtral_wide, steps of 8 and 32 tokens issued from
+# the host, every engine kernel and cuBLAS's under Nsight Compute; the
+# table of the whole profile, then of its last step (32 tokens).
+run_profile_wide() {
+  local ncu
+  synthetic_model mixtral_wide
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
+    head -1)
+  if [[ -z $ncu ]]; then
+    summary+=("FAIL profile_wide (no ncu on this machine)")
+    status=1
+    return
+  fi
+  check profile_wide bash -c "\"$ncu\" --clock-control none --csv \
+    --page raw --print-units base --kernel-name-base mangled \
+    --kernel-name regex:'ringmoe|gemm|Gemm' \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    --log-file $out/profile_wide.csv \
+    \"$bin/forward_benchmark\" --model $models/mixtral_wide --device cuda:0 \
+    --batches 8,32 --prompt 16 --context 16 --steps 2 --steps_as device \
+    >$out/profile_wide.json"
+  python3 tools/kernel_profile.py "$out/profile_wide.csv" \
+    --benchmark_json "$out/profile_wide.json" --step_kernel EmbedKernel \
+    >"$out/profile_wide.txt" 2>&1
+  local last
+  last=$(awk '$1 ~ /^[0-9]+$/ {n = $1} END {print n}' "$out/profile_wide.txt")
+  python3 tools/kernel_profile.py "$out/profile_wide.csv" \
+    --benchmark_json "$out/profile_wide.json" --step_kernel EmbedKernel \
+    --step "$last" >"$out/profile_wide_last_step.txt" 2>&1
+  cat "$out/profile_wide.txt" "$out/profile_wide_last_step.txt"
+}
+
 run() {
   local part=${1:-all}
   local out=${OUT:-gpu-results}
@@ -289,6 +323,7 @@ run() {
     hybrid_bench) run_hybrid_benchmark ;;
     resident) run_resident_benchmarks ;;
     profile) run_profile ;;
+    profile_wide) run_profile_wide ;;
     nccl)
       check nccl_communicator_test "$bin/nccl_communicator_test"
       memcheck_nccl
@@ -307,7 +342,7 @@ case ${1:-} in
   run) run "${2:-all}" ;;
   *)
     echo "usage: $0 build|run [tests|plain_tests|sanitized_tests|bench|" \
-      "hybrid|hybrid_bench|resident|profile|nccl|models]" >&2
+      "hybrid|hybrid_bench|resident|profile|profile_wide|nccl|models]" >&2
     exit 2
     ;;
 esac
