@@ -64,11 +64,15 @@ float* CpuBackend::Allocate(int64_t n) {
 
 void CpuBackend::Free(float* data) { delete[] data; }
 
+// An empty tensor's host side may be null (an empty vector's data()),
+// which memcpy must not see even for no bytes.
 void CpuBackend::CopyToHost(const Tensor& src, float* dst) {
+  if (src.size() == 0) return;
   std::memcpy(dst, src.data, src.size() * sizeof(float));
 }
 
 void CpuBackend::CopyFromHost(const float* src, const Tensor& dst) {
+  if (dst.size() == 0) return;
   std::memcpy(dst.data, src, dst.size() * sizeof(float));
 }
 
