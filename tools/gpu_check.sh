@@ -193,36 +193,44 @@ run_hybrid_benchmark() {
     --placements auto,stream >$out/bench_three_tier_mixtral.json"
 }
 
-# Where a decode step's GPU time goes: the synthetic Mixtral resident,
-# prefill of 16 tokens and three decode steps of one and of eight tokens
-# issued from the host (no graphs: one launch per kernel), every kernel of
-# the engine under Nsight Compute (the device image's ncu; its own clock
-# control off), summarised per kernel by tools/kernel_profile.py beside
-# the device's copy ceiling, then each step's launches and time (a step
-# starts at its embedding; `--step N` breaks one down).
-run_profile() {
-  local ncu
-  synthetic_model mixtral
+# forward_benchmark on the synthetic checkpoint $2 with arguments $4...
+# under Nsight Compute (the device image's ncu; its own clock control
+# off), the kernels whose names match $3, as check $1; then every kernel
+# summarised by tools/kernel_profile.py beside the device's copy ceiling,
+# and each step's launches and time (a step starts at its embedding), in
+# $out/$1.txt. Fails (returns 1) without ncu.
+profile_under_ncu() {
+  local name=$1 model=$2 kernels=$3 ncu
+  shift 3
+  synthetic_model "$model"
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
     head -1)
   if [[ -z $ncu ]]; then
-    summary+=("FAIL profile (no ncu on this machine)")
+    summary+=("FAIL $name (no ncu on this machine)")
     status=1
-    return
+    return 1
   fi
+  check "$name" bash -c "\"$ncu\" --clock-control none --csv \
+    --page raw --print-units base --kernel-name-base mangled \
+    --kernel-name regex:'$kernels' \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    --log-file $out/$name.csv \
+    \"$bin/forward_benchmark\" --model $models/$model --device cuda:0 $* \
+    >$out/$name.json"
+  python3 tools/kernel_profile.py "$out/$name.csv" \
+    --benchmark_json "$out/$name.json" --step_kernel EmbedKernel \
+    >"$out/$name.txt" 2>&1
+}
+
+# Where a decode step's GPU time goes: the synthetic Mixtral resident,
+# prefill of 16 tokens and three decode steps of one and of eight tokens
+# issued from the host (no graphs: one launch per kernel), every kernel of
+# the engine (kernel_profile.py's `--step N` breaks one step down).
+run_profile() {
   # The engine's kernels are the ones in namespace ringmoe (the ceiling
   # probes' copies and cuBLAS's are not).
-  check profile_mixtral bash -c "\"$ncu\" --clock-control none --csv \
-    --page raw --print-units base --kernel-name-base mangled \
-    --kernel-name regex:ringmoe \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    --log-file $out/profile_mixtral.csv \
-    \"$bin/forward_benchmark\" --model $models/mixtral --device cuda:0 \
-    --batches 1,8 --prompt 16 --context 16 --steps 3 --steps_as device \
-    >$out/profile_mixtral.json"
-  python3 tools/kernel_profile.py "$out/profile_mixtral.csv" \
-    --benchmark_json "$out/profile_mixtral.json" --step_kernel EmbedKernel \
-    >"$out/profile_mixtral.txt" 2>&1
+  profile_under_ncu profile_mixtral mixtral ringmoe --batches 1,8 \
+    --prompt 16 --context 16 --steps 3 --steps_as device || return
   cat "$out/profile_mixtral.txt"
 }
 
@@ -231,26 +239,9 @@ run_profile() {
 # the host, every engine kernel and cuBLAS's under Nsight Compute; the
 # table of the whole profile, then of its last step (32 tokens).
 run_profile_wide() {
-  local ncu
-  synthetic_model mixtral_wide
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
-    head -1)
-  if [[ -z $ncu ]]; then
-    summary+=("FAIL profile_wide (no ncu on this machine)")
-    status=1
+  profile_under_ncu profile_wide mixtral_wide 'ringmoe|gemm|Gemm' \
+    --batches 8,32 --prompt 16 --context 16 --steps 2 --steps_as device ||
     return
-  fi
-  check profile_wide bash -c "\"$ncu\" --clock-control none --csv \
-    --page raw --print-units base --kernel-name-base mangled \
-    --kernel-name regex:'ringmoe|gemm|Gemm' \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    --log-file $out/profile_wide.csv \
-    \"$bin/forward_benchmark\" --model $models/mixtral_wide --device cuda:0 \
-    --batches 8,32 --prompt 16 --context 16 --steps 2 --steps_as device \
-    >$out/profile_wide.json"
-  python3 tools/kernel_profile.py "$out/profile_wide.csv" \
-    --benchmark_json "$out/profile_wide.json" --step_kernel EmbedKernel \
-    >"$out/profile_wide.txt" 2>&1
   local last
   last=$(awk '$1 ~ /^[0-9]+$/ {n = $1} END {print n}' "$out/profile_wide.txt")
   python3 tools/kernel_profile.py "$out/profile_wide.csv" \

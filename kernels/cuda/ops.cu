@@ -68,12 +68,11 @@ __global__ void GatedActivationKernel(const float* gate, const float* up,
   }
 }
 
-// The tensors of one LaunchRotary: tensors[k] takes the work items
-// [first_item[k], first_item[k + 1]), one per row, vector and pair.
+// The tensors of one LaunchRotary, each a range of work items: one per
+// row, vector and pair.
 struct RotaryTensors {
   RotaryTensor tensors[kMaxRotaryTensors];
-  int64_t first_item[kMaxRotaryTensors + 1];
-  int count;
+  LaunchRanges<kMaxRotaryTensors> items;
 };
 
 // The parameters are read in place (grid constant): picking a tensor by
@@ -82,11 +81,10 @@ __global__ void RotaryKernel(const __grid_constant__ RotaryTensors p,
                              int64_t dim, bool interleaved, const float* cos,
                              const float* sin) {
   const int64_t half = dim / 2;
-  FOR_EACH_INDEX(item, p.first_item[p.count]) {
-    int k = 0;
-    while (k + 1 < p.count && item >= p.first_item[k + 1]) ++k;
+  FOR_EACH_INDEX(item, p.items.total()) {
+    const int k = p.items.Find(item);
     const RotaryTensor& t = p.tensors[k];
-    const int64_t idx = item - p.first_item[k];
+    const int64_t idx = item - p.items.first[k];
     const int64_t i = idx / (t.count * half);
     const int64_t h = idx / half % t.count;
     const int64_t j = idx % half;
@@ -100,19 +98,16 @@ __global__ void RotaryKernel(const __grid_constant__ RotaryTensors p,
   }
 }
 
-// The writes of one LaunchWriteRows: writes[k] takes the blocks
-// [first_block[k], first_block[k + 1]), one per row.
+// The writes of one LaunchWriteRows, each a range of blocks: one per row.
 struct RowWriteList {
   RowWrites writes[kMaxRowWrites];
-  int64_t first_block[kMaxRowWrites + 1];
-  int count;
+  LaunchRanges<kMaxRowWrites> blocks;
 };
 
 __global__ void WriteRowsKernel(const __grid_constant__ RowWriteList p) {
-  int k = 0;
-  while (k + 1 < p.count && blockIdx.x >= p.first_block[k + 1]) ++k;
+  const int k = p.blocks.Find(blockIdx.x);
   const RowWrites& w = p.writes[k];
-  const int64_t i = blockIdx.x - p.first_block[k];
+  const int64_t i = blockIdx.x - p.blocks.first[k];
   float* const dst = w.d_dst[i];
   const float* const src = w.d_src + i * w.cols;
   for (int64_t c = threadIdx.x; c < w.cols; c += blockDim.x) dst[c] = src[c];
@@ -356,15 +351,11 @@ cudaError_t LaunchRotary(const RotaryTensor* tensors, int count, int64_t rows,
                          const float* d_sin, cudaStream_t stream) {
   if (count < 1 || count > kMaxRotaryTensors) return cudaErrorInvalidValue;
   RotaryTensors p;
-  p.count = count;
-  p.first_item[0] = 0;
   for (int k = 0; k < count; ++k) {
     p.tensors[k] = tensors[k];
-    p.first_item[k + 1] =
-        p.first_item[k] + std::max<int64_t>(rows * tensors[k].count, 0) *
-                              std::max<int64_t>(dim / 2, 0);
+    p.items.Append(dim / 2 > 0 ? rows * tensors[k].count * (dim / 2) : 0);
   }
-  const int64_t work = p.first_item[count];
+  const int64_t work = p.items.total();
   if (work <= 0) return cudaSuccess;
   RotaryKernel<<<GridFor(work), kThreads, 0, stream>>>(p, dim, interleaved,
                                                        d_cos, d_sin);
@@ -375,15 +366,11 @@ cudaError_t LaunchWriteRows(const RowWrites* writes, int count,
                             cudaStream_t stream) {
   if (count < 1 || count > kMaxRowWrites) return cudaErrorInvalidValue;
   RowWriteList p;
-  p.count = count;
-  p.first_block[0] = 0;
   for (int k = 0; k < count; ++k) {
     p.writes[k] = writes[k];
-    p.first_block[k + 1] =
-        p.first_block[k] +
-        (writes[k].cols > 0 ? std::max<int64_t>(writes[k].rows, 0) : 0);
+    p.blocks.Append(writes[k].cols > 0 ? writes[k].rows : 0);
   }
-  const int64_t blocks = p.first_block[count];
+  const int64_t blocks = p.blocks.total();
   if (blocks <= 0) return cudaSuccess;
   WriteRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   return cudaGetLastError();

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/block_dot.cuh"
 #include "kernels/cuda/cublas_loader.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -17,12 +18,10 @@ static_assert(kMaxFusedProductRows == kDotActivationRows,
 // Floats of dequantised weight per cuBLAS tile: whole rows, at most this.
 constexpr int64_t kTileFloats = int64_t{1} << 24;
 
-// The operands of one LaunchFusedProducts: products[p] takes the blocks
-// [first_block[p], first_block[p + 1]).
+// The operands of one LaunchFusedProducts, each a range of blocks.
 struct FusedProductsParams {
   ProductOperands products[kMaxProductsPerLaunch];
-  int64_t first_block[kMaxProductsPerLaunch + 1];
-  int count;
+  LaunchRanges<kMaxProductsPerLaunch> blocks;
 };
 
 // y[t, r] = w[r] · x[t] of the block's product, for its kDotWeightRows rows
@@ -34,13 +33,12 @@ __global__ void __launch_bounds__(kMaxDotThreads)
     FusedProductKernel(const __grid_constant__ FusedProductsParams params,
                        int n, bool vectorized) {
   __shared__ BlockDotShared shared;
-  int p = 0;
-  while (p + 1 < params.count && blockIdx.x >= params.first_block[p + 1]) ++p;
+  const int p = params.blocks.Find(blockIdx.x);
   const DeviceWeight w = params.products[p].w;
   const float* const x = params.products[p].d_x;
   float* const y = params.products[p].d_y;
   const int64_t first =
-      (blockIdx.x - params.first_block[p]) * int64_t{kDotWeightRows};
+      (blockIdx.x - params.blocks.first[p]) * int64_t{kDotWeightRows};
   const int rows = static_cast<int>(
       min(static_cast<int64_t>(kDotWeightRows), w.rows - first));
   const DeviceWeight* const weights[kDotWeightRows] = {&w, &w, &w, &w};
@@ -126,8 +124,6 @@ cudaError_t LaunchFusedProducts(const ProductOperands* products, int count,
   if (n <= 0) return cudaSuccess;
   const DeviceWeight& first = products[0].w;
   FusedProductsParams params;
-  params.count = count;
-  params.first_block[0] = 0;
   bool vectorized = true;
   for (int p = 0; p < count; ++p) {
     const ProductOperands& operands = products[p];
@@ -140,15 +136,14 @@ cudaError_t LaunchFusedProducts(const ProductOperands* products, int count,
       }
     }
     params.products[p] = operands;
-    const int64_t blocks =
-        first.cols == 0
-            ? 0
-            : (operands.w.rows + kDotWeightRows - 1) / kDotWeightRows;
-    params.first_block[p + 1] = params.first_block[p] + blocks;
+    params.blocks.Append(first.cols == 0
+                             ? 0
+                             : (operands.w.rows + kDotWeightRows - 1) /
+                                   kDotWeightRows);
     vectorized = vectorized && CanDecode8(operands.w) &&
                  reinterpret_cast<uintptr_t>(operands.d_x) % 16 == 0;
   }
-  const int64_t blocks = params.first_block[count];
+  const int64_t blocks = params.blocks.total();
   if (blocks == 0) return cudaSuccess;
   const int threads = BlockDotThreads(first.cols, vectorized);
   return WithWeightType(first.type, [&](auto type) {

@@ -26,7 +26,9 @@ __global__ void RmsNormF32Kernel(float* x, const float* __restrict__ delta,
                                  const float* __restrict__ weight, float* y,
                                  int cols, float eps, bool vectorized) {
   float* row_in = x + static_cast<size_t>(blockIdx.x) * cols;
-  const float* row_delta = delta + static_cast<size_t>(blockIdx.x) * cols;
+  // Null without kAddDelta: offset only where it is read.
+  const float* row_delta =
+      kAddDelta ? delta + static_cast<size_t>(blockIdx.x) * cols : nullptr;
   float* row_out = y + static_cast<size_t>(blockIdx.x) * cols;
   const int quads = vectorized ? cols / 4 : 0;
   float4* in4 = reinterpret_cast<float4*>(row_in);
