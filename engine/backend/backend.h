@@ -68,6 +68,12 @@ struct Product {
   Tensor x;
   const Weight* w = nullptr;
   Tensor y;
+  // The rows of the whole batch that x's rows are a share of (0: x.rows;
+  // else at least x.rows): the CPU backend sums each row as in a product of
+  // that many rows (kernels::MatMulJob::batch_rows), so a rank's share of a
+  // step under data-parallel attention gives the whole step's rows bitwise.
+  // Device backends may ignore it.
+  int64_t batch_rows = 0;
 };
 
 // x[n, hidden] through down(silu(gate(x)) * up(x)) into out[n, hidden].
@@ -75,6 +81,7 @@ struct MlpTask {
   const MlpWeights* weights = nullptr;
   Tensor x;
   Tensor out;
+  int64_t batch_rows = 0;  // Product::batch_rows of its products
 };
 
 // The routed experts of one MoE layer, from its router's logits.
@@ -148,6 +155,9 @@ struct AttentionJob {
   // softmax denominator.
   Vector sinks;
   Tensor out;  // [n, heads * head_dim]
+  // Product::batch_rows for the tokens: the CPU backend splits the work as
+  // for a step of that many tokens (every token's result alike).
+  int64_t batch_rows = 0;
 };
 
 class Backend {
@@ -272,9 +282,10 @@ class Backend {
   virtual void AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
                                 const model::MlaSpec& mla, int64_t heads,
                                 const Tensor& absorbed) = 0;
+  // `batch_rows`: Product::batch_rows of the value products.
   virtual void ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                                const model::MlaSpec& mla, int64_t heads,
-                               const Tensor& values) = 0;
+                               const Tensor& values, int64_t batch_rows) = 0;
 
   // Step graphs: a device backend may record a step's operations once and
   // replay them as one launch, sparing the host a call per operation.

@@ -1068,7 +1068,8 @@ TEST_P(BackendConformanceTest, MlaAbsorbAndExpandMatchADoubleReference) {
         const std::vector<float> attended_host = Random(n * heads * row, &rng);
         const Backend::Buffer attended = Put(attended_host, n, heads * row);
         const Backend::Buffer values = Poisoned(n, heads * c.v_dim);
-        backend().ExpandMlaValues(attended, kv_b, mla, heads, values);
+        backend().ExpandMlaValues(attended, kv_b, mla, heads, values,
+                                  /*batch_rows=*/0);
         std::vector<double> want_values(n * heads * c.v_dim, 0.0);
         for (int64_t t = 0; t < n; ++t) {
           for (int64_t h = 0; h < heads; ++h) {

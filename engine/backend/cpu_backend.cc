@@ -76,12 +76,12 @@ void CpuBackend::CopyFromHost(const float* src, const Tensor& dst) {
   std::memcpy(dst.data, src, dst.size() * sizeof(float));
 }
 
-void CpuBackend::CountProduct(const Weight& w, int64_t n) {
+void CpuBackend::CountProduct(const Weight& w, int64_t n, int64_t batch_rows) {
   if (work_ == nullptr) return;
   const int64_t bytes = StoredBytes(w);
   work_->weight_bytes += bytes;
-  work_->weight_bytes_by_kernel[kernels::KernelPathName(
-      kernels::ProductPath(w.type, n, precision_))] += bytes;
+  work_->weight_bytes_by_kernel[kernels::KernelPathName(kernels::ProductPath(
+      w.type, std::max(n, batch_rows), precision_))] += bytes;
   work_->flops += 2.0 * n * w.rows * w.cols;
 }
 
@@ -89,8 +89,9 @@ void CpuBackend::MatMul(absl::Span<const Product> products) {
   std::vector<kernels::MatMulJob> jobs;
   jobs.reserve(products.size());
   for (const Product& p : products) {
-    jobs.push_back({p.x.data, p.x.rows, AsMatrix(*p.w), p.y.data, precision_});
-    CountProduct(*p.w, p.x.rows);
+    jobs.push_back({p.x.data, p.x.rows, AsMatrix(*p.w), p.y.data, precision_,
+                    p.batch_rows});
+    CountProduct(*p.w, p.x.rows, p.batch_rows);
   }
   kernels::MatMulBatch(jobs, pool_);
 }
@@ -112,12 +113,13 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
     gate[i].resize(n * inter);
     if (w.fused()) {
       up[i].resize(n * 2 * inter);
-      products.push_back({t.x, &w.gate_up, {up[i].data(), n, 2 * inter}});
+      products.push_back(
+          {t.x, &w.gate_up, {up[i].data(), n, 2 * inter}, t.batch_rows});
       continue;
     }
     up[i].resize(n * inter);
-    products.push_back({t.x, &w.gate, {gate[i].data(), n, inter}});
-    products.push_back({t.x, &w.up, {up[i].data(), n, inter}});
+    products.push_back({t.x, &w.gate, {gate[i].data(), n, inter}, t.batch_rows});
+    products.push_back({t.x, &w.up, {up[i].data(), n, inter}, t.batch_rows});
   }
   MatMul(products);
   products.clear();
@@ -138,7 +140,8 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
       Activate(gate[i].data(), up[i].data(), 1, n * inter, w.activation,
                gate[i].data());
     }
-    products.push_back({{gate[i].data(), n, inter}, &w.down, t.out});
+    products.push_back(
+        {{gate[i].data(), n, inter}, &w.down, t.out, t.batch_rows});
   }
   MatMul(products);
   for (const MlpTask& t : tasks) {
@@ -262,7 +265,7 @@ void CpuBackend::Attend(const AttentionJob& job) {
   // even an unsplit token keeps its log-sum-exp (a slice of one).
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
   const bool sinks = !job.sinks.empty();
-  const bool runs = n >= threads;
+  const bool runs = std::max(n, job.batch_rows) >= threads;
   struct Item {
     // Tokens [token, token + count) over positions [first, end) (a run:
     // part < 0 and first, end unused) or a slice of one token's positions.
@@ -379,7 +382,7 @@ void CpuBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
 
 void CpuBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                                  const model::MlaSpec& mla, int64_t heads,
-                                 const Tensor& values) {
+                                 const Tensor& values, int64_t batch_rows) {
   const int64_t n = attended.rows, nope = mla.qk_nope_head_dim;
   const int64_t v_dim = mla.v_head_dim, row = mla.cache_width();
   const int64_t lora = mla.kv_lora_rank;
@@ -392,7 +395,7 @@ void CpuBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
     }
     const int64_t first_row = h * (nope + v_dim) + nope;
     kernels::MatMulTransposedRows(latent.data(), n, w, first_row,
-                                  first_row + v_dim, up.data());
+                                  first_row + v_dim, up.data(), batch_rows);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(up.data() + i * w.rows + first_row, v_dim,
                   values.row(i) + h * v_dim);

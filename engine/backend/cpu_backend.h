@@ -62,7 +62,7 @@ class CpuBackend : public Backend {
                         const Tensor& absorbed) override;
   void ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                        const model::MlaSpec& mla, int64_t heads,
-                       const Tensor& values) override;
+                       const Tensor& values, int64_t batch_rows) override;
 
   ThreadPool* pool() const { return pool_; }
 
@@ -73,8 +73,9 @@ class CpuBackend : public Backend {
   // One target of ApplyRotary.
   void ApplyRotary(const Tensor& x, const RotarySlots& slots, const Tensor& cos,
                    const Tensor& sin);
-  // Counts products of n rows against w.
-  void CountProduct(const Weight& w, int64_t n);
+  // Counts a product of n rows against w (a share of batch_rows, as
+  // Product::batch_rows).
+  void CountProduct(const Weight& w, int64_t n, int64_t batch_rows);
 
   ThreadPool* pool_;
   const kernels::ActivationPrecision precision_;

@@ -1047,7 +1047,8 @@ void CudaBackend::AbsorbMlaQueries(const Tensor& q, const Weight& kv_b,
 
 void CudaBackend::ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                                   const model::MlaSpec& mla, int64_t heads,
-                                  const Tensor& values) {
+                                  const Tensor& values,
+                                  int64_t /*batch_rows*/) {
   Bind();
   const int64_t nope = mla.qk_nope_head_dim, v_dim = mla.v_head_dim;
   Note({kOpExpand, Bits(attended.data), Bits(attended.rows), Bits(heads),

@@ -81,7 +81,7 @@ class CudaBackend : public Backend {
                         const Tensor& absorbed) override;
   void ExpandMlaValues(const Tensor& attended, const Weight& kv_b,
                        const model::MlaSpec& mla, int64_t heads,
-                       const Tensor& values) override;
+                       const Tensor& values, int64_t batch_rows) override;
 
   absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>
   AllocateStreamingSource(size_t bytes) override;

@@ -14,9 +14,10 @@ namespace {
 backend::Backend::Buffer RouterLogits(backend::Backend& backend,
                                       const backend::Tensor& x,
                                       const model::ModelSpec& spec,
-                                      const model::LayerWeights& layer) {
+                                      const model::LayerWeights& layer,
+                                      int64_t batch_rows) {
   backend::Backend::Buffer logits = backend.NewTensor(x.rows, spec.num_experts);
-  backend.MatMul({{x, &layer.router, logits}});
+  backend.MatMul({{x, &layer.router, logits, batch_rows}});
   if (!layer.router_bias.empty()) backend.AddBias(logits, layer.router_bias);
   return logits;
 }
@@ -70,7 +71,8 @@ bool RunOnBackend(const backend::Tensor& x, const backend::Tensor& logits,
   if (layer.has_shared_expert) {
     const backend::Backend::Buffer shared =
         backend.NewTensor(x.rows, spec.hidden_size);
-    const backend::MlpTask task{&layer.shared_expert, x, shared};
+    const backend::MlpTask task{&layer.shared_expert, x, shared,
+                                context.batch_rows};
     backend.RunMlps({&task, 1});
     AddSharedExpert(backend, shared, x, layer, out);
   }
@@ -81,9 +83,9 @@ bool RunOnBackend(const backend::Tensor& x, const backend::Tensor& logits,
 
 Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
                     const model::ModelSpec& spec,
-                    const model::LayerWeights& layer) {
-  return RouteOnHost(backend, RouterLogits(backend, x, spec, layer), spec,
-                     layer);
+                    const model::LayerWeights& layer, int64_t batch_rows) {
+  return RouteOnHost(backend, RouterLogits(backend, x, spec, layer, batch_rows),
+                     spec, layer);
 }
 
 absl::Status RunFeedForward(const backend::Tensor& x,
@@ -94,11 +96,12 @@ absl::Status RunFeedForward(const backend::Tensor& x,
   backend::Backend& backend = *context.backend;
   const int64_t n = x.rows, hidden = spec.hidden_size;
   if (!layer.is_moe) {
-    const backend::MlpTask dense{&layer.dense_mlp, x, out};
+    const backend::MlpTask dense{&layer.dense_mlp, x, out, context.batch_rows};
     backend.RunMlps({&dense, 1});
     return absl::OkStatus();
   }
-  const backend::Backend::Buffer logits = RouterLogits(backend, x, spec, layer);
+  const backend::Backend::Buffer logits =
+      RouterLogits(backend, x, spec, layer, context.batch_rows);
   if (RunOnBackend(x, logits, spec, layer, layer_index, context, out)) {
     return absl::OkStatus();
   }
@@ -135,7 +138,7 @@ absl::Status RunFeedForward(const backend::Tensor& x,
   std::vector<backend::MlpTask> alongside;
   if (layer.has_shared_expert) {
     shared = backend.NewTensor(n, hidden);
-    alongside.push_back({&layer.shared_expert, x, shared});
+    alongside.push_back({&layer.shared_expert, x, shared, context.batch_rows});
   }
   RETURN_IF_ERROR(context.experts->Run(layer_index, tasks, alongside, backend));
 

@@ -21,11 +21,12 @@ namespace ringmoe::moe {
 
 // The experts and weights `layer`'s router picks for the n tokens of x
 // ([n, hidden], normalised hidden states): the router product (plus the
-// router's bias) on the backend, then Router on the host. The MoE block
-// and the memory ring's next-layer prediction both route with it.
+// router's bias; backend::Product::batch_rows `batch_rows`) on the backend,
+// then Router on the host. The MoE block and the memory ring's next-layer
+// prediction both route with it.
 Routing RouteTokens(backend::Backend& backend, const backend::Tensor& x,
                     const model::ModelSpec& spec,
-                    const model::LayerWeights& layer);
+                    const model::LayerWeights& layer, int64_t batch_rows);
 
 // What the feed-forward block runs with.
 struct FeedForwardContext {
@@ -36,6 +37,9 @@ struct FeedForwardContext {
   // and run there (Backend::RunRoutedExperts: no synchronisation with the
   // host) unless false or `usage` counts tokens on the host.
   bool route_on_backend = true;
+  // backend::Product::batch_rows of the router, dense MLP and shared
+  // expert products (x's rows are a share of a step of that many tokens).
+  int64_t batch_rows = 0;
 };
 
 // out[n, hidden] = the feed-forward output of layer `layer_index` for the

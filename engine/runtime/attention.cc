@@ -53,7 +53,10 @@ class GqaAttention : public Attention {
     const Backend::Buffer q = backend.NewTensor(n, qw);
     const Backend::Buffer k = backend.NewTensor(n, kvw);
     const Backend::Buffer v = backend.NewTensor(n, kvw);
-    backend.MatMul({{x, &w_.q, q}, {x, &w_.k, k}, {x, &w_.v, v}});
+    const int64_t batch = step.batch_rows;
+    backend.MatMul({{x, &w_.q, q, batch},
+                    {x, &w_.k, k, batch},
+                    {x, &w_.v, v, batch}});
     if (!w_.q_bias.empty()) {
       backend.AddBias(q, w_.q_bias);
       backend.AddBias(k, w_.k_bias);
@@ -105,9 +108,10 @@ class GqaAttention : public Attention {
     job.position_of = step.position_of;
     job.sinks = w_.sinks;
     job.out = attended;
+    job.batch_rows = batch;
     backend.Attend(job);
 
-    backend.MatMul({{attended, &w_.o, out}});
+    backend.MatMul({{attended, &w_.o, out, batch}});
     if (!w_.o_bias.empty()) backend.AddBias(out, w_.o_bias);
   }
 
@@ -135,16 +139,18 @@ class MlaAttention : public Attention {
     const int64_t qk = m.qk_head_dim(), nope = m.qk_nope_head_dim;
     const int64_t rope = m.qk_rope_head_dim, lora = m.kv_lora_rank;
     const int64_t row = m.cache_width();
+    const int64_t batch = step.batch_rows;
     // Queries [n, heads, qk] and the compressed key-value rows [n, row].
     const Backend::Buffer q = backend.NewTensor(n, heads * qk);
     const Backend::Buffer kv = backend.NewTensor(n, row);
     if (m.q_lora_rank > 0) {
       const Backend::Buffer q_latent = backend.NewTensor(n, m.q_lora_rank);
-      backend.MatMul({{x, &w.q_a, q_latent}, {x, &w.kv_a, kv}});
+      backend.MatMul(
+          {{x, &w.q_a, q_latent, batch}, {x, &w.kv_a, kv, batch}});
       backend.RmsNorm(q_latent, w.q_a_norm, kMlaNormEps, q_latent);
-      backend.MatMul({{q_latent, &w.q_b, q}});
+      backend.MatMul({{q_latent, &w.q_b, q, batch}});
     } else {
-      backend.MatMul({{x, &w.q, q}, {x, &w.kv_a, kv}});
+      backend.MatMul({{x, &w.q, q, batch}, {x, &w.kv_a, kv, batch}});
     }
     // The latent is the first kv_lora_rank floats of each row.
     const Tensor latent{kv.tensor().data, n, row};
@@ -176,10 +182,11 @@ class MlaAttention : public Attention {
     job.sequence_of = cached.index_of;
     job.position_of = step.position_of;
     job.out = attended;
+    job.batch_rows = batch;
     backend.Attend(job);
     const Backend::Buffer values = backend.NewTensor(n, heads * m.v_head_dim);
-    backend.ExpandMlaValues(attended, w.kv_b, m, heads, values);
-    backend.MatMul({{values, &w_.o, out}});
+    backend.ExpandMlaValues(attended, w.kv_b, m, heads, values, batch);
+    backend.MatMul({{values, &w_.o, out, batch}});
   }
 
  private:

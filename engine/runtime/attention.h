@@ -28,6 +28,10 @@ struct AttentionStep {
   // Per token: cos and sin of its position ([n, spec.rotary_dim() / 2]).
   backend::Tensor cos;
   backend::Tensor sin;
+  // backend::Product::batch_rows of the step's products and attention:
+  // under data-parallel attention, the tokens of the whole step these are
+  // a share of (0: these).
+  int64_t batch_rows = 0;
 };
 
 class Attention {

@@ -343,6 +343,7 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   std::vector<int> home_of(chunks.size());
   std::vector<SequenceChunk> local;
   std::vector<uint64_t> rows_of_rank(ranks, 0);
+  StepShare share;
   // Homes given by the caller are checked before any is taken, so a
   // refused step changes nothing.
   for (const SequenceChunk& c : chunks) {
@@ -374,6 +375,8 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
     rank_positions_[home->second.rank] += length;
     home_of[i] = home->second.rank;
     rows_of_rank[home_of[i]] += c.all_logits ? length : 1;
+    share.tokens += length;
+    share.logits_rows += c.all_logits ? length : 1;
     if (home_of[i] == rank) local.push_back(c);
   }
   std::vector<float> local_logits;
@@ -381,7 +384,7 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
     RETURN_IF_ERROR(runner_->ForwardWithoutTokens());
   } else {
     RETURN_IF_ERROR(
-        runner_->Forward(local, kv_cache_.get(), &local_logits, work));
+        runner_->Forward(local, kv_cache_.get(), &local_logits, work, share));
   }
   // The other ranks' caches grew as their steps ran: their ledgers too.
   for (size_t i = 0; i < chunks.size(); ++i) {

@@ -76,7 +76,7 @@ absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
 
 absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache, std::vector<float>* logits,
-                                  backend::Work* work) const {
+                                  backend::Work* work, StepShare share) const {
   std::vector<SequenceId> seq_of;
   std::vector<int64_t> position_of;
   std::vector<int32_t> tokens;
@@ -101,7 +101,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   for (int64_t i = 0; i < n; ++i) {
     rope_.CosSin(position_of[i], cos.data() + i * half, sin.data() + i * half);
   }
-  const StepInputs inputs{tokens, seq_of, position_of, output_rows, cos, sin};
+  const StepInputs inputs{tokens, seq_of,      position_of, output_rows,
+                          cos,    sin,         share};
 
   // As a graph where the backend keeps one for the step's operations: a
   // replay step first (its operations only stage their arguments), then,
@@ -161,8 +162,8 @@ absl::StatusOr<Backend::Buffer> ModelRunner::EnqueueStep(const StepInputs& in,
   backend.CopyFromHost(in.sin.data(), sin_rows);
   const Backend::Buffer x = backend.NewTensor(n, hidden);
   backend.Embed(weights_.embed_tokens, in.tokens, x);
-  const AttentionStep step{in.seq_of, in.position_of, cache, cos_rows,
-                           sin_rows};
+  const AttentionStep step{in.seq_of,  in.position_of, cache,
+                           cos_rows,   sin_rows,       in.share.tokens};
   RETURN_IF_ERROR(RunLayers(step, x));
 
   const int64_t rows = static_cast<int64_t>(in.output_rows.size());
@@ -171,7 +172,7 @@ absl::StatusOr<Backend::Buffer> ModelRunner::EnqueueStep(const StepInputs& in,
   backend.RmsNorm(last, weights_.final_norm,
                   static_cast<float>(spec_.rms_norm_eps), last);
   Backend::Buffer out = backend.NewTensor(rows, spec_.vocab_size);
-  backend.MatMul({{last, &weights_.lm_head, out}});
+  backend.MatMul({{last, &weights_.lm_head, out, in.share.logits_rows}});
   return out;
 }
 
@@ -213,11 +214,13 @@ absl::Status ModelRunner::RunLayers(const AttentionStep& step,
         spec_.layer_is_moe[l + 1]) {
       experts_->Predict(
           static_cast<int>(l + 1),
-          moe::RouteTokens(backend, normed, spec_, weights_.layers[l + 1]));
+          moe::RouteTokens(backend, normed, spec_, weights_.layers[l + 1],
+                           step.batch_rows));
     }
     absl::Status status = moe::RunFeedForward(
         normed, spec_, layer, static_cast<int>(l),
-        {backend_, experts_, usage_, route_on_backend_}, delta);
+        {backend_, experts_, usage_, route_on_backend_, step.batch_rows},
+        delta);
     if (!status.ok()) {
       // The sequences' new KV positions hold partial results: callers must
       // release the sequences of a failed step.

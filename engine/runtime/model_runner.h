@@ -35,6 +35,16 @@ struct SequenceChunk {
   int home = -1;
 };
 
+// Under data-parallel attention, the whole step that a rank's chunks are a
+// share of: its tokens and its logits rows (0: the chunks' own). The
+// rank's products and attention run as for the whole step
+// (backend::Product::batch_rows), so on the CPU its rows are bitwise those
+// of the whole step run in one process.
+struct StepShare {
+  int64_t tokens = 0;
+  int64_t logits_rows = 0;
+};
+
 class ModelRunner {
  public:
   // `spec`, `weights`, `backend` (runs the step; required), `experts` (null:
@@ -55,10 +65,12 @@ class ModelRunner {
   // maximum, or too few free KV-cache blocks. A failure to load streamed
   // weights fails the step after the cache grew: release its sequences.
   // `work`, when set, accumulates the weight bytes the step read and its
-  // FLOPs (products and attention).
+  // FLOPs (products and attention). `share`: the step these chunks are a
+  // share of.
   absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
                        std::vector<float>* logits,
-                       backend::Work* work = nullptr) const;
+                       backend::Work* work = nullptr,
+                       StepShare share = {}) const;
 
   // A step that holds none of this process's tokens, under data-parallel
   // attention (TokenDispatchExecutor): runs no layer, but makes the expert
@@ -81,6 +93,7 @@ class ModelRunner {
     absl::Span<const int32_t> output_rows;
     absl::Span<const float> cos;
     absl::Span<const float> sin;
+    StepShare share;
   };
   // Issues every operation of the step to the backend; the logits tensor
   // ([output rows, vocab]) once they have run.

@@ -212,7 +212,7 @@ void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y) {
   // int4's integer products beat the blocked float ones at every count.
   if (w.type == WeightType::kInt4) {
-    return MatMulRowsDirect(x, n, w, row_begin, row_end, y);
+    return MatMulRowsDirect(x, n, w, row_begin, row_end, y, /*alone=*/false);
   }
   VisitLoader(w, [&](const auto& loader) {
     PackedRows(loader, w.type == WeightType::kF32, x, n, w.cols, row_begin,

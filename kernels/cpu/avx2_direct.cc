@@ -189,8 +189,8 @@ void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
 // prefetch far ahead for their four streams.
 template <typename L>
 void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
-                int64_t re, float* y, int64_t ldy) {
-  if (n == 1) {
+                int64_t re, float* y, int64_t ldy, bool alone) {
+  if (alone) {
     if (cols * 4 <= StreamActivationBytes()) {
       return StreamRows(w, rb, re, x, cols, y);
     }
@@ -284,7 +284,7 @@ void InterleaveFp8Chunks(float* x, int64_t cols) {
 constexpr float kFp8ActivationUnit = 0x1p64f;
 constexpr float kFp8SumUnit = 0x1p56f;
 void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
-                   int64_t re, float* y) {
+                   int64_t re, float* y, bool alone) {
   const int64_t cols = w.cols;
   float* scaled = static_cast<float*>(ThreadScratch(
       ScratchSlot::kScaledActivations, n * cols * int64_t{sizeof(float)}));
@@ -296,7 +296,7 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
     ScaleFp8Activations(w, block, x, n, kFp8ActivationUnit, scaled);
     for (int64_t j = 0; j < n; ++j)
       InterleaveFp8Chunks(scaled + j * cols, cols);
-    DirectRows(weights, scaled, n, cols, begin, end, y, w.rows);
+    DirectRows(weights, scaled, n, cols, begin, end, y, w.rows, alone);
     begin = end;
   }
   for (int64_t j = 0; j < n; ++j) {
@@ -336,28 +336,29 @@ void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
 }
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y) {
+                      int64_t row_begin, int64_t row_end, float* y,
+                      bool alone) {
   const int64_t cols = w.cols;
   switch (w.type) {
     case WeightType::kF32:
       return DirectRows(F32Loader{{}, static_cast<const float*>(w.data), cols},
-                        x, n, cols, row_begin, row_end, y, w.rows);
+                        x, n, cols, row_begin, row_end, y, w.rows, alone);
     case WeightType::kBF16:
       return DirectRows(
           Bf16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n,
-          cols, row_begin, row_end, y, w.rows);
+          cols, row_begin, row_end, y, w.rows, alone);
     case WeightType::kF16:
       return DirectRows(
           F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n, cols,
-          row_begin, row_end, y, w.rows);
+          row_begin, row_end, y, w.rows, alone);
     case WeightType::kInt8:
-      return MatMulRowsInt8(x, n, w, row_begin, row_end, y);
+      return MatMulRowsInt8(x, n, w, row_begin, row_end, y, alone);
     case WeightType::kInt4:
-      return MatMulRowsInt4(x, n, w, row_begin, row_end, y);
+      return MatMulRowsInt4(x, n, w, row_begin, row_end, y, alone);
     case WeightType::kFp8E4M3:
-      return Fp8DirectRows(w, x, n, row_begin, row_end, y);
+      return Fp8DirectRows(w, x, n, row_begin, row_end, y, alone);
     case WeightType::kMxfp4:
-      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y);
+      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y, alone);
   }
 }
 

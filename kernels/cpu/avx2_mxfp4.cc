@@ -221,7 +221,7 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
 }  // namespace
 
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y) {
+                     int64_t row_begin, int64_t row_end, float* y, bool alone) {
   const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
   const int64_t num_spans =
       (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
@@ -238,7 +238,7 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                        w.exponents};
   const Mxfp4Activations xq{spans, scales, num_spans, padded_blocks};
   const int64_t ldy = w.rows;
-  if (n > 1) {
+  if (!alone) {
     // Each weight row read from memory once, against the activation rows
     // three at a time.
     for (int64_t r = row_begin; r < row_end; ++r) {

@@ -306,13 +306,13 @@ constexpr int kPrefetchLines = 8;
 
 // MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y);
+                    int64_t row_begin, int64_t row_end, float* y, bool alone);
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y);
+                    int64_t row_begin, int64_t row_end, float* y, bool alone);
 // MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_mxfp4.cc).
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y);
+                     int64_t row_begin, int64_t row_end, float* y, bool alone);
 
 }  // namespace ringmoe::kernels::avx2
 

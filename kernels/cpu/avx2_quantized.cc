@@ -180,9 +180,10 @@ inline void PrefetchChunk(const WeightPrefetcher& prefetch,
 // kRowsAreStreams' rows are pieces of sequential streams
 // (ForEachStreamGroup), prefetched as WeightPrefetcher::Stream says; other
 // tiles prefetch kAhead lines ahead in each of their rows. One-row tiles
-// take whole groups of four chunks at a time. Each row's sum is formed
-// alike in any tile with the same N.
-template <int G, int R, int N, int kAhead = kPrefetchLines>
+// take whole groups of four chunks at a time where kFourChunks; every other
+// tile forms each row's sum alike, whatever N is.
+template <int G, int R, int N, int kAhead = kPrefetchLines,
+          bool kFourChunks = true>
 void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
                 const Int8Chunk* x, int64_t ldx, FourChunkActivations four,
                 float* y, int64_t ldy) {
@@ -200,7 +201,7 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
   }
   const int64_t full = w.row_bytes / 32;
   int64_t c = 0;
-  if constexpr (N == 1) {
+  if constexpr (N == 1 && kFourChunks) {
     for (; c + 4 <= full; c += 4) {
       PrefetchChunk<R, N, kStream, kAhead>(prefetch, rows, c);
       PrefetchChunk<R, N, kStream, kAhead>(prefetch, rows, c + 2);
@@ -270,8 +271,8 @@ template <int G>
 void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
                     const Int8Chunk* x, int64_t n, int64_t ldx,
                     FourChunkActivations four, int64_t ld4, float* y,
-                    int64_t ldy) {
-  if (n == 1) {
+                    int64_t ldy, bool alone) {
+  if (alone) {
     const int64_t activation_bytes =
         ldx * static_cast<int64_t>(sizeof(Int8Chunk));
     if (activation_bytes <= StreamActivationBytes()) {
@@ -288,16 +289,22 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
     });
     return;
   }
+  // Tiles of three activation rows and two (four left go as two and two),
+  // and one row only where it is all of x: all of them form each row's sum
+  // alike, so a row's result does not depend on n.
   const auto tile = [&](int64_t r, auto rows) {
     constexpr int R = decltype(rows)::value;
-    for (int64_t j = 0; j < n; j += 3) {
+    for (int64_t j = 0; j < n;) {
       const Int8Chunk* xj = x + j * ldx;
       const FourChunkActivations fourj{four.scales + j * ld4,
                                        four.corrections + j * ld4};
       float* yj = y + j * ldy + r;
-      switch (Min<int64_t>(3, n - j)) {
+      const int64_t count = n - j == 4 ? 2 : Min<int64_t>(3, n - j);
+      j += count;
+      switch (count) {
         case 1:
-          NibbleTile<G, R, 1>(w, r, 1, xj, ldx, fourj, yj, ldy);
+          NibbleTile<G, R, 1, kPrefetchLines, /*kFourChunks=*/false>(
+              w, r, 1, xj, ldx, fourj, yj, ldy);
           break;
         case 2:
           NibbleTile<G, R, 2>(w, r, 1, xj, ldx, fourj, yj, ldy);
@@ -317,7 +324,7 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
 template <int G>
 void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
                       int64_t cols, int64_t rb, int64_t re, float* y,
-                      int64_t ldy) {
+                      int64_t ldy, bool alone) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
   QuantizeActivationsInt8(x, n, cols, chunks, xq);
@@ -329,7 +336,7 @@ void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
                       four + (n + j) * ld4);
   }
   NibbleRowRange<G>(w, rb, re, xq, n, chunks, {four, four + n * ld4}, ld4, y,
-                    ldy);
+                    ldy, alone);
 }
 
 // int8 weights against few activation rows: widening every weight to float
@@ -504,8 +511,9 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
 // As NibbleRowRange, for int8 weights.
 template <int G>
 void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
-                  const Int16Activations& x, int64_t n, float* y, int64_t ldy) {
-  if (n == 1) {
+                  const Int16Activations& x, int64_t n, float* y, int64_t ldy,
+                  bool alone) {
+  if (alone) {
     const int64_t activation_bytes =
         x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t));
     if (activation_bytes <= StreamActivationBytes()) {
@@ -548,7 +556,8 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
 // Activation rows against int8 weights, through QuantizeBlock16.
 template <int G>
 void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
-                    int64_t rb, int64_t re, float* y, int64_t ldy) {
+                    int64_t rb, int64_t re, float* y, int64_t ldy,
+                    bool alone) {
   // Only blocks holding real columns: with groups of 64 a row may end in a
   // block of padding, whose zero weights need not be read.
   const int64_t blocks = (cols + 31) / 32;
@@ -556,34 +565,38 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
       Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
   float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
   QuantizeActivationsInt16(x, n, cols, q, scale);
-  Int8RowRange<G>(w, rb, re, Int16Activations{q, scale, blocks}, n, y, ldy);
+  Int8RowRange<G>(w, rb, re, Int16Activations{q, scale, blocks}, n, y, ldy,
+                  alone);
 }
 
 }  // namespace
 
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y) {
+                    int64_t row_begin, int64_t row_end, float* y, bool alone) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
   const Int8Rows rows{static_cast<const int8_t*>(w.data), groups * w.group_size,
                       w.scales, groups};
   if (w.group_size == 64) {
-    return Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+    return Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows,
+                              alone);
   }
-  return Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+  return Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows,
+                            alone);
 }
 
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y) {
+                    int64_t row_begin, int64_t row_end, float* y, bool alone) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
   const NibbleRows rows{static_cast<const uint8_t*>(w.data),
                         groups * w.group_size / 2, w.scales, groups};
   if (w.group_size == 64) {
     return NibbleDirectRows<64>(rows, x, n, cols, row_begin, row_end, y,
-                                w.rows);
+                                w.rows, alone);
   }
-  return NibbleDirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows);
+  return NibbleDirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows,
+                              alone);
 }
 
 }  // namespace ringmoe::kernels::avx2

@@ -465,7 +465,7 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     }
     default:
-      avx2::MatMulRowsDirect(x, 1, w, row_begin, row_end, y);
+      avx2::MatMulRowsDirect(x, 1, w, row_begin, row_end, y, /*alone=*/true);
       break;
   }
 }

@@ -288,8 +288,9 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
 }
 
 void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
-                int64_t row_begin, int64_t row_end, float* y) {
-  if (n <= kGroupRowsMax) {
+                int64_t row_begin, int64_t row_end, float* y,
+                int64_t batch_rows) {
+  if (batch_rows <= kGroupRowsMax) {
     return GroupRows(xb, ldx, n, w, row_begin, row_end, y);
   }
   const uint16_t* weights = static_cast<const uint16_t*>(w.data);

@@ -29,9 +29,13 @@ namespace avx2 {
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
 // weight read once from memory and widened in registers (int8 and int4:
 // multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes): for few activation rows.
+// MatMulTransposed describes): for few activation rows. `alone`: x's one
+// row is the whole batch, read against the weights as streams; otherwise
+// every row, one or several, goes in tiles, so each row's sum is formed
+// alike whatever n is.
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y);
+                      int64_t row_begin, int64_t row_end, float* y,
+                      bool alone);
 // The same blocked for the caches, on float32 activations: for many
 // activation rows of f32, bf16, f16 and int8 weights (int4 goes direct).
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
@@ -170,9 +174,11 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
 // weights `w` against bf16 activations `xb` (rows ldx apart, ldx a multiple
 // of 32 >= w.cols, zero past w.cols): every product of two bf16 exact in
 // float32, summed in float32 (with vdpbf16ps, which treats subnormal inputs
-// and results as zero).
+// and results as zero). The kernel is that of a product of `batch_rows`
+// (>= n) rows, each row's sum formed alike whatever n (MatMulJob).
 void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
-                int64_t row_begin, int64_t row_end, float* y);
+                int64_t row_begin, int64_t row_end, float* y,
+                int64_t batch_rows);
 
 // `iterations` rounds of 12 independent 16-lane vdpbf16ps chains: 768
 // FLOPs each.

@@ -45,6 +45,7 @@ struct PreparedProduct {
   const uint16_t* xb = nullptr;
   int64_t ldx = 0;
   int64_t n = 0;
+  int64_t batch_rows = 0;  // MatMulJob's, at least n
   Matrix w;
   float* y = nullptr;
   KernelPath path = KernelPath::kScalar;
@@ -53,13 +54,15 @@ struct PreparedProduct {
 // `job` prepared for its path; `bf16` holds the rounded activations where
 // the path takes them.
 PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
+  const int64_t batch_rows = std::max(job.n, job.batch_rows);
   PreparedProduct p{job.x,
                     nullptr,
                     0,
                     job.n,
+                    batch_rows,
                     job.w,
                     job.y,
-                    ProductPath(job.w.type, job.n, job.precision)};
+                    ProductPath(job.w.type, batch_rows, job.precision)};
   if (p.path == KernelPath::kAvx512Bf16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
@@ -74,12 +77,13 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
   switch (p.path) {
     case KernelPath::kAvx512Bf16:
       return avx512bf16::MatMulRows(p.xb, p.ldx, p.n, p.w, row_begin, row_end,
-                                    p.y);
+                                    p.y, p.batch_rows);
     case KernelPath::kAvx512:
       return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y);
     case KernelPath::kAvx2:
-      if (p.n <= DirectProductRows(p.w.type)) {
-        return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y);
+      if (p.batch_rows <= DirectProductRows(p.w.type)) {
+        return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
+                                      /*alone=*/p.batch_rows == 1);
       }
       return avx2::MatMulRowsBlocked(p.x, p.n, p.w, row_begin, row_end, p.y);
     case KernelPath::kScalar:
@@ -327,9 +331,12 @@ void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y) {
 }
 
 void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
-                          int64_t row_begin, int64_t row_end, float* y) {
+                          int64_t row_begin, int64_t row_end, float* y,
+                          int64_t batch_rows) {
   std::vector<uint16_t> unused;
-  MatMulRows(Prepare({x, n, w, y}, &unused), row_begin, row_end);
+  MatMulJob job{x, n, w, y};
+  job.batch_rows = batch_rows;
+  MatMulRows(Prepare(job, &unused), row_begin, row_end);
 }
 
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,

@@ -102,8 +102,10 @@ void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 
 // MatMulTransposed for the columns [row_begin, row_end) of y[n, w.rows]
 // only (weight rows [row_begin, row_end)); the other columns are untouched.
+// `batch_rows`: MatMulJob's.
 void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
-                          int64_t row_begin, int64_t row_end, float* y);
+                          int64_t row_begin, int64_t row_end, float* y,
+                          int64_t batch_rows = 0);
 
 // The product with w untransposed over a range of its rows, accumulated:
 // y[i * ldy + k] += Σ_{r in [row_begin, row_end)} c[i * ldc + r - row_begin]
@@ -121,6 +123,12 @@ struct MatMulJob {
   Matrix w;
   float* y = nullptr;  // [n, w.rows]
   ActivationPrecision precision = ActivationPrecision::kF32;
+  // The rows of the whole batch that x's n rows are a share of (0: n;
+  // else at least n). The path (ProductPath) and the kernel are those of a
+  // product of batch_rows rows, and every kernel forms each row's sum alike
+  // whatever its share, so a share computed apart (a rank's sequences
+  // under data-parallel attention) gives the whole batch's rows bitwise.
+  int64_t batch_rows = 0;
 };
 
 // Runs every job, splitting them over output rows into one parallel loop on

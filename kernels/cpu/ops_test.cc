@@ -570,6 +570,50 @@ TEST_P(MatMulTest, OneRowSameWhateverRangeHoldsIt) {
   }
 }
 
+// A batch's rows computed in shares (each share a product of its own rows
+// with batch_rows the batch's, on a pool of threads or inline) are bitwise
+// the whole batch's: around every switch of path and kernel (one row, the
+// direct tiles, DirectProductRows, the blocked products; bf16 also with
+// bf16 activations), with row counts whose weight-row slices fall
+// differently on the pool.
+TEST_P(MatMulTest, ShareOfABatchIsTheBatchBitwise) {
+  std::mt19937 rng(41);
+  const WeightType type = std::get<0>(GetParam());
+  for (const ActivationPrecision precision :
+       {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
+    if (precision == ActivationPrecision::kBf16 && type != WeightType::kBF16) {
+      continue;
+    }
+    ThreadPool pool(3);
+    for (const int64_t cols : {300, 1024}) {
+      const TestMatrix m = MakeMatrix(rng, type, 77, cols);
+      for (const int64_t batch : {1, 2, 4, 8, 9, 32, 33, 64, 65, 70}) {
+        const std::vector<float> x = RandomVector(rng, batch * cols);
+        std::vector<float> whole(batch * m.w.rows, NAN);
+        MatMulBatch({{x.data(), batch, m.w, whole.data(), precision}}, nullptr);
+        for (const int64_t share : {int64_t{1}, int64_t{2}, batch / 2, batch}) {
+          if (share < 1 || share > batch) continue;
+          for (int64_t first = 0; first < batch; first += share) {
+            const int64_t n = std::min(share, batch - first);
+            std::vector<float> part(n * m.w.rows, NAN);
+            MatMulJob job{x.data() + first * cols, n, m.w, part.data()};
+            job.batch_rows = batch;
+            job.precision = precision;
+            MatMulBatch({job}, first % 2 == 0 ? &pool : nullptr);
+            const std::vector<float> want(
+                whole.begin() + first * m.w.rows,
+                whole.begin() + (first + n) * m.w.rows);
+            ASSERT_EQ(part, want)
+                << cols << " columns, batch " << batch << ", rows " << first
+                << ".." << first + n << ", precision "
+                << static_cast<int>(precision);
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, MatMulTest,
     ::testing::Combine(::testing::Values(WeightType::kF32, WeightType::kBF16,
