@@ -118,7 +118,8 @@ void CpuBackend::RunMlps(absl::Span<const MlpTask> tasks) {
       continue;
     }
     up[i].resize(n * inter);
-    products.push_back({t.x, &w.gate, {gate[i].data(), n, inter}, t.batch_rows});
+    products.push_back(
+        {t.x, &w.gate, {gate[i].data(), n, inter}, t.batch_rows});
     products.push_back({t.x, &w.up, {up[i].data(), n, inter}, t.batch_rows});
   }
   MatMul(products);

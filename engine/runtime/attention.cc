@@ -54,9 +54,8 @@ class GqaAttention : public Attention {
     const Backend::Buffer k = backend.NewTensor(n, kvw);
     const Backend::Buffer v = backend.NewTensor(n, kvw);
     const int64_t batch = step.batch_rows;
-    backend.MatMul({{x, &w_.q, q, batch},
-                    {x, &w_.k, k, batch},
-                    {x, &w_.v, v, batch}});
+    backend.MatMul(
+        {{x, &w_.q, q, batch}, {x, &w_.k, k, batch}, {x, &w_.v, v, batch}});
     if (!w_.q_bias.empty()) {
       backend.AddBias(q, w_.q_bias);
       backend.AddBias(k, w_.k_bias);
@@ -145,8 +144,7 @@ class MlaAttention : public Attention {
     const Backend::Buffer kv = backend.NewTensor(n, row);
     if (m.q_lora_rank > 0) {
       const Backend::Buffer q_latent = backend.NewTensor(n, m.q_lora_rank);
-      backend.MatMul(
-          {{x, &w.q_a, q_latent, batch}, {x, &w.kv_a, kv, batch}});
+      backend.MatMul({{x, &w.q_a, q_latent, batch}, {x, &w.kv_a, kv, batch}});
       backend.RmsNorm(q_latent, w.q_a_norm, kMlaNormEps, q_latent);
       backend.MatMul({{q_latent, &w.q_b, q, batch}});
     } else {

@@ -101,8 +101,8 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
   for (int64_t i = 0; i < n; ++i) {
     rope_.CosSin(position_of[i], cos.data() + i * half, sin.data() + i * half);
   }
-  const StepInputs inputs{tokens, seq_of,      position_of, output_rows,
-                          cos,    sin,         share};
+  const StepInputs inputs{tokens, seq_of, position_of, output_rows,
+                          cos,    sin,    share};
 
   // As a graph where the backend keeps one for the step's operations: a
   // replay step first (its operations only stage their arguments), then,
@@ -162,8 +162,8 @@ absl::StatusOr<Backend::Buffer> ModelRunner::EnqueueStep(const StepInputs& in,
   backend.CopyFromHost(in.sin.data(), sin_rows);
   const Backend::Buffer x = backend.NewTensor(n, hidden);
   backend.Embed(weights_.embed_tokens, in.tokens, x);
-  const AttentionStep step{in.seq_of,  in.position_of, cache,
-                           cos_rows,   sin_rows,       in.share.tokens};
+  const AttentionStep step{in.seq_of, in.position_of, cache,
+                           cos_rows,  sin_rows,       in.share.tokens};
   RETURN_IF_ERROR(RunLayers(step, x));
 
   const int64_t rows = static_cast<int64_t>(in.output_rows.size());

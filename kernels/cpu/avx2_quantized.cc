@@ -556,8 +556,7 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
 // Activation rows against int8 weights, through QuantizeBlock16.
 template <int G>
 void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
-                    int64_t rb, int64_t re, float* y, int64_t ldy,
-                    bool alone) {
+                    int64_t rb, int64_t re, float* y, int64_t ldy, bool alone) {
   // Only blocks holding real columns: with groups of 64 a row may end in a
   // block of padding, whose zero weights need not be read.
   const int64_t blocks = (cols + 31) / 32;
@@ -592,8 +591,8 @@ void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
   const NibbleRows rows{static_cast<const uint8_t*>(w.data),
                         groups * w.group_size / 2, w.scales, groups};
   if (w.group_size == 64) {
-    return NibbleDirectRows<64>(rows, x, n, cols, row_begin, row_end, y,
-                                w.rows, alone);
+    return NibbleDirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows,
+                                alone);
   }
   return NibbleDirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows,
                               alone);

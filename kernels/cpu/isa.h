@@ -34,8 +34,7 @@ namespace avx2 {
 // every row, one or several, goes in tiles, so each row's sum is formed
 // alike whatever n is.
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y,
-                      bool alone);
+                      int64_t row_begin, int64_t row_end, float* y, bool alone);
 // The same blocked for the caches, on float32 activations: for many
 // activation rows of f32, bf16, f16 and int8 weights (int4 goes direct).
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,

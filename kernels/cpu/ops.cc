@@ -55,14 +55,11 @@ struct PreparedProduct {
 // the path takes them.
 PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   const int64_t batch_rows = std::max(job.n, job.batch_rows);
-  PreparedProduct p{job.x,
-                    nullptr,
-                    0,
-                    job.n,
-                    batch_rows,
-                    job.w,
-                    job.y,
-                    ProductPath(job.w.type, batch_rows, job.precision)};
+  PreparedProduct p{
+      job.x,      nullptr,
+      0,          job.n,
+      batch_rows, job.w,
+      job.y,      ProductPath(job.w.type, batch_rows, job.precision)};
   if (p.path == KernelPath::kAvx512Bf16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
