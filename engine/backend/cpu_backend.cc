@@ -76,13 +76,13 @@ void CpuBackend::CopyFromHost(const float* src, const Tensor& dst) {
   std::memcpy(dst.data, src, dst.size() * sizeof(float));
 }
 
-void CpuBackend::CountProduct(const Weight& w, int64_t n, int64_t batch_rows) {
+void CpuBackend::CountProduct(const Weight& w, const kernels::MatMulJob& job) {
   if (work_ == nullptr) return;
   const int64_t bytes = StoredBytes(w);
   work_->weight_bytes += bytes;
-  work_->weight_bytes_by_kernel[kernels::KernelPathName(kernels::ProductPath(
-      w.type, std::max(n, batch_rows), precision_))] += bytes;
-  work_->flops += 2.0 * n * w.rows * w.cols;
+  work_->weight_bytes_by_kernel[kernels::KernelPathName(
+      kernels::ProductPath(job))] += bytes;
+  work_->flops += 2.0 * job.n * w.rows * w.cols;
 }
 
 void CpuBackend::MatMul(absl::Span<const Product> products) {
@@ -91,7 +91,7 @@ void CpuBackend::MatMul(absl::Span<const Product> products) {
   for (const Product& p : products) {
     jobs.push_back({p.x.data, p.x.rows, AsMatrix(*p.w), p.y.data, precision_,
                     p.batch_rows});
-    CountProduct(*p.w, p.x.rows, p.batch_rows);
+    CountProduct(*p.w, jobs.back());
   }
   kernels::MatMulBatch(jobs, pool_);
 }

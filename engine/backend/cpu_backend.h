@@ -73,9 +73,8 @@ class CpuBackend : public Backend {
   // One target of ApplyRotary.
   void ApplyRotary(const Tensor& x, const RotarySlots& slots, const Tensor& cos,
                    const Tensor& sin);
-  // Counts a product of n rows against w (a share of batch_rows, as
-  // Product::batch_rows).
-  void CountProduct(const Weight& w, int64_t n, int64_t batch_rows);
+  // Counts `job`, a product against w.
+  void CountProduct(const Weight& w, const kernels::MatMulJob& job);
 
   ThreadPool* pool_;
   const kernels::ActivationPrecision precision_;

@@ -54,12 +54,13 @@ struct PreparedProduct {
 // `job` prepared for its path; `bf16` holds the rounded activations where
 // the path takes them.
 PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
-  const int64_t batch_rows = std::max(job.n, job.batch_rows);
-  PreparedProduct p{
-      job.x,      nullptr,
-      0,          job.n,
-      batch_rows, job.w,
-      job.y,      ProductPath(job.w.type, batch_rows, job.precision)};
+  PreparedProduct p;
+  p.x = job.x;
+  p.n = job.n;
+  p.batch_rows = std::max(job.n, job.batch_rows);
+  p.w = job.w;
+  p.y = job.y;
+  p.path = ProductPath(job);
   if (p.path == KernelPath::kAvx512Bf16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
@@ -148,6 +149,11 @@ KernelPath ProductPath(WeightType type, int64_t n,
     return KernelPath::kAvx512;
   }
   return VectorPath();
+}
+
+KernelPath ProductPath(const MatMulJob& job) {
+  return ProductPath(job.w.type, std::max(job.n, job.batch_rows),
+                     job.precision);
 }
 
 KernelPath VectorPath() {

@@ -131,6 +131,10 @@ struct MatMulJob {
   int64_t batch_rows = 0;
 };
 
+// The path MatMulBatch runs `job` on: ProductPath of its batch_rows (at
+// least its n).
+KernelPath ProductPath(const MatMulJob& job);
+
 // Runs every job, splitting them over output rows into one parallel loop on
 // `pool` (null: inline), so small products of different experts share the
 // threads instead of each being split thinly.
