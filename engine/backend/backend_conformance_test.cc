@@ -137,13 +137,15 @@ TEST_P(BackendConformanceTest, NamesItselfAndUploadsIntoItsWeightMemory) {
 
 // Products in every storage format, several in one call over row slices of
 // shared tensors (as the MoE block hands them): 1 to 8 rows (the CUDA
-// backend's fused pass over the stored bytes) and more (dequantised tiles
-// through cuBLAS); columns that are multiples of 8 (vectorised decoding)
-// and not; weight rows that are not multiples of 8.
+// backend's fused pass over the stored bytes), 9 to 64 (the same pass on
+// the tensor cores, 33 in two passes, where decoding is vectorised) and
+// more (dequantised tiles through cuBLAS); columns that are multiples of 8
+// (vectorised decoding) and not; weight rows that are not multiples of 8
+// (nor of the tensor-core blocks' 16).
 TEST_P(BackendConformanceTest, MatMulMatchesADoubleReferenceForEveryFormat) {
   std::mt19937 rng(11);
-  const int64_t row_counts[] = {1, 3, 8, 9, 33};
-  const int64_t total_rows = 1 + 3 + 8 + 9 + 33;
+  const int64_t row_counts[] = {1, 3, 8, 9, 33, 65};
+  const int64_t total_rows = 1 + 3 + 8 + 9 + 33 + 65;
   const int64_t shapes[][2] = {{13, 40}, {37, 67}, {48, 96}, {21, 256}};
   const int num_shapes = 4;
   for (const WeightFormat& format : AllWeightFormats()) {
@@ -199,7 +201,7 @@ TEST_P(BackendConformanceTest, MatMulMatchesADoubleReferenceForEveryFormat) {
 // most four a launch, so the five of one input make two launches, one of
 // them with a product of eight rows, a whole block); a product of another
 // width and one of another format in the same call launch apart, and more
-// than eight rows go through cuBLAS one by one. Every output starts as NaN
+// than eight rows launch one by one (on the tensor cores). Every output starts as NaN
 // and is checked, so a block that reads another product's operands or
 // writes outside its own rows fails.
 TEST_P(BackendConformanceTest, MatMulOfSeveralProductsOfOneInput) {
@@ -254,8 +256,9 @@ TEST_P(BackendConformanceTest, MatMulOfSeveralProductsOfOneInput) {
 }
 
 // A weight larger than one of the CUDA backend's dequantised tiles (2^24
-// floats), so that a product of more than 8 rows runs tile by tile into
-// column ranges of its output; and one row against it. The weight repeats
+// floats), so that a product of more than 64 rows runs tile by tile into
+// column ranges of its output through cuBLAS; 9 rows against it run on the
+// tensor cores over many blocks, one row as one pass. The weight repeats
 // a table of 1021 random bf16 values, so that its reference needs no
 // decoded copy of the whole.
 TEST_P(BackendConformanceTest, MatMulOverSeveralDequantisedTiles) {
@@ -279,7 +282,7 @@ TEST_P(BackendConformanceTest, MatMulOverSeveralDequantisedTiles) {
   host.rows = rows;
   host.cols = cols;
   const Weight w = Upload(host);
-  for (int64_t n : {9, 1}) {
+  for (int64_t n : {65, 9, 1}) {
     // Outputs of order one, where float32 sums of 8192 terms still meet
     // kTolerance · (1 + |want|).
     const std::vector<float> x_host = Random(n * cols, &rng, 0.02f);

@@ -395,12 +395,13 @@ void CudaBackend::RunProduct(const Tensor& x, const Weight& w,
   }
   const cuda::DeviceWeight d = AsDevice(w);
   // cuBLAS's products stay out of graphs.
-  FailGraphStep();
+  if (cuda::ProductUsesCublas(d, x.data, x.rows)) FailGraphStep();
   Note({kOpProduct, Bits(x.data), Bits(x.rows), Bits(y.data)});
   NoteWeight(w);
   if (Running()) {
     float* scratch = nullptr;
-    if (const int64_t floats = cuda::ProductScratchFloats(d); floats > 0) {
+    if (const int64_t floats = cuda::ProductScratchFloats(d, x.data, x.rows);
+        floats > 0) {
       scratch = Allocate(floats);
     }
     Check(cuda::LaunchProduct(d, x.data, x.rows, y.data, scratch, cublas_,
@@ -790,7 +791,7 @@ void CudaBackend::DropGraphs() {
 
 bool CudaBackend::BeginGraphStep(GraphPhase phase, int64_t tokens) {
   // cuBLAS's products (more rows) stay out of graphs.
-  if (mode_ != Mode::kEager || tokens > cuda::kMaxFusedProductRows) {
+  if (mode_ != Mode::kEager || tokens > cuda::kMaxMmaProductRows) {
     return false;
   }
   Bind();

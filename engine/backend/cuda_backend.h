@@ -94,8 +94,9 @@ class CudaBackend : public Backend {
   // operations note their parameters (every launch argument but the staged
   // host arguments) and the graph recorded from the same parameters is
   // launched. Tensors come from a device arena in stack order, so the
-  // same operations get the same addresses. Steps with products of more
-  // than cuda::kMaxFusedProductRows rows are not recorded.
+  // same operations get the same addresses. Steps of more than
+  // cuda::kMaxMmaProductRows tokens are not recorded, nor steps with a
+  // product through cuBLAS (cuda::ProductUsesCublas).
   bool BeginGraphStep(GraphPhase phase, int64_t tokens) override;
   GraphOutcome EndGraphStep() override;
 

@@ -34,17 +34,22 @@ struct DeviceWeight {
 };
 
 // Products of at most this many rows run as one pass over the weight's
-// stored bytes (decode); more rows dequantise the weight in tiles to
-// float32 and multiply through cuBLAS.
+// stored bytes (decode); up to kMaxMmaProductRows rows the same pass runs on
+// the tensor cores (float32's precision: mma_dot.cuh) where the weight
+// CanDecodeVectorized and x is 16-byte aligned; other products dequantise
+// the weight in tiles to float32 and multiply through cuBLAS.
 inline constexpr int64_t kMaxFusedProductRows = 8;
+inline constexpr int64_t kMaxMmaProductRows = 64;
 
-// d_y[n, w.rows] = d_x[n, w.cols] · wᵀ. Products of more than
-// kMaxFusedProductRows rows need `d_scratch` of ProductScratchFloats(w)
-// floats and `cublas` bound to `stream`; others take neither (may be null).
+// d_y[n, w.rows] = d_x[n, w.cols] · wᵀ. Products that ProductUsesCublas
+// need `d_scratch` of ProductScratchFloats floats and `cublas` bound to
+// `stream`; others take neither (may be null).
 cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
                           float* d_y, float* d_scratch, cublasHandle_t cublas,
                           cudaStream_t stream);
-int64_t ProductScratchFloats(const DeviceWeight& w);
+bool ProductUsesCublas(const DeviceWeight& w, const float* d_x, int64_t n);
+int64_t ProductScratchFloats(const DeviceWeight& w, const float* d_x,
+                             int64_t n);
 
 // One of several independent products of one launch: d_y[n, w.rows] =
 // d_x[n, w.cols] · wᵀ.

@@ -1,12 +1,14 @@
 // Products against stored weights: a fused pass over the stored bytes for
 // few rows (a block per kDotWeightRows weight rows, each thread decoding
-// eight values per load), tiles dequantised to float32 and multiplied by
-// cuBLAS for more.
+// eight values per load), the same pass on the tensor cores for up to
+// kMaxMmaProductRows rows (a block per kMmaWeightRows weight rows), tiles
+// dequantised to float32 and multiplied by cuBLAS for more.
 #include <algorithm>
 
 #include "kernels/cuda/block_dot.cuh"
 #include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/mma_dot.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -57,6 +59,46 @@ __global__ void __launch_bounds__(kMaxDotThreads)
   if (i < rows && t < n) y[t * w.rows + first + i] = shared.result[i][t];
 }
 
+// y[t, r] = w[r] · x[t] for the block's kMmaWeightRows rows r and every t <
+// n, 8 · kTiles rows of x a pass.
+template <WeightType kType, int kTiles>
+__global__ void __launch_bounds__(kMmaThreads)
+    MmaProductKernel(const __grid_constant__ DeviceWeight w,
+                     const float* __restrict__ x, int n,
+                     float* __restrict__ y) {
+  __shared__ MmaDotShared<kTiles> shared;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMmaWeightRows;
+  const int64_t left = w.rows - first;
+  const MmaRows rows{{&w, &w},
+                     {first, first + kMmaTileRows},
+                     {1, 1},
+                     {static_cast<int>(min(left, int64_t{kMmaTileRows})),
+                      static_cast<int>(min(max(left - kMmaTileRows, int64_t{0}),
+                                           int64_t{kMmaTileRows}))}};
+  constexpr int kPassRows = kMmaTileRows * kTiles;
+  const int g = (threadIdx.x & 31) >> 2;
+  for (int done = 0; done < n; done += kPassRows) {
+    const int m = min(kPassRows, n - done);
+    const float* xs[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      xs[t] =
+          x + static_cast<int64_t>(done + min(kMmaTileRows * t + g, m - 1)) *
+                  w.cols;
+    }
+    MmaDot<kType, kTiles>(rows, w.cols, xs, m, shared);
+    // Consecutive threads write consecutive weight rows of one x row.
+    for (int e = threadIdx.x; e < kMmaWeightRows * kPassRows;
+         e += kMmaThreads) {
+      const int i = e % kMmaWeightRows, t = e / kMmaWeightRows;
+      if (t < m && i < left) {
+        y[static_cast<int64_t>(done + t) * w.rows + first + i] =
+            shared.partial[0][i][t];
+      }
+    }
+  }
+}
+
 // out[(r - first_row) * cols + c] = w[r, c] for r in [first_row, first_row +
 // rows).
 __global__ void DequantizeRowsKernel(DeviceWeight w, int64_t first_row,
@@ -81,6 +123,34 @@ cudaError_t LaunchFused(const FusedProductsParams& params, int64_t n,
         <<<grid, threads, 0, stream>>>(params, static_cast<int>(n), vectorized);
   }
   return cudaGetLastError();
+}
+
+template <WeightType kType>
+cudaError_t LaunchMma(const DeviceWeight& w, const float* d_x, int64_t n,
+                      float* d_y, cudaStream_t stream) {
+  const dim3 grid(
+      static_cast<unsigned>((w.rows + kMmaWeightRows - 1) / kMmaWeightRows));
+  const int rows = static_cast<int>(n);
+  switch (MmaTiles(n)) {
+    case 1:
+      MmaProductKernel<kType, 1>
+          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
+      break;
+    case 2:
+      MmaProductKernel<kType, 2>
+          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
+      break;
+    default:
+      MmaProductKernel<kType, kMaxMmaTiles>
+          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
+  }
+  return cudaGetLastError();
+}
+
+// Whether a product of n rows at d_x runs on the tensor cores.
+bool OnTensorCores(const DeviceWeight& w, const float* d_x, int64_t n) {
+  return n > kMaxFusedProductRows && n <= kMaxMmaProductRows && w.cols > 0 &&
+         CanDecode8(w) && reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
 }
 
 int64_t TileRows(const DeviceWeight& w) {
@@ -112,8 +182,16 @@ bool CanLaunchTogether(const DeviceWeight& a, const DeviceWeight& b) {
   return a.type == b.type && a.cols == b.cols;
 }
 
-int64_t ProductScratchFloats(const DeviceWeight& w) {
-  return w.type == WeightType::kF32 ? 0 : TileRows(w) * w.cols;
+bool ProductUsesCublas(const DeviceWeight& w, const float* d_x, int64_t n) {
+  return n > kMaxFusedProductRows && w.rows > 0 && w.cols > 0 &&
+         !OnTensorCores(w, d_x, n);
+}
+
+int64_t ProductScratchFloats(const DeviceWeight& w, const float* d_x,
+                             int64_t n) {
+  return ProductUsesCublas(w, d_x, n) && w.type != WeightType::kF32
+             ? TileRows(w) * w.cols
+             : 0;
 }
 
 cudaError_t LaunchFusedProducts(const ProductOperands* products, int count,
@@ -161,6 +239,11 @@ cudaError_t LaunchProduct(const DeviceWeight& w, const float* d_x, int64_t n,
     return LaunchFusedProducts(&operands, 1, n, stream);
   }
   if (w.cols == 0) return cudaMemsetAsync(d_y, 0, n * w.rows * 4, stream);
+  if (OnTensorCores(w, d_x, n)) {
+    return WithWeightType(w.type, [&](auto type) {
+      return LaunchMma<decltype(type)::value>(w, d_x, n, d_y, stream);
+    });
+  }
   if (w.type == WeightType::kF32) {
     return Sgemm(cublas, static_cast<const float*>(w.data), w.rows, w.cols, d_x,
                  n, d_y, w.rows);

@@ -4,12 +4,15 @@
 // launch for both), the gate
 // and up products with the activation and the down products (a block per
 // expert and kDotWeightRows weight rows, each expert's weights read once for
-// up to eight of its rows at a time), and the weighted combine.
+// up to eight of its rows at a time; for more than one token, a block per
+// expert and kMmaWeightRows weight rows on the tensor cores, up to 32 rows
+// at a time), and the weighted combine.
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/block_dot.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/mma_dot.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -405,6 +408,104 @@ __global__ void __launch_bounds__(kMaxDotThreads)
   }
 }
 
+// GateUpKernel on the tensor cores: the block's 16 weight rows are the gate
+// and up rows of kMmaGateUpColumns values of j, 8 · kTiles rows a pass.
+constexpr int kMmaGateUpColumns = kMmaWeightRows / 2;
+
+// Lane g's activation row of each tile of a pass: row done + 8k + g of the
+// slot whose rows start at `first` (the pass's last where that is past m).
+template <int kTiles>
+__device__ __forceinline__ void MmaPassRows(const float* base, int64_t stride,
+                                            const int32_t* index, int first,
+                                            int done, int m,
+                                            const float* (&x)[kTiles]) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    const int row = first + done + min(kMmaTileRows * t + g, m - 1);
+    x[t] = base + static_cast<int64_t>(index ? index[row] : row) * stride;
+  }
+}
+
+template <WeightType kType, int kTiles>
+__global__ void __launch_bounds__(kMmaThreads)
+    MmaGateUpKernel(RoutedExpertsParams p, Scratch s) {
+  __shared__ MmaDotShared<kTiles> shared;
+  const int slot = blockIdx.y;
+  if (slot >= *s.active_slots) return;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kMmaGateUpColumns;
+  const int columns = static_cast<int>(
+      min(static_cast<int64_t>(kMmaGateUpColumns), p.intermediate - j0));
+  const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
+  // Rows 0-7 gate j0 + i, rows 8-15 up j0 + i.
+  const MmaRows rows = p.fused ? MmaRows{{&expert.gate_up, &expert.gate_up},
+                                         {2 * j0, 2 * j0 + 1},
+                                         {2, 2},
+                                         {columns, columns}}
+                               : MmaRows{{&expert.gate, &expert.up},
+                                         {j0, j0},
+                                         {1, 1},
+                                         {columns, columns}};
+  const int first = s.slot_first[slot], total = s.slot_rows[slot];
+  constexpr int kPassRows = kMmaTileRows * kTiles;
+  for (int done = 0; done < total; done += kPassRows) {
+    const int m = min(kPassRows, total - done);
+    const float* x[kTiles];
+    MmaPassRows(p.d_x, p.hidden, s.row_token, first, done, m, x);
+    MmaDot<kType, kTiles>(rows, p.hidden, x, m, shared);
+    for (int e = threadIdx.x; e < kMmaGateUpColumns * kPassRows;
+         e += kMmaThreads) {
+      const int c = e % kMmaGateUpColumns, t = e / kMmaGateUpColumns;
+      if (c >= columns || t >= m) continue;
+      float gate_bias = 0.f, up_bias = 0.f;
+      if (p.fused && expert.gate_up_bias != nullptr) {
+        gate_bias = expert.gate_up_bias[2 * (j0 + c)];
+        up_bias = expert.gate_up_bias[2 * (j0 + c) + 1];
+      }
+      s.hidden[static_cast<int64_t>(first + done + t) * p.intermediate + j0 +
+               c] =
+          GatedActivation(shared.partial[0][c][t] + gate_bias,
+                          shared.partial[0][kMmaTileRows + c][t] + up_bias,
+                          p.activation);
+    }
+  }
+}
+
+// DownKernel on the tensor cores: kMmaWeightRows values of r a block.
+template <WeightType kType, int kTiles>
+__global__ void __launch_bounds__(kMmaThreads)
+    MmaDownKernel(RoutedExpertsParams p, Scratch s) {
+  __shared__ MmaDotShared<kTiles> shared;
+  const int slot = blockIdx.y;
+  if (slot >= *s.active_slots) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kMmaWeightRows;
+  const int64_t left = p.hidden - r0;
+  const DeviceExpert& expert = p.d_experts[s.slot_expert[slot]];
+  const MmaRows rows{{&expert.down, &expert.down},
+                     {r0, r0 + kMmaTileRows},
+                     {1, 1},
+                     {static_cast<int>(min(left, int64_t{kMmaTileRows})),
+                      static_cast<int>(min(max(left - kMmaTileRows, int64_t{0}),
+                                           int64_t{kMmaTileRows}))}};
+  const int first = s.slot_first[slot], total = s.slot_rows[slot];
+  constexpr int kPassRows = kMmaTileRows * kTiles;
+  for (int done = 0; done < total; done += kPassRows) {
+    const int m = min(kPassRows, total - done);
+    const float* h[kTiles];
+    MmaPassRows(s.hidden, p.intermediate, nullptr, first, done, m, h);
+    MmaDot<kType, kTiles>(rows, p.intermediate, h, m, shared);
+    for (int e = threadIdx.x; e < kMmaWeightRows * kPassRows;
+         e += kMmaThreads) {
+      const int i = e % kMmaWeightRows, t = e / kMmaWeightRows;
+      if (i >= left || t >= m) continue;
+      const float bias =
+          expert.down_bias != nullptr ? expert.down_bias[r0 + i] : 0.f;
+      s.expert_out[static_cast<int64_t>(first + done + t) * p.hidden + r0 + i] =
+          shared.partial[0][i][t] + bias;
+    }
+  }
+}
+
 // out[t] = Σ weight · expert_out[row] over token t's pairs, in ascending
 // expert order (a token's pairs in their own order where experts repeat);
 // block (t, y) the columns y·blockDim.x + i·gridDim.y·blockDim.x.
@@ -436,20 +537,61 @@ __global__ void CombineKernel(int top_k, int64_t hidden, Scratch s,
   }
 }
 
+unsigned Blocks(int64_t size, int64_t per_block) {
+  return static_cast<unsigned>((size + per_block - 1) / per_block);
+}
+
+template <WeightType kType, int kTiles>
+void LaunchMmaGateUp(const RoutedExpertsParams& p, const Scratch& s,
+                     unsigned slots, cudaStream_t stream) {
+  MmaGateUpKernel<kType, kTiles>
+      <<<dim3(Blocks(p.intermediate, kMmaGateUpColumns), slots), kMmaThreads, 0,
+         stream>>>(p, s);
+}
+
+template <WeightType kType, int kTiles>
+void LaunchMmaDown(const RoutedExpertsParams& p, const Scratch& s,
+                   unsigned slots, cudaStream_t stream) {
+  MmaDownKernel<kType, kTiles><<<dim3(Blocks(p.hidden, kMmaWeightRows), slots),
+                                 kMmaThreads, 0, stream>>>(p, s);
+}
+
+// The experts' MLPs: one token on CUDA cores (kActs 1); more on the tensor
+// cores where the matrices allow (vectorized), on CUDA cores eight rows a
+// pass where not.
 template <WeightType kType, int kActs>
 cudaError_t LaunchExpertMlps(const RoutedExpertsParams& p, const Scratch& s,
                              unsigned slots, cudaStream_t stream) {
-  const unsigned gate_up_blocks = static_cast<unsigned>(
-      (p.intermediate + kGateUpColumns - 1) / kGateUpColumns);
-  GateUpKernel<kType, kActs>
-      <<<dim3(gate_up_blocks, slots),
-         BlockDotThreads(p.hidden, p.vectorized_gate_up), 0, stream>>>(p, s);
+  const bool tensor_cores = kActs > 1;
+  const int tiles = MmaTiles(p.n);
+  if (tensor_cores && p.vectorized_gate_up) {
+    if (tiles == 1) {
+      LaunchMmaGateUp<kType, 1>(p, s, slots, stream);
+    } else if (tiles == 2) {
+      LaunchMmaGateUp<kType, 2>(p, s, slots, stream);
+    } else {
+      LaunchMmaGateUp<kType, kMaxMmaTiles>(p, s, slots, stream);
+    }
+  } else {
+    GateUpKernel<kType, kActs>
+        <<<dim3(Blocks(p.intermediate, kGateUpColumns), slots),
+           BlockDotThreads(p.hidden, p.vectorized_gate_up), 0, stream>>>(p, s);
+  }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  const unsigned down_blocks =
-      static_cast<unsigned>((p.hidden + kDotWeightRows - 1) / kDotWeightRows);
-  DownKernel<kType, kActs>
-      <<<dim3(down_blocks, slots),
-         BlockDotThreads(p.intermediate, p.vectorized_down), 0, stream>>>(p, s);
+  if (tensor_cores && p.vectorized_down) {
+    if (tiles == 1) {
+      LaunchMmaDown<kType, 1>(p, s, slots, stream);
+    } else if (tiles == 2) {
+      LaunchMmaDown<kType, 2>(p, s, slots, stream);
+    } else {
+      LaunchMmaDown<kType, kMaxMmaTiles>(p, s, slots, stream);
+    }
+  } else {
+    DownKernel<kType, kActs>
+        <<<dim3(Blocks(p.hidden, kDotWeightRows), slots),
+           BlockDotThreads(p.intermediate, p.vectorized_down), 0, stream>>>(p,
+                                                                            s);
+  }
   return cudaGetLastError();
 }
 
