@@ -158,7 +158,10 @@ int RunBench() {
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < batch; ++b)
     prompts.push_back(SyntheticTokens(prompt, vocab, static_cast<uint32_t>(b)));
+  // Steps return greedy tokens, as the server's greedy requests do: only
+  // they reach the host.
   std::vector<float> logits;
+  std::vector<int32_t> greedy;
   runtime::SequenceId next_id = 0;
   // One prefill of the whole batch; returns the sequence ids it used.
   auto prefill = [&](backend::Work* work)
@@ -167,9 +170,10 @@ int RunBench() {
     std::vector<runtime::SequenceId> ids;
     for (int64_t b = 0; b < batch; ++b) {
       ids.push_back(next_id++);
-      chunks.push_back({ids.back(), prompts[b], false});
+      chunks.push_back({ids.back(), prompts[b]});
+      chunks.back().greedy_token = true;
     }
-    absl::Status status = engine.Step(chunks, &logits, work);
+    absl::Status status = engine.Step(chunks, &logits, work, &greedy);
     if (!status.ok()) return status;
     return ids;
   };
@@ -218,14 +222,13 @@ int RunBench() {
          ++g) {
       std::vector<runtime::SequenceChunk> chunks;
       for (int64_t b = 0; b < batch; ++b) {
-        const float* row = logits.data() + b * vocab;
-        next[b] = {
-            static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
-        chunks.push_back({ids[b], next[b], false});
+        next[b] = {greedy[b]};
+        chunks.push_back({ids[b], next[b]});
+        chunks.back().greedy_token = true;
       }
       backend::Work work;
       const auto start = std::chrono::steady_clock::now();
-      absl::Status status = engine.Step(chunks, &logits, &work);
+      absl::Status status = engine.Step(chunks, &logits, &work, &greedy);
       step_seconds.push_back(SecondsSince(start));
       if (!status.ok()) return Fail("bench", status);
       step_bytes.push_back(work.weight_bytes);

@@ -252,6 +252,10 @@ class Backend {
   // out[i] = x[rows[i]].
   virtual void GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                           const Tensor& out) = 0;
+  // tokens[r] = kernels::GreedyToken(row r of logits): greedy decoding's
+  // token found where the logits lie, so that only it need reach the host.
+  // tokens is [logits.rows, 1], each value an int32 held in a float's bits.
+  virtual void GreedyTokens(const Tensor& logits, const Tensor& tokens) = 0;
   // y[rows[i]] += scales[i] * src[i], in order of i.
   virtual void AddScaledRows(const Tensor& src, absl::Span<const int32_t> rows,
                              absl::Span<const float> scales,

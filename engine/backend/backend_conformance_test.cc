@@ -9,6 +9,8 @@
 // comparison.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -201,8 +203,8 @@ TEST_P(BackendConformanceTest, MatMulMatchesADoubleReferenceForEveryFormat) {
 // most four a launch, so the five of one input make two launches, one of
 // them with a product of eight rows, a whole block); a product of another
 // width and one of another format in the same call launch apart, and more
-// than eight rows launch one by one (on the tensor cores). Every output starts as NaN
-// and is checked, so a block that reads another product's operands or
+// than eight rows launch one by one (on the tensor cores). Every output starts
+// as NaN and is checked, so a block that reads another product's operands or
 // writes outside its own rows fails.
 TEST_P(BackendConformanceTest, MatMulOfSeveralProductsOfOneInput) {
   std::mt19937 rng(13);
@@ -858,6 +860,62 @@ TEST_P(BackendConformanceTest, GatherRowsRepeatsRows) {
                 x_host.begin() + (r + 1) * cols);
   }
   ExpectNear(Get(out), want, 0, "gather rows");
+}
+
+// Greedy decoding's token, every rule of kernels::GreedyToken, on rows of
+// many widths (one thread's columns, several warps', a vocabulary's): the
+// first maximum, NaN never chosen, +inf tying FLT_MAX, -0 tying +0, -1 when
+// nothing is above -inf.
+TEST_P(BackendConformanceTest, GreedyTokensFollowTheSamplersRule) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr float kMax = std::numeric_limits<float>::max();
+  std::mt19937 rng(29);
+  for (const int64_t cols : {1, 5, 31, 256, 257, 1000, 4099, 151936}) {
+    std::vector<std::vector<float>> rows;
+    rows.push_back(Random(cols, &rng, 4.f));  // almost surely one maximum
+    std::vector<float> ties = Random(cols, &rng);
+    for (int64_t c = cols / 3; c < cols; c += std::max<int64_t>(cols / 5, 1)) {
+      ties[c] = 9.f;  // the first of these wins
+    }
+    rows.push_back(ties);
+    std::vector<float> odd = Random(cols, &rng);
+    for (int64_t c = 0; c < cols; c += 3) odd[c] = NAN;
+    odd[cols - 1] = 7.f;  // the last column wins over NaNs
+    rows.push_back(odd);
+    std::vector<float> infinite = Random(cols, &rng);
+    infinite[cols - 1] = kInf;
+    infinite[(cols - 1) / 2] = kMax;  // ties +inf, and comes first
+    rows.push_back(infinite);
+    std::vector<float> zeros(cols, -kInf);
+    zeros[cols - 1] = 0.f;
+    zeros[(cols - 1) / 2] = -0.f;
+    rows.push_back(zeros);
+    rows.push_back(std::vector<float>(cols, -kInf));
+    std::vector<float> nothing(cols, NAN);
+    nothing[0] = -kInf;
+    rows.push_back(nothing);
+
+    std::vector<float> host;
+    std::vector<int32_t> want;
+    for (const std::vector<float>& row : rows) {
+      host.insert(host.end(), row.begin(), row.end());
+      std::vector<float> ranked(row.size());
+      std::transform(row.begin(), row.end(), ranked.begin(), [&](float v) {
+        return std::isnan(v) ? -kInf : std::min(v, kMax);
+      });
+      const auto best = std::max_element(ranked.begin(), ranked.end());
+      want.push_back(
+          *best == -kInf ? -1 : static_cast<int32_t>(best - ranked.begin()));
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    const Backend::Buffer logits = Put(host, n, cols);
+    const Backend::Buffer tokens = Poisoned(n, 1);
+    backend().GreedyTokens(logits, tokens);
+    const std::vector<float> bits = Get(tokens);
+    std::vector<int32_t> got(n);
+    std::memcpy(got.data(), bits.data(), n * sizeof(int32_t));
+    EXPECT_EQ(got, want) << cols << " columns";
+  }
 }
 
 // Repeated destinations (a token's experts adding into its row) must all

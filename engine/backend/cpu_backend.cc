@@ -227,6 +227,13 @@ void CpuBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
   }
 }
 
+void CpuBackend::GreedyTokens(const Tensor& logits, const Tensor& tokens) {
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const int32_t token = kernels::GreedyToken(logits.row(r), logits.cols);
+    std::memcpy(tokens.data + r, &token, sizeof(token));
+  }
+}
+
 void CpuBackend::AddScaledRows(const Tensor& src,
                                absl::Span<const int32_t> rows,
                                absl::Span<const float> scales,

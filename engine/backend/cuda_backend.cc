@@ -55,6 +55,7 @@ enum Op : uint64_t {
   kOpRotary,
   kOpWriteRows,
   kOpGatherRows,
+  kOpGreedyTokens,
   kOpAddScaledRows,
   kOpSigmoidGated,
   kOpAttention,
@@ -633,6 +634,17 @@ void CudaBackend::GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                                static_cast<int64_t>(rows.size()), out.data,
                                stream_),
         "gathering rows");
+}
+
+void CudaBackend::GreedyTokens(const Tensor& logits, const Tensor& tokens) {
+  Bind();
+  Note({kOpGreedyTokens, Bits(logits.data), Bits(logits.rows),
+        Bits(logits.cols), Bits(tokens.data)});
+  if (!Running()) return;
+  Check(cuda::LaunchGreedyTokens(logits.data, logits.rows, logits.cols,
+                                 reinterpret_cast<int32_t*>(tokens.data),
+                                 stream_),
+        "finding greedy tokens");
 }
 
 void CudaBackend::AddScaledRows(const Tensor& src,

@@ -69,6 +69,7 @@ class CudaBackend : public Backend {
   void WriteRows(absl::Span<const RowWrite> writes) override;
   void GatherRows(const Tensor& x, absl::Span<const int32_t> rows,
                   const Tensor& out) override;
+  void GreedyTokens(const Tensor& logits, const Tensor& tokens) override;
   void AddScaledRows(const Tensor& src, absl::Span<const int32_t> rows,
                      absl::Span<const float> scales, const Tensor& y) override;
   void AddSigmoidGated(const Tensor& src, const Tensor& x, const Vector& gate,

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -259,9 +261,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
 }
 
 absl::Status Engine::Step(absl::Span<const SequenceChunk> chunks,
-                          std::vector<float>* logits, backend::Work* work) {
-  if (data_parallel_ != nullptr) return DataParallelStep(chunks, logits, work);
-  return runner_->Forward(chunks, kv_cache_.get(), logits, work);
+                          std::vector<float>* logits, backend::Work* work,
+                          std::vector<int32_t>* greedy_tokens) {
+  if (data_parallel_ != nullptr) {
+    return DataParallelStep(chunks, logits, work, greedy_tokens);
+  }
+  return runner_->Forward(chunks, kv_cache_.get(), logits, work, {},
+                          greedy_tokens);
 }
 
 int Engine::num_kv_caches() const {
@@ -336,17 +342,23 @@ void Engine::Release(SequenceId sequence) {
 
 absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
                                       std::vector<float>* logits,
-                                      backend::Work* work) {
+                                      backend::Work* work,
+                                      std::vector<int32_t>* greedy_tokens) {
   const int rank = data_parallel_->rank(), ranks = data_parallel_->size();
   const int64_t vocab = spec_.vocab_size;
   // Every rank is handed the same chunks, so every rank homes them alike.
   std::vector<int> home_of(chunks.size());
   std::vector<SequenceChunk> local;
-  std::vector<uint64_t> rows_of_rank(ranks, 0);
+  // Per rank: its chunks' logits rows and greedy tokens.
+  std::vector<uint64_t> rows_of_rank(ranks, 0), greedy_of_rank(ranks, 0);
   StepShare share;
   // Homes given by the caller are checked before any is taken, so a
   // refused step changes nothing.
   for (const SequenceChunk& c : chunks) {
+    if (c.greedy_token && greedy_tokens == nullptr) {
+      return absl::InvalidArgumentError(
+          "a step with greedy-token chunks needs somewhere to put the tokens");
+    }
     if (c.home >= ranks) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.sequence, ": home rank ", c.home,
@@ -374,17 +386,22 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
     home->second.length += length;
     rank_positions_[home->second.rank] += length;
     home_of[i] = home->second.rank;
-    rows_of_rank[home_of[i]] += c.all_logits ? length : 1;
+    if (c.greedy_token) {
+      ++greedy_of_rank[home_of[i]];
+    } else {
+      rows_of_rank[home_of[i]] += c.all_logits ? length : 1;
+    }
     share.tokens += length;
     share.logits_rows += c.all_logits ? length : 1;
     if (home_of[i] == rank) local.push_back(c);
   }
   std::vector<float> local_logits;
+  std::vector<int32_t> local_greedy;
   if (local.empty()) {
     RETURN_IF_ERROR(runner_->ForwardWithoutTokens());
   } else {
-    RETURN_IF_ERROR(
-        runner_->Forward(local, kv_cache_.get(), &local_logits, work, share));
+    RETURN_IF_ERROR(runner_->Forward(local, kv_cache_.get(), &local_logits,
+                                     work, share, &local_greedy));
   }
   // The other ranks' caches grew as their steps ran: their ledgers too.
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -400,39 +417,55 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
     }
   }
 
-  // Each rank's logits rows, one block per rank, sent to every rank by
-  // one broadcast per rank that has any.
-  std::vector<uint64_t> first_row(ranks + 1, 0);
+  // Each rank's block, its logits rows then its greedy tokens (int32 bits in
+  // float slots), sent to every rank by one broadcast per rank that has
+  // any.
+  std::vector<uint64_t> first(ranks + 1, 0);
   for (int p = 0; p < ranks; ++p) {
-    first_row[p + 1] = first_row[p] + rows_of_rank[p];
+    first[p + 1] = first[p] + rows_of_rank[p] * vocab + greedy_of_rank[p];
   }
-  std::vector<float> blocks(first_row[ranks] * vocab);
+  std::vector<float> blocks(first[ranks]);
   std::copy(local_logits.begin(), local_logits.end(),
-            blocks.begin() + first_row[rank] * vocab);
+            blocks.begin() + first[rank]);
+  std::memcpy(blocks.data() + first[rank] + rows_of_rank[rank] * vocab,
+              local_greedy.data(), local_greedy.size() * sizeof(int32_t));
   for (int p = 0; p < ranks; ++p) {
-    if (rows_of_rank[p] == 0) continue;
-    absl::Span<float> block = absl::MakeSpan(blocks).subspan(
-        first_row[p] * vocab, rows_of_rank[p] * vocab);
+    if (first[p + 1] == first[p]) continue;
+    absl::Span<float> block =
+        absl::MakeSpan(blocks).subspan(first[p], first[p + 1] - first[p]);
     if (absl::Status s =
             data_parallel_->Broadcast(p, parallel::AsWritableBytes(block));
         !s.ok()) {
       return absl::Status(
           s.code(),
           absl::StrCat("sending rank ", p, "'s logits (", rows_of_rank[p],
-                       " rows) on rank ", rank, ": ", s.message()));
+                       " rows) and greedy tokens (", greedy_of_rank[p],
+                       ") on rank ", rank, ": ", s.message()));
     }
   }
   // Back in chunk order.
-  logits->resize(blocks.size());
-  std::vector<uint64_t> next(first_row.begin(), first_row.end() - 1);
-  float* out = logits->data();
+  logits->clear();
+  logits->reserve(
+      (first[ranks] - std::accumulate(greedy_of_rank.begin(),
+                                      greedy_of_rank.end(), uint64_t{0})));
+  if (greedy_tokens != nullptr) greedy_tokens->clear();
+  std::vector<uint64_t> next_row(ranks, 0), next_greedy(ranks, 0);
   for (size_t i = 0; i < chunks.size(); ++i) {
+    const int p = home_of[i];
+    const float* block = blocks.data() + first[p];
+    if (chunks[i].greedy_token) {
+      int32_t token;
+      std::memcpy(&token, block + rows_of_rank[p] * vocab + next_greedy[p]++,
+                  sizeof(token));
+      greedy_tokens->push_back(token);
+      continue;
+    }
     const int64_t rows = chunks[i].all_logits
                              ? static_cast<int64_t>(chunks[i].tokens.size())
                              : 1;
-    const float* from = blocks.data() + next[home_of[i]] * vocab;
-    out = std::copy(from, from + rows * vocab, out);
-    next[home_of[i]] += rows;
+    const float* from = block + next_row[p] * vocab;
+    logits->insert(logits->end(), from, from + rows * vocab);
+    next_row[p] += rows;
   }
   return absl::OkStatus();
 }

@@ -182,7 +182,8 @@ class Engine {
   // (an invalid chunk is found by its home rank only) leaves the others in
   // a collective, so it must end the job.
   absl::Status Step(absl::Span<const SequenceChunk> chunks,
-                    std::vector<float>* logits, backend::Work* work = nullptr);
+                    std::vector<float>* logits, backend::Work* work = nullptr,
+                    std::vector<int32_t>* greedy_tokens = nullptr);
 
   // A balanced placement of the experts over the job's ranks from the
   // tokens routed to each expert so far (summed over layers, and over ranks
@@ -231,10 +232,11 @@ class Engine {
   std::vector<int64_t> rank_positions_;
   std::vector<std::unique_ptr<KvCache>> rank_ledgers_;  // null at own rank
   // Home sequences for new ones among `chunks`, and their chunks of this
-  // rank; then the step, and every rank's logits exchanged.
+  // rank; then the step, and every rank's logits and greedy tokens
+  // exchanged.
   absl::Status DataParallelStep(absl::Span<const SequenceChunk> chunks,
-                                std::vector<float>* logits,
-                                backend::Work* work);
+                                std::vector<float>* logits, backend::Work* work,
+                                std::vector<int32_t>* greedy_tokens);
   std::unique_ptr<moe::ExpertUsage> expert_usage_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCache> kv_cache_;

@@ -59,19 +59,29 @@ absl::StatusOr<std::vector<GenerationResult>> Generate(
     active.push_back(std::move(s));
   }
   std::vector<float> logits;
+  std::vector<int32_t> greedy_tokens;
   while (!active.empty()) {
     std::vector<SequenceChunk> chunks;
-    for (const ActiveSequence& s : active)
-      chunks.push_back({s.id, s.next, false});
-    RETURN_IF_ERROR(engine.Step(chunks, &logits));
+    for (const ActiveSequence& s : active) {
+      SequenceChunk chunk{s.id, s.next};
+      chunk.greedy_token = s.sampler->SamplesGreedyToken();
+      chunks.push_back(chunk);
+    }
+    RETURN_IF_ERROR(
+        engine.Step(chunks, &logits, /*work=*/nullptr, &greedy_tokens));
     std::vector<ActiveSequence> still_active;
-    for (size_t row = 0; row < active.size(); ++row) {
-      ActiveSequence& s = active[row];
+    // The step's outputs in chunk order: logits rows, and greedy tokens.
+    size_t next_row = 0, next_greedy = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      ActiveSequence& s = active[i];
       GenerationResult& result = results[s.index];
       const int32_t token =
-          s.sampler->Sample(absl::MakeConstSpan(logits).subspan(
-                                row * spec.vocab_size, spec.vocab_size),
-                            requests[s.index].prompt_ids, result.ids);
+          chunks[i].greedy_token
+              ? greedy_tokens[next_greedy++]
+              : s.sampler->Sample(
+                    absl::MakeConstSpan(logits).subspan(
+                        next_row++ * spec.vocab_size, spec.vocab_size),
+                    requests[s.index].prompt_ids, result.ids);
       if (token < 0) {
         return absl::InternalError(absl::StrCat(
             "request ", s.index,

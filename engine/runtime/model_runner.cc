@@ -42,6 +42,12 @@ absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.sequence, ": empty chunk"));
     }
+    if (c.greedy_token && c.all_logits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.sequence,
+                       ": a chunk asks for all its logits and for its greedy "
+                       "token only"));
+    }
     if (new_length.contains(c.sequence)) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.sequence, " appears twice in one step"));
@@ -76,21 +82,30 @@ absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
 
 absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache, std::vector<float>* logits,
-                                  backend::Work* work, StepShare share) const {
+                                  backend::Work* work, StepShare share,
+                                  std::vector<int32_t>* greedy_tokens) const {
   std::vector<SequenceId> seq_of;
   std::vector<int64_t> position_of;
   std::vector<int32_t> tokens;
   std::vector<int32_t> output_rows;
+  // Indices into output_rows.
+  std::vector<int32_t> logits_rows, greedy_rows;
   for (const SequenceChunk& c : chunks) {
     const int64_t start = cache->Length(c.sequence);
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       if (c.all_logits || i + 1 == c.tokens.size()) {
+        (c.greedy_token ? greedy_rows : logits_rows)
+            .push_back(static_cast<int32_t>(output_rows.size()));
         output_rows.push_back(static_cast<int32_t>(seq_of.size()));
       }
       seq_of.push_back(c.sequence);
       position_of.push_back(start + static_cast<int64_t>(i));
       tokens.push_back(c.tokens[i]);
     }
+  }
+  if (!greedy_rows.empty() && greedy_tokens == nullptr) {
+    return absl::InvalidArgumentError(
+        "a step with greedy-token chunks needs somewhere to put the tokens");
   }
   RETURN_IF_ERROR(Reserve(chunks, cache));
 
@@ -128,11 +143,41 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
       }
       continue;
     }
-    logits->resize(out->tensor().size());
-    backend.CopyToHost(*out, logits->data());
+    CopyOutputs(*out, logits_rows, greedy_rows, logits, greedy_tokens);
     backend.set_work(nullptr);
     if (work != nullptr) work->Add(pass_work);
     return backend.TakeError();
+  }
+}
+
+void ModelRunner::CopyOutputs(const Tensor& out,
+                              absl::Span<const int32_t> logits_rows,
+                              absl::Span<const int32_t> greedy_rows,
+                              std::vector<float>* logits,
+                              std::vector<int32_t>* greedy_tokens) const {
+  Backend& backend = *backend_;
+  // The rows of `out` that `rows` names, gathered where they are not all.
+  auto rows_of = [&](absl::Span<const int32_t> rows) {
+    if (static_cast<int64_t>(rows.size()) == out.rows) {
+      return Backend::Buffer(nullptr, out);
+    }
+    Backend::Buffer part =
+        backend.NewTensor(static_cast<int64_t>(rows.size()), out.cols);
+    backend.GatherRows(out, rows, part);
+    return part;
+  };
+  if (!greedy_rows.empty()) {
+    const Backend::Buffer from = rows_of(greedy_rows);
+    const Backend::Buffer tokens = backend.NewTensor(from.tensor().rows, 1);
+    backend.GreedyTokens(from, tokens);
+    greedy_tokens->resize(greedy_rows.size());
+    static_assert(sizeof(int32_t) == sizeof(float));
+    backend.CopyToHost(tokens, reinterpret_cast<float*>(greedy_tokens->data()));
+  }
+  logits->resize(logits_rows.size() * out.cols);
+  if (!logits_rows.empty()) {
+    const Backend::Buffer from = rows_of(logits_rows);
+    backend.CopyToHost(from, logits->data());
   }
 }
 

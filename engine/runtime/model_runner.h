@@ -33,6 +33,13 @@ struct SequenceChunk {
   // KV cache, given by a caller that plans every rank's cache (the server's
   // scheduler) on the sequence's first chunk; -1: the engine picks one.
   int home = -1;
+  // Instead of the last token's logits, only its greedy token
+  // (kernels::GreedyToken of them), found where the logits lie: all a
+  // caller needs for greedy decoding without penalties or log-probabilities
+  // (Sampler::SamplesGreedyToken), or to discard a prompt chunk's output,
+  // and a device then copies 4 bytes to the host rather than a vocabulary of
+  // floats. Not with all_logits.
+  bool greedy_token = false;
 };
 
 // Under data-parallel attention, the whole step that a rank's chunks are a
@@ -59,8 +66,10 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Runs the chunks through the model in one step. Logits rows come in chunk
-  // order ([rows, vocab]). Fails, with the cache unchanged, on an empty
+  // Runs the chunks through the model in one step. `logits`: the rows of
+  // the chunks without greedy_token, in chunk order ([rows, vocab]);
+  // `greedy_tokens`: one per chunk with greedy_token, in chunk order (may be
+  // null when no chunk has it). Fails, with the cache unchanged, on an empty
   // chunk, a token id out of range, a sequence longer than the model's
   // maximum, or too few free KV-cache blocks. A failure to load streamed
   // weights fails the step after the cache grew: release its sequences.
@@ -69,8 +78,8 @@ class ModelRunner {
   // share of.
   absl::Status Forward(absl::Span<const SequenceChunk> chunks, KvCache* cache,
                        std::vector<float>* logits,
-                       backend::Work* work = nullptr,
-                       StepShare share = {}) const;
+                       backend::Work* work = nullptr, StepShare share = {},
+                       std::vector<int32_t>* greedy_tokens = nullptr) const;
 
   // A step that holds none of this process's tokens, under data-parallel
   // attention (TokenDispatchExecutor): runs no layer, but makes the expert
@@ -99,6 +108,13 @@ class ModelRunner {
   // ([output rows, vocab]) once they have run.
   absl::StatusOr<backend::Backend::Buffer> EnqueueStep(const StepInputs& in,
                                                        KvCache* cache) const;
+  // Copies the step's outputs from `out` ([output rows, vocab]) to the host:
+  // the `logits_rows` whole and the greedy tokens of the `greedy_rows`.
+  void CopyOutputs(const backend::Tensor& out,
+                   absl::Span<const int32_t> logits_rows,
+                   absl::Span<const int32_t> greedy_rows,
+                   std::vector<float>* logits,
+                   std::vector<int32_t>* greedy_tokens) const;
   // Whether steps may run as backend graphs: every MoE layer routed and
   // run on the backend, nothing counted or predicted on the host.
   bool UsesGraphs() const;

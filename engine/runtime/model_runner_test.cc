@@ -6,6 +6,7 @@
 // themselves are held to the goldens on a GPU: tools/gpu_check.sh.)
 #include "engine/runtime/model_runner.h"
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <vector>
@@ -165,6 +166,81 @@ TEST_F(ModelRunnerGraphTest, NoGraphStepsWhenOffOrCountingOnTheHost) {
                          static_cast<int>(spec_.num_experts));
   ExpectSameSteps(Run(&counting, &usage, true, 2), want);
   EXPECT_TRUE(counting.begun.empty());
+}
+
+// Chunks that ask for their greedy token get the argmax of the logits a
+// plain step returns for them, and give up their logits rows; the other
+// chunks' rows are unchanged, in chunk order. As a launched graph step too
+// (the tokens are found after the graph ran).
+TEST_F(ModelRunnerGraphTest, GreedyTokenChunksGetTheArgmaxOfTheirLogits) {
+  const std::vector<int32_t> a = {1, 17, 33, 5, 9}, b = {2, 8, 21}, c = {4},
+                             d = {3, 3};
+  auto chunks_of = [&](bool greedy) {
+    std::vector<SequenceChunk> chunks = {
+        {0, a}, {1, b, /*all_logits=*/true}, {2, c}, {3, d}};
+    chunks[0].greedy_token = greedy;
+    chunks[3].greedy_token = greedy;
+    return chunks;
+  };
+  auto argmax = [&](const float* row) {
+    return static_cast<int32_t>(std::max_element(row, row + spec_.vocab_size) -
+                                row);
+  };
+  const int64_t vocab = spec_.vocab_size;
+
+  backend::CpuBackend plain(nullptr);
+  ModelRunner reference(spec_, weights_, &plain, nullptr, nullptr, true, false);
+  KvCache reference_cache(KvCacheLayers(spec_), 4, spec_.num_layers * 64);
+  std::vector<float> all;
+  ASSERT_TRUE(reference.Forward(chunks_of(false), &reference_cache, &all).ok());
+  // Rows: a's last, b's three, c's, d's last.
+  ASSERT_EQ(all.size(), 6 * vocab);
+  std::vector<float> want_logits(all.begin() + vocab, all.begin() + 5 * vocab);
+  const std::vector<int32_t> want_tokens = {argmax(all.data()),
+                                            argmax(all.data() + 5 * vocab)};
+
+  ScriptedGraphs launched(nullptr);
+  launched.max_tokens = 64;
+  launched.outcomes = {Outcome::kLaunched};
+  for (Backend* backend : std::vector<Backend*>{&plain, &launched}) {
+    ModelRunner runner(spec_, weights_, backend, nullptr, nullptr, true, true);
+    KvCache cache(KvCacheLayers(spec_), 4, spec_.num_layers * 64);
+    std::vector<float> logits;
+    std::vector<int32_t> tokens;
+    ASSERT_TRUE(
+        runner.Forward(chunks_of(true), &cache, &logits, nullptr, {}, &tokens)
+            .ok());
+    EXPECT_EQ(logits, want_logits);
+    EXPECT_EQ(tokens, want_tokens);
+    // Only greedy tokens: no logits at all.
+    const std::vector<int32_t> next = {tokens[0]};
+    SequenceChunk only{0, next};
+    only.greedy_token = true;
+    ASSERT_TRUE(
+        runner.Forward({only}, &cache, &logits, nullptr, {}, &tokens).ok());
+    EXPECT_TRUE(logits.empty());
+    EXPECT_EQ(tokens.size(), 1u);
+  }
+  EXPECT_EQ(launched.ended, 2);  // the second step ran eagerly
+}
+
+TEST_F(ModelRunnerGraphTest, GreedyTokenChunksRefusedWithoutAPlaceOrWithAll) {
+  backend::CpuBackend plain(nullptr);
+  ModelRunner runner(spec_, weights_, &plain);
+  KvCache cache(KvCacheLayers(spec_), 4, spec_.num_layers * 64);
+  const std::vector<int32_t> a = {1, 2};
+  SequenceChunk chunk{0, a};
+  chunk.greedy_token = true;
+  std::vector<float> logits;
+  EXPECT_EQ(runner.Forward({chunk}, &cache, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  chunk.all_logits = true;
+  std::vector<int32_t> tokens;
+  const absl::Status both =
+      runner.Forward({chunk}, &cache, &logits, nullptr, {}, &tokens);
+  EXPECT_EQ(both.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(both.message().find("sequence 0"), std::string::npos) << both;
+  EXPECT_EQ(cache.Length(0), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -150,22 +151,6 @@ std::optional<Cut> SelectPrefix(uint32_t n, double target, KeyAt key_at,
   return Cut{key_at(members.back()), members.back()};
 }
 
-// The lowest index wins ties, since only a strictly larger value replaces
-// the best so far. -1 when no value exceeds -inf.
-template <typename Get>
-int32_t Argmax(size_t n, Get get) {
-  int32_t best = -1;
-  float max = kNegInf;
-  for (size_t i = 0; i < n; ++i) {
-    const float value = get(i);
-    if (value > max) {
-      max = value;
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
-}
-
 // log(sum(exp(x))) over the sanitised values; `max` is their maximum.
 template <typename Get>
 double LogSumExp(size_t n, float max, Get get) {
@@ -304,20 +289,22 @@ void Sampler::ApplyPenalties(absl::Span<const int32_t> prompt_ids,
   }
 }
 
+bool Sampler::SamplesGreedyToken() const {
+  return params_.temperature < kGreedyTemperature && !Penalised();
+}
+
 int32_t Sampler::Sample(absl::Span<const float> logits,
                         absl::Span<const int32_t> prompt_ids,
                         absl::Span<const int32_t> generated_ids,
                         SampledLogprobs* logprobs) {
   const size_t vocab = logits.size();
   const bool greedy = params_.temperature < kGreedyTemperature;
-  const bool penalised = params_.repetition_penalty != 1.0f ||
-                         params_.presence_penalty != 0.0f ||
-                         params_.frequency_penalty != 0.0f;
+  const bool penalised = Penalised();
   auto raw_at = [&](size_t i) { return Sanitize(logits[i]); };
 
   if (greedy && !penalised) {
     // Nothing modifies the logits, so one read-only pass decides.
-    const int32_t token = Argmax(vocab, raw_at);
+    const int32_t token = kernels::GreedyToken(logits.data(), vocab);
     if (token >= 0 && logprobs != nullptr) {
       const float max = raw_at(token);
       logprobs->raw = logprobs->processed =
@@ -350,7 +337,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits,
 
   int32_t token;
   if (greedy) {
-    token = Argmax(vocab, [&](size_t i) { return work_[i]; });
+    token = kernels::GreedyToken(work_.data(), vocab);
     if (logprobs != nullptr) {
       const double log_z =
           LogSumExp(vocab, max_logit, [&](size_t i) { return work_[i]; });

@@ -101,6 +101,12 @@ class Sampler {
                  absl::Span<const int32_t> generated_ids,
                  SampledLogprobs* logprobs = nullptr);
 
+  // Whether Sample() returns kernels::GreedyToken(logits) whatever the
+  // history and consumes no draw: greedy decoding without penalties. A
+  // caller that wants no log-probabilities may then find that token where
+  // the logits lie (runtime::SequenceChunk::greedy_token) and skip Sample().
+  bool SamplesGreedyToken() const;
+
   const SamplingParams& params() const { return params_; }
   // The seed in use (drawn at creation when params().seed is unset), so that
   // a run can be reported and reproduced.
@@ -109,6 +115,11 @@ class Sampler {
  private:
   Sampler(const SamplingParams& params, uint64_t seed, int vocab_size);
 
+  bool Penalised() const {
+    return params_.repetition_penalty != 1.0f ||
+           params_.presence_penalty != 0.0f ||
+           params_.frequency_penalty != 0.0f;
+  }
   void ApplyPenalties(absl::Span<const int32_t> prompt_ids,
                       absl::Span<const int32_t> generated_ids);
   int32_t SampleFromWork(float max_logit, SampledLogprobs* logprobs);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 
 namespace ringmoe::runtime {
 namespace {
@@ -22,6 +23,7 @@ using ::testing::HasSubstr;
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kMax = std::numeric_limits<float>::max();
 
 Sampler MakeSampler(const SamplingParams& params, int vocab_size) {
   absl::StatusOr<Sampler> sampler = Sampler::Create(params, vocab_size);
@@ -268,6 +270,40 @@ TEST(SamplerTest, GreedyTiesPickTheLowestIndex) {
   logits[17] = logits[31] = logits[44] = 2.5f;
   Sampler sampler = MakeSampler(params, 50);
   EXPECT_EQ(sampler.Sample(logits, {}, {}), 17);
+}
+
+// Where the sampler says it samples the greedy token, a caller may find
+// that token elsewhere (SequenceChunk::greedy_token): only greedy decoding
+// without penalties says so, and then Sample() is kernels::GreedyToken —
+// NaN never chosen, +inf tying FLT_MAX (the first wins), -1 for nothing
+// usable — and consumes no draw.
+TEST(SamplerTest, SamplesGreedyTokenOnlyForUnpenalisedGreedy) {
+  SamplingParams params = Seeded(7);
+  EXPECT_FALSE(MakeSampler(params, 8).SamplesGreedyToken());
+  params.temperature = 0.0f;
+  EXPECT_TRUE(MakeSampler(params, 8).SamplesGreedyToken());
+  params.top_k = 3;  // truncation keeps the argmax: still greedy
+  params.top_p = 0.5f;
+  EXPECT_TRUE(MakeSampler(params, 8).SamplesGreedyToken());
+  for (auto penalise : std::vector<void (*)(SamplingParams*)>{
+           [](SamplingParams* p) { p->repetition_penalty = 1.1f; },
+           [](SamplingParams* p) { p->presence_penalty = 0.5f; },
+           [](SamplingParams* p) { p->frequency_penalty = -0.5f; }}) {
+    SamplingParams penalised = params;
+    penalise(&penalised);
+    EXPECT_FALSE(MakeSampler(penalised, 8).SamplesGreedyToken());
+  }
+
+  Sampler sampler = MakeSampler(params, 8);
+  std::vector<float> logits = {1.f, kNan, kInf, 3.f, kMax, kNan, 2.f, kInf};
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 2);
+  EXPECT_EQ(kernels::GreedyToken(logits.data(), 8), 2);
+  logits[2] = 5.f;
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 4);  // FLT_MAX before +inf
+  EXPECT_EQ(kernels::GreedyToken(logits.data(), 8), 4);
+  const std::vector<float> nothing = {kNan, -kInf, kNan};
+  EXPECT_EQ(sampler.Sample(nothing, {}, {}), -1);
+  EXPECT_EQ(kernels::GreedyToken(nothing.data(), 3), -1);
 }
 
 TEST(SamplerTest, TopKOneIsGreedy) {

@@ -357,7 +357,8 @@ bool Scheduler::Iterate() {
     return false;
   }
   const absl::Time start = absl::Now();
-  const absl::Status step = runner_->Step(plan.chunks, &logits_);
+  const absl::Status step =
+      runner_->Step(plan.chunks, &logits_, &greedy_tokens_);
   const absl::Time end = absl::Now();
   if (metrics_) {
     metrics_->ObserveStep(static_cast<int64_t>(plan.sequences.size()),
@@ -371,7 +372,8 @@ bool Scheduler::Iterate() {
 std::vector<int64_t> Scheduler::FreeBlocks() const {
   std::vector<int64_t> free_blocks(runner_->num_kv_caches());
   for (size_t c = 0; c < free_blocks.size(); ++c) {
-    free_blocks[c] = runner_->kv_cache_of(static_cast<int>(c)).num_free_blocks();
+    free_blocks[c] =
+        runner_->kv_cache_of(static_cast<int>(c)).num_free_blocks();
   }
   return free_blocks;
 }
@@ -383,9 +385,16 @@ int Scheduler::MostFree(const std::vector<int64_t>& free_blocks) {
 }
 
 runtime::SequenceChunk Scheduler::ChunkOf(const Sequence& s) const {
-  return {s.id, absl::MakeConstSpan(s.tokens).subspan(s.computed, s.planned),
-          /*all_logits=*/false,
-          runner_->num_kv_caches() > 1 ? s.cache : -1};
+  runtime::SequenceChunk chunk{
+      s.id, absl::MakeConstSpan(s.tokens).subspan(s.computed, s.planned)};
+  chunk.home = runner_->num_kv_caches() > 1 ? s.cache : -1;
+  // Only the token reaches the host where no one reads the logits: a chunk
+  // with more of the prompt after it, or greedy decoding without penalties
+  // or log-probabilities.
+  chunk.greedy_token = s.planned < s.remaining() ||
+                       (!s.request.logits_only && !s.request.logprobs &&
+                        s.sampler->SamplesGreedyToken());
+  return chunk;
 }
 
 Scheduler::StepPlan Scheduler::PlanIsolated() {
@@ -559,15 +568,22 @@ void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
                  failed);
   }
   const int64_t vocab = runner_->vocab_size();
-  for (size_t row = 0; row < plan.sequences.size(); ++row) {
-    Sequence* s = plan.sequences[row];
+  // The step's outputs in chunk order: logits rows, and greedy tokens.
+  size_t next_row = 0, next_greedy = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    Sequence* s = plan.sequences[i];
+    const bool greedy = plan.chunks[i].greedy_token;
+    const size_t row = greedy ? 0 : next_row++;
+    const int32_t greedy_token = greedy ? greedy_tokens_[next_greedy++] : -1;
     const int64_t n = s->planned;
     s->planned = 0;
     s->computed += n;
     if (s->remaining() > 0) continue;  // more of the prompt to prefill
-    absl::Span<const float> row_logits =
-        absl::MakeConstSpan(logits_).subspan(row * vocab, vocab);
     RequestOutput out;
+    absl::Span<const float> row_logits;
+    if (!greedy) {
+      row_logits = absl::MakeConstSpan(logits_).subspan(row * vocab, vocab);
+    }
     if (s->request.logits_only) {
       out.logits.assign(row_logits.begin(), row_logits.end());
       Finish(s, FinishReason::kStop, absl::OkStatus(), std::move(out));
@@ -575,8 +591,9 @@ void Scheduler::Apply(const StepPlan& plan, const absl::Status& step,
     }
     runtime::SampledLogprobs logprobs;
     const int32_t token =
-        s->sampler->Sample(row_logits, s->prompt(), s->generated_ids(),
-                           s->request.logprobs ? &logprobs : nullptr);
+        greedy ? greedy_token
+               : s->sampler->Sample(row_logits, s->prompt(), s->generated_ids(),
+                                    s->request.logprobs ? &logprobs : nullptr);
     if (token < 0) {
       Finish(s, FinishReason::kError,
              absl::InternalError(

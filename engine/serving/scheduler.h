@@ -260,6 +260,7 @@ class Scheduler {
   // Engine thread only.
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_tokens_;
   std::atomic<int> failed_steps_in_a_row_{0};
   // Sequences waiting to be recomputed alone (Sequence::suspect).
   int num_suspects_ = 0;

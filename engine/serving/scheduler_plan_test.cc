@@ -47,7 +47,8 @@ class CountingModel final : public StepRunner {
   absl::Span<const int32_t> eos_token_ids() const override { return eos_; }
 
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
-                    std::vector<float>* logits) override {
+                    std::vector<float>* logits,
+                    std::vector<int32_t>* greedy_tokens) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (fail_steps_ > 0) {
       --fail_steps_;
@@ -59,7 +60,8 @@ class CountingModel final : public StepRunner {
         if (t == poison_) return absl::DataLossError("expert 7 is unreadable");
       }
     }
-    logits->assign(chunks.size() * vocab_, 0.0f);
+    logits->clear();
+    greedy_tokens->clear();
     int64_t tokens = 0;
     std::vector<int> rows_in(kv_.size(), 0);
     for (size_t row = 0; row < chunks.size(); ++row) {
@@ -79,7 +81,13 @@ class CountingModel final : public StepRunner {
       const int64_t length = kv.Length(c.sequence) + c.tokens.size();
       absl::Status grown = kv.Grow(c.sequence, length);
       if (!grown.ok()) return grown;
-      (*logits)[row * vocab_ + (c.tokens.back() + 1) % vocab_] = 10.0f;
+      const int32_t next = (c.tokens.back() + 1) % vocab_;
+      if (c.greedy_token) {
+        greedy_tokens->push_back(next);
+      } else {
+        logits->resize(logits->size() + vocab_, 0.0f);
+        (*logits)[logits->size() - vocab_ + next] = 10.0f;
+      }
       tokens += static_cast<int64_t>(c.tokens.size());
     }
     step_tokens_.push_back(tokens);

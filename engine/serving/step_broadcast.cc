@@ -32,7 +32,8 @@ class Reader {
   bool GetInts(size_t n, std::vector<int32_t>* out) {
     if ((data_.size() - at_) / sizeof(int32_t) < n) return false;
     out->resize(n);
-    if (n > 0) std::memcpy(out->data(), data_.data() + at_, n * sizeof(int32_t));
+    if (n > 0)
+      std::memcpy(out->data(), data_.data() + at_, n * sizeof(int32_t));
     at_ += n * sizeof(int32_t);
     return true;
   }
@@ -43,8 +44,15 @@ class Reader {
   size_t at_ = 0;
 };
 
-// A chunk's sequence id, token count, all_logits, home and padding.
+// A chunk's sequence id, token count, output, home and padding.
 constexpr uint64_t kChunkHeaderBytes = 24;
+
+// What a chunk asks the step for, on the wire.
+enum ChunkOutput : uint32_t {
+  kLastLogits = 0,
+  kAllLogits = 1,
+  kGreedyToken = 2,
+};
 
 absl::Span<uint8_t> Bytes(StepHeader& header) {
   return {reinterpret_cast<uint8_t*>(&header), sizeof(header)};
@@ -56,8 +64,8 @@ std::vector<runtime::SequenceChunk> StepMessage::EngineChunks() const {
   std::vector<runtime::SequenceChunk> out;
   out.reserve(chunks.size());
   for (const StepChunk& c : chunks) {
-    out.push_back(
-        {c.sequence, absl::MakeConstSpan(c.tokens), c.all_logits, c.home});
+    out.push_back({c.sequence, absl::MakeConstSpan(c.tokens), c.all_logits,
+                   c.home, c.greedy_token});
   }
   return out;
 }
@@ -83,7 +91,9 @@ std::vector<uint8_t> EncodeStepPayload(const StepMessage& message) {
   for (const StepChunk& c : message.chunks) {
     Put<int64_t>(out, c.sequence);
     Put<uint32_t>(out, static_cast<uint32_t>(c.tokens.size()));
-    Put<uint32_t>(out, c.all_logits ? 1 : 0);
+    Put<uint32_t>(out, c.greedy_token ? kGreedyToken
+                       : c.all_logits ? kAllLogits
+                                      : kLastLogits);
     Put<int32_t>(out, c.home);
     Put<uint32_t>(out, 0);
     const size_t at = out.size();
@@ -116,10 +126,9 @@ absl::StatusOr<StepMessage> DecodeStepMessage(
   // past that are refused before anything is allocated.
   if (header.num_releases > payload.size() / 8 ||
       header.num_chunks > payload.size() / kChunkHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step message: ", header.num_releases, " releases and ",
-                     header.num_chunks, " chunks cannot fit in ",
-                     payload.size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step message: ", header.num_releases, " releases and ",
+        header.num_chunks, " chunks cannot fit in ", payload.size(), " bytes"));
   }
   StepMessage message;
   message.kind = static_cast<StepKind>(header.kind);
@@ -136,15 +145,16 @@ absl::StatusOr<StepMessage> DecodeStepMessage(
   message.chunks.resize(header.num_chunks);
   for (size_t i = 0; i < message.chunks.size(); ++i) {
     StepChunk& c = message.chunks[i];
-    uint32_t n = 0, all_logits = 0, zero = 0;
+    uint32_t n = 0, output = 0, zero = 0;
     int32_t home = 0;
-    if (!in.Get(&c.sequence) || !in.Get(&n) || !in.Get(&all_logits) ||
-        !in.Get(&home) || !in.Get(&zero) || all_logits > 1 || home < -1 ||
-        zero != 0 || n == 0 || !in.GetInts(n, &c.tokens)) {
+    if (!in.Get(&c.sequence) || !in.Get(&n) || !in.Get(&output) ||
+        !in.Get(&home) || !in.Get(&zero) || output > kGreedyToken ||
+        home < -1 || zero != 0 || n == 0 || !in.GetInts(n, &c.tokens)) {
       return absl::InvalidArgumentError(
           absl::StrCat("step message: chunk ", i, " is malformed"));
     }
-    c.all_logits = all_logits == 1;
+    c.all_logits = output == kAllLogits;
+    c.greedy_token = output == kGreedyToken;
     c.home = home;
   }
   if (in.left() != 0) {
@@ -164,8 +174,7 @@ absl::Status BroadcastStepMessage(parallel::Communicator& communicator,
     payload = EncodeStepPayload(*message);
   }
   if (absl::Status s = communicator.Broadcast(0, Bytes(header)); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("step header: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("step header: ", s.message()));
   }
   if (!root) {
     // A header that is not one must not size a buffer.
@@ -176,8 +185,7 @@ absl::Status BroadcastStepMessage(parallel::Communicator& communicator,
     payload.resize(header.payload_bytes);
   }
   if (header.payload_bytes > 0) {
-    if (absl::Status s =
-            communicator.Broadcast(0, absl::MakeSpan(payload));
+    if (absl::Status s = communicator.Broadcast(0, absl::MakeSpan(payload));
         !s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("step payload: ", s.message()));
@@ -220,8 +228,8 @@ BroadcastingStepRunner::BroadcastingStepRunner(
       communicator_(*communicator),
       stats_(std::move(stats)),
       board_(*board),
-      heartbeat_(std::clamp(communicator->timeout() / 4,
-                            absl::Milliseconds(1), absl::Seconds(1))),
+      heartbeat_(std::clamp(communicator->timeout() / 4, absl::Milliseconds(1),
+                            absl::Seconds(1))),
       last_sent_(absl::Now()) {
   heartbeat_thread_ = std::thread([this] { Heartbeat(); });
 }
@@ -245,8 +253,7 @@ absl::Status BroadcastingStepRunner::failure() const {
 }
 
 absl::Status BroadcastingStepRunner::SendLocked(StepMessage* message) {
-  if (absl::Status s = BroadcastStepMessage(communicator_, message);
-      !s.ok()) {
+  if (absl::Status s = BroadcastStepMessage(communicator_, message); !s.ok()) {
     return FailLocked(absl::Status(
         s.code(), absl::StrCat("rank 0 could not send the next step to the "
                                "other ranks: ",
@@ -270,9 +277,9 @@ absl::Status BroadcastingStepRunner::GatherStatsLocked() {
   absl::StatusOr<std::vector<RankStats>> ranks =
       GatherRankStats(communicator_, mine);
   if (!ranks.ok()) {
-    return FailLocked(absl::Status(
-        ranks.status().code(),
-        absl::StrCat("rank 0: ", ranks.status().message())));
+    return FailLocked(
+        absl::Status(ranks.status().code(),
+                     absl::StrCat("rank 0: ", ranks.status().message())));
   }
   board_.Publish(*std::move(ranks));
   last_stats_ = absl::Now();
@@ -287,8 +294,8 @@ void BroadcastingStepRunner::Release(runtime::SequenceId id) {
 }
 
 absl::Status BroadcastingStepRunner::Step(
-    absl::Span<const runtime::SequenceChunk> chunks,
-    std::vector<float>* logits) {
+    absl::Span<const runtime::SequenceChunk> chunks, std::vector<float>* logits,
+    std::vector<int32_t>* greedy_tokens) {
   // One lock over the message and the step: a heartbeat between them would
   // put a Broadcast on rank 0 where the followers run the step's
   // collectives.
@@ -307,10 +314,10 @@ absl::Status BroadcastingStepRunner::Step(
   for (const runtime::SequenceChunk& c : chunks) {
     message.chunks.push_back(
         {c.sequence, std::vector<int32_t>(c.tokens.begin(), c.tokens.end()),
-         c.all_logits, c.home});
+         c.all_logits, c.home, c.greedy_token});
   }
   RETURN_IF_ERROR(SendLocked(&message));
-  absl::Status step = inner_.Step(chunks, logits);
+  absl::Status step = inner_.Step(chunks, logits, greedy_tokens);
   last_sent_ = absl::Now();
   ++steps_;
   steps_since_stats_ = true;
@@ -331,10 +338,9 @@ void BroadcastingStepRunner::Heartbeat() {
       GatherStatsLocked().IgnoreError();  // failed_ ends the loop
       continue;
     }
-    const absl::Time due =
-        std::min(last_sent_ + heartbeat_,
-                 steps_since_stats_ ? last_stats_ + heartbeat_
-                                    : absl::InfiniteFuture());
+    const absl::Time due = std::min(
+        last_sent_ + heartbeat_,
+        steps_since_stats_ ? last_stats_ + heartbeat_ : absl::InfiniteFuture());
     const absl::Time now = absl::Now();
     if (now < due) {
       wake_.wait_for(lock, absl::ToChronoMilliseconds(due - now) +
@@ -365,6 +371,7 @@ void BroadcastingStepRunner::Stop() {
 absl::Status RunStepFollower(parallel::Communicator& communicator,
                              StepRunner& runner, const RankStatsSource& stats) {
   std::vector<float> logits;
+  std::vector<int32_t> greedy_tokens;
   uint64_t steps = 0;
   while (true) {
     StepMessage message;
@@ -390,10 +397,11 @@ absl::Status RunStepFollower(parallel::Communicator& communicator,
     }
     if (message.kind != StepKind::kStep) continue;
     const std::vector<runtime::SequenceChunk> chunks = message.EngineChunks();
-    if (absl::Status s = runner.Step(chunks, &logits); !s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("rank ", communicator.rank(),
-                                 "'s engine step failed: ", s.message()));
+    if (absl::Status s = runner.Step(chunks, &logits, &greedy_tokens);
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("rank ", communicator.rank(),
+                                       "'s engine step failed: ", s.message()));
     }
     ++steps;
   }

@@ -9,8 +9,8 @@
 // the KV-cache releases since the last step (finished, cancelled,
 // preempted, recomputed sequences) and the step's chunks; the followers
 // (RunStepFollower) apply the releases and run the same Step, discarding
-// the logits (sampling happens on rank 0 only). Their KV caches therefore
-// hold exactly rank 0's sequences, block for block.
+// the logits and greedy tokens (sampling happens on rank 0 only). Their KV
+// caches therefore hold exactly rank 0's sequences, block for block.
 //
 // Wire format (host byte order: the ranks of a job run one build on one
 // architecture), two Broadcasts from rank 0 per message:
@@ -18,7 +18,8 @@
 //      number of releases, number of chunks, payload bytes;
 //   2. when payload bytes > 0, the payload: the releases (int64 sequence
 //      ids), then for each chunk its sequence id (int64), token count
-//      (uint32), all_logits (uint32: 0 or 1), home rank (int32, -1: none;
+//      (uint32), output (uint32: 0 the last token's logits, 1 all_logits,
+//      2 greedy_token), home rank (int32, -1: none;
 //      SequenceChunk::home), 4 zero bytes and tokens (int32 each).
 // While the scheduler is idle rank 0 sends an `idle` header every
 // heartbeat (at most a quarter of the communicator's timeout, at most a
@@ -63,12 +64,7 @@
 
 namespace ringmoe::serving {
 
-enum class StepKind : uint32_t {
-  kStep = 1,
-  kIdle = 2,
-  kStop = 3,
-  kStats = 4
-};
+enum class StepKind : uint32_t { kStep = 1, kIdle = 2, kStop = 3, kStats = 4 };
 
 struct StepHeader {
   uint32_t magic = 0;
@@ -86,6 +82,7 @@ struct StepChunk {
   std::vector<int32_t> tokens;
   bool all_logits = false;
   int home = -1;
+  bool greedy_token = false;
 };
 
 struct StepMessage {
@@ -174,7 +171,8 @@ class BroadcastingStepRunner final : public StepRunner {
   // failure (returned, and kept in failure()). FAILED_PRECONDITION after
   // Stop() or a failure.
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
-                    std::vector<float>* logits) override;
+                    std::vector<float>* logits,
+                    std::vector<int32_t>* greedy_tokens) override;
 
   // Tells the followers to exit (their loop returns OK) unless the job
   // failed; later steps fail.
@@ -205,7 +203,7 @@ class BroadcastingStepRunner final : public StepRunner {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopped_ = false;
-  bool failed_ = false;  // guarded by mu_
+  bool failed_ = false;                                // guarded by mu_
   std::vector<runtime::SequenceId> pending_releases_;  // guarded by mu_
   absl::Time last_sent_;                               // guarded by mu_
   absl::Time last_stats_ = absl::InfinitePast();       // guarded by mu_

@@ -20,6 +20,7 @@ StepMessage Sample() {
   m.releases = {7, 3};
   m.chunks.push_back({11, {1, 2, 3}, false});
   m.chunks.push_back({12, {42}, true, /*home=*/3});
+  m.chunks.push_back({13, {5, 6}, false, /*home=*/1, /*greedy_token=*/true});
   return m;
 }
 
@@ -29,27 +30,34 @@ TEST(StepMessageTest, RoundTrips) {
   const std::vector<uint8_t> payload = EncodeStepPayload(m);
   EXPECT_EQ(h.magic, kStepMagic);
   EXPECT_EQ(h.num_releases, 2u);
-  EXPECT_EQ(h.num_chunks, 2u);
+  EXPECT_EQ(h.num_chunks, 3u);
   EXPECT_EQ(h.payload_bytes, payload.size());
-  EXPECT_EQ(payload.size(), 2 * 8 + 2 * 24 + 4 * 4u);
+  EXPECT_EQ(payload.size(), 2 * 8 + 3 * 24 + 6 * 4u);
   absl::StatusOr<StepMessage> got = DecodeStepMessage(h, payload);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kind, StepKind::kStep);
   EXPECT_EQ(got->releases, m.releases);
-  ASSERT_EQ(got->chunks.size(), 2u);
+  ASSERT_EQ(got->chunks.size(), 3u);
   EXPECT_EQ(got->chunks[0].sequence, 11);
   EXPECT_EQ(got->chunks[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_FALSE(got->chunks[0].all_logits);
   EXPECT_EQ(got->chunks[1].sequence, 12);
   EXPECT_EQ(got->chunks[1].tokens, (std::vector<int32_t>{42}));
   EXPECT_TRUE(got->chunks[1].all_logits);
+  EXPECT_FALSE(got->chunks[1].greedy_token);
+  EXPECT_FALSE(got->chunks[2].all_logits);
+  EXPECT_TRUE(got->chunks[2].greedy_token);
   EXPECT_EQ(got->chunks[0].home, -1);
   EXPECT_EQ(got->chunks[1].home, 3);
+  EXPECT_EQ(got->chunks[2].home, 1);
   const std::vector<runtime::SequenceChunk> chunks = got->EngineChunks();
-  ASSERT_EQ(chunks.size(), 2u);
+  ASSERT_EQ(chunks.size(), 3u);
   EXPECT_EQ(chunks[0].tokens.size(), 3u);
   EXPECT_EQ(chunks[1].home, 3);
   EXPECT_TRUE(chunks[1].all_logits);
+  EXPECT_FALSE(chunks[1].greedy_token);
+  EXPECT_TRUE(chunks[2].greedy_token);
+  EXPECT_EQ(chunks[2].home, 1);
 }
 
 TEST(StepMessageTest, StopAndIdleHaveNoChunks) {
@@ -94,7 +102,7 @@ TEST(StepMessageTest, RefusesMalformed) {
   h.num_chunks = 1u << 30;
   EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
   h = EncodeStepHeader(m);
-  h.num_chunks = 3;  // one more than there is
+  h.num_chunks = 4;  // one more than there is
   EXPECT_FALSE(DecodeStepMessage(h, payload).ok());
   // A token count past the payload.
   std::vector<uint8_t> bad = payload;
@@ -102,8 +110,8 @@ TEST(StepMessageTest, RefusesMalformed) {
   std::memcpy(bad.data() + 2 * 8 + 8, &huge, sizeof(huge));
   h = EncodeStepHeader(m);
   EXPECT_FALSE(DecodeStepMessage(h, bad).ok());
-  // A home below -1, and padding that is not zero.
-  for (const size_t at : {2 * 8 + 16, 2 * 8 + 20}) {
+  // An unknown output, a home below -1, and padding that is not zero.
+  for (const size_t at : {2 * 8 + 12, 2 * 8 + 16, 2 * 8 + 20}) {
     bad = payload;
     const int32_t wrong = -2;
     std::memcpy(bad.data() + at, &wrong, sizeof(wrong));
@@ -121,9 +129,18 @@ class RecordingRunner : public StepRunner {
   absl::Span<const int32_t> eos_token_ids() const override { return {}; }
   void Release(runtime::SequenceId id) override { released.push_back(id); }
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
-                    std::vector<float>* logits) override {
+                    std::vector<float>* logits,
+                    std::vector<int32_t>* greedy_tokens) override {
     steps.push_back(chunks.size());
-    logits->assign(chunks.size() * 4, 1.0f);
+    logits->clear();
+    greedy_tokens->clear();
+    for (const runtime::SequenceChunk& c : chunks) {
+      if (c.greedy_token) {
+        greedy_tokens->push_back(c.tokens.back());
+      } else {
+        logits->insert(logits->end(), 4, 1.0f);
+      }
+    }
     return absl::OkStatus();
   }
   std::vector<runtime::SequenceId> released;
@@ -141,10 +158,11 @@ TEST(BroadcastingStepRunnerTest, RunsAndReleasesThroughTheInnerRunner) {
     const std::vector<int32_t> tokens = {1, 2};
     std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
     std::vector<float> logits;
-    ASSERT_TRUE(runner.Step(chunks, &logits).ok());
+    std::vector<int32_t> greedy_tokens;
+    ASSERT_TRUE(runner.Step(chunks, &logits, &greedy_tokens).ok());
     EXPECT_EQ(logits.size(), 4u);
     runner.Stop();
-    EXPECT_EQ(runner.Step(chunks, &logits).code(),
+    EXPECT_EQ(runner.Step(chunks, &logits, &greedy_tokens).code(),
               absl::StatusCode::kFailedPrecondition);
   }
   EXPECT_EQ(inner.released, (std::vector<runtime::SequenceId>{4}));
@@ -182,7 +200,9 @@ TEST(BroadcastingStepRunnerTest, PublishesTheRanksStats) {
   const std::vector<int32_t> tokens = {1};
   std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
   std::vector<float> logits;
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner.Step(chunks, &logits).ok());
+  std::vector<int32_t> greedy_tokens;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(runner.Step(chunks, &logits, &greedy_tokens).ok());
   while (board.Snapshot()[0].steps != 3 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -258,7 +278,8 @@ TEST(BroadcastingStepRunnerTest, APeerThatStopsAnsweringFailsTheJob) {
   const std::vector<int32_t> tokens = {1};
   std::vector<runtime::SequenceChunk> chunks = {{1, tokens, false}};
   std::vector<float> logits;
-  const absl::Status failed = runner.Step(chunks, &logits);
+  std::vector<int32_t> greedy_tokens;
+  const absl::Status failed = runner.Step(chunks, &logits, &greedy_tokens);
   EXPECT_EQ(failed.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(failed.message().find("the expert-parallel job failed"),
             absl::string_view::npos)
@@ -268,7 +289,7 @@ TEST(BroadcastingStepRunnerTest, APeerThatStopsAnsweringFailsTheJob) {
       << failed;
   EXPECT_EQ(runner.failure(), failed);
   EXPECT_TRUE(inner.steps.empty());  // the step never ran on rank 0
-  const absl::Status later = runner.Step(chunks, &logits);
+  const absl::Status later = runner.Step(chunks, &logits, &greedy_tokens);
   EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(later.message(), failed.message());
   runner.Stop();

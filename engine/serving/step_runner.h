@@ -43,10 +43,13 @@ class StepRunner {
   virtual const tokenizer::Tokenizer* tokenizer() const = 0;
   virtual absl::Span<const int32_t> eos_token_ids() const = 0;
   // Feeds each chunk's tokens to its sequence (growing its cache) and
-  // writes `logits` [chunks.size(), vocab_size()]: the next-token logits
-  // after each chunk's last token.
+  // writes `logits` [rows, vocab_size()]: the next-token logits after the
+  // last token of each chunk without greedy_token, in chunk order; and
+  // `greedy_tokens`: the greedy next token of each chunk with it
+  // (runtime::SequenceChunk::greedy_token), in chunk order.
   virtual absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
-                            std::vector<float>* logits) = 0;
+                            std::vector<float>* logits,
+                            std::vector<int32_t>* greedy_tokens) = 0;
 };
 
 class EngineStepRunner final : public StepRunner {
@@ -65,8 +68,9 @@ class EngineStepRunner final : public StepRunner {
     return engine_->eos_token_ids();
   }
   absl::Status Step(absl::Span<const runtime::SequenceChunk> chunks,
-                    std::vector<float>* logits) override {
-    return engine_->Step(chunks, logits);
+                    std::vector<float>* logits,
+                    std::vector<int32_t>* greedy_tokens) override {
+    return engine_->Step(chunks, logits, /*work=*/nullptr, greedy_tokens);
   }
   int num_kv_caches() const override { return engine_->num_kv_caches(); }
   runtime::KvCache& kv_cache_of(int cache) override {

@@ -547,6 +547,20 @@ void TopK(const float* x, int64_t n, int k, int32_t* indices) {
   std::copy_n(order.begin(), k, indices);
 }
 
+int32_t GreedyToken(const float* x, int64_t n) {
+  int32_t best = -1;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    // NaN fails the comparison, so it never wins; +inf ties FLT_MAX.
+    const float value = std::min(x[i], std::numeric_limits<float>::max());
+    if (value > max) {
+      max = value;
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
 void AttendOneQueryPartial(const float* q, int64_t num_heads,
                            int64_t num_kv_heads, int64_t head_dim,
                            const KvBlocks& kv, int64_t first_position,

@@ -178,6 +178,12 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // Indices of the k largest values, largest first; ties go to the lower index.
 void TopK(const float* x, int64_t n, int k, int32_t* indices);
 
+// Greedy decoding's token: the index of the largest of n logits, NaN
+// counting as -inf and +inf as FLT_MAX (so they tie), the lowest index on
+// ties; -1 when every value is -inf or NaN. The sampler's rule, which a
+// device backend's ArgMaxRows reproduces.
+int32_t GreedyToken(const float* x, int64_t n);
+
 // Keys and values of one sequence in fixed-size blocks: position p lives in
 // block p / block_size at row p % block_size; each row holds
 // num_kv_heads * head_dim floats.

@@ -22,6 +22,7 @@
 #define RINGMOE_KERNELS_CUDA_MMA_DOT_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/weight_decode.cuh"
 
@@ -37,9 +38,18 @@ inline constexpr int kMmaThreads = 32 * kMmaWarps;
 // Tiles per pass: activation rows beyond 8 · kMaxMmaTiles take passes.
 inline constexpr int kMaxMmaTiles = 4;
 
-// The tiles per pass for n activation rows: 1, 2 or kMaxMmaTiles.
-inline int MmaTiles(int64_t n) {
-  return n <= kMmaTileRows ? 1 : n <= 2 * kMmaTileRows ? 2 : kMaxMmaTiles;
+// launch(std::integral_constant<int, tiles>{}): a kernel launcher templated
+// on the tiles per pass, called with those for n activation rows (1, 2 or
+// kMaxMmaTiles) as a constant.
+template <typename Launch>
+void WithMmaTiles(int64_t n, Launch&& launch) {
+  if (n <= kMmaTileRows) {
+    launch(std::integral_constant<int, 1>{});
+  } else if (n <= 2 * kMmaTileRows) {
+    launch(std::integral_constant<int, 2>{});
+  } else {
+    launch(std::integral_constant<int, kMaxMmaTiles>{});
+  }
 }
 
 // The block's 16 weight rows as two halves of eight: row i of half h is row

@@ -2,6 +2,8 @@
 // operations, rotary embeddings, attention over the paged KV cache and
 // multi-head latent attention's absorbed projections.
 #include <algorithm>
+#include <cfloat>
+#include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
@@ -120,6 +122,45 @@ __global__ void GatherRowsKernel(const float* x, int64_t cols,
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     out[i * cols + c] = from[c];
   }
+}
+
+// The better of two (value, index) candidates: the larger value, the lower
+// index on ties. Values are never NaN (GreedyTokensKernel skips them).
+struct Candidate {
+  float value;
+  int32_t index;
+};
+__device__ __forceinline__ Candidate Better(Candidate a, Candidate b) {
+  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b
+                                                                          : a;
+}
+
+// One block per row, kernels::GreedyToken's rule: each thread keeps its
+// columns' first maximum, then the warps and the block reduce by Better
+// (associative, so the reduction's order cannot change the winner).
+__global__ void GreedyTokensKernel(const float* logits, int64_t cols,
+                                   int32_t* tokens) {
+  constexpr int32_t kNone = INT32_MAX;
+  __shared__ Candidate warp_best[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
+  Candidate best{-INFINITY, kNone};
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    // +inf ties FLT_MAX; NaN fails both comparisons and never wins (fminf
+    // would turn it into FLT_MAX).
+    const float value = row[c] > FLT_MAX ? FLT_MAX : row[c];
+    if (value > best.value) best = {value, static_cast<int32_t>(c)};
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    best = Better(best, {__shfl_xor_sync(0xffffffffu, best.value, offset),
+                         __shfl_xor_sync(0xffffffffu, best.index, offset)});
+  }
+  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    best = Better(best, warp_best[w]);
+  }
+  tokens[blockIdx.x] = best.index == kNone ? -1 : best.index;
 }
 
 // One thread per column walks the rows in order, so repeated destination
@@ -382,6 +423,15 @@ cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
   if (n <= 0) return cudaSuccess;
   GatherRowsKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
       d_x, cols, d_rows, d_out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGreedyTokens(const float* d_logits, int64_t rows,
+                               int64_t cols, int32_t* d_tokens,
+                               cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  GreedyTokensKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      d_logits, cols, d_tokens);
   return cudaGetLastError();
 }
 

@@ -133,6 +133,12 @@ cudaError_t LaunchWriteRows(const RowWrites* writes, int count,
 cudaError_t LaunchGatherRows(const float* d_x, int64_t cols,
                              const int32_t* d_rows, int64_t n, float* d_out,
                              cudaStream_t stream);
+// d_tokens[r] = kernels::GreedyToken(d_logits[r, :cols]) for r < rows: the
+// lowest index of the row's maximum, NaN as -inf and +inf as FLT_MAX; -1
+// where no value is above -inf.
+cudaError_t LaunchGreedyTokens(const float* d_logits, int64_t rows,
+                               int64_t cols, int32_t* d_tokens,
+                               cudaStream_t stream);
 // d_y[d_rows[i], :] += d_scales[i] * d_src[i, :], in order of i (rows may
 // repeat), for i < n.
 cudaError_t LaunchAddScaledRows(const float* d_src, int64_t cols,

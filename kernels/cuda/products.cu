@@ -130,20 +130,10 @@ cudaError_t LaunchMma(const DeviceWeight& w, const float* d_x, int64_t n,
                       float* d_y, cudaStream_t stream) {
   const dim3 grid(
       static_cast<unsigned>((w.rows + kMmaWeightRows - 1) / kMmaWeightRows));
-  const int rows = static_cast<int>(n);
-  switch (MmaTiles(n)) {
-    case 1:
-      MmaProductKernel<kType, 1>
-          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
-      break;
-    case 2:
-      MmaProductKernel<kType, 2>
-          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
-      break;
-    default:
-      MmaProductKernel<kType, kMaxMmaTiles>
-          <<<grid, kMmaThreads, 0, stream>>>(w, d_x, rows, d_y);
-  }
+  WithMmaTiles(n, [&](auto tiles) {
+    MmaProductKernel<kType, decltype(tiles)::value>
+        <<<grid, kMmaThreads, 0, stream>>>(w, d_x, static_cast<int>(n), d_y);
+  });
   return cudaGetLastError();
 }
 

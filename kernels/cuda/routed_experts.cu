@@ -563,15 +563,10 @@ template <WeightType kType, int kActs>
 cudaError_t LaunchExpertMlps(const RoutedExpertsParams& p, const Scratch& s,
                              unsigned slots, cudaStream_t stream) {
   const bool tensor_cores = kActs > 1;
-  const int tiles = MmaTiles(p.n);
   if (tensor_cores && p.vectorized_gate_up) {
-    if (tiles == 1) {
-      LaunchMmaGateUp<kType, 1>(p, s, slots, stream);
-    } else if (tiles == 2) {
-      LaunchMmaGateUp<kType, 2>(p, s, slots, stream);
-    } else {
-      LaunchMmaGateUp<kType, kMaxMmaTiles>(p, s, slots, stream);
-    }
+    WithMmaTiles(p.n, [&](auto tiles) {
+      LaunchMmaGateUp<kType, decltype(tiles)::value>(p, s, slots, stream);
+    });
   } else {
     GateUpKernel<kType, kActs>
         <<<dim3(Blocks(p.intermediate, kGateUpColumns), slots),
@@ -579,13 +574,9 @@ cudaError_t LaunchExpertMlps(const RoutedExpertsParams& p, const Scratch& s,
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (tensor_cores && p.vectorized_down) {
-    if (tiles == 1) {
-      LaunchMmaDown<kType, 1>(p, s, slots, stream);
-    } else if (tiles == 2) {
-      LaunchMmaDown<kType, 2>(p, s, slots, stream);
-    } else {
-      LaunchMmaDown<kType, kMaxMmaTiles>(p, s, slots, stream);
-    }
+    WithMmaTiles(p.n, [&](auto tiles) {
+      LaunchMmaDown<kType, decltype(tiles)::value>(p, s, slots, stream);
+    });
   } else {
     DownKernel<kType, kActs>
         <<<dim3(Blocks(p.hidden, kDotWeightRows), slots),

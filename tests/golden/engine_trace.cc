@@ -46,7 +46,23 @@ Trace RunTrace(runtime::Engine& engine,
     chunks.push_back(
         {static_cast<runtime::SequenceId>(200 + i), inputs[i], true});
   }
-  EXPECT_TRUE(engine.Step(chunks, &trace.batched).ok());
+  if (absl::Status s = engine.Step(chunks, &trace.batched); !s.ok()) {
+    ADD_FAILURE() << s;
+    return trace;
+  }
+  std::vector<std::vector<int32_t>> next(inputs.size());
+  const float* last = trace.batched.data();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    last += inputs[i].size() * vocab;
+    next[i] = {static_cast<int32_t>(std::max_element(last - vocab, last) -
+                                    (last - vocab))};
+    chunks[i] = {static_cast<runtime::SequenceId>(200 + i), next[i]};
+    chunks[i].greedy_token = i % 2 == 0;
+  }
+  EXPECT_TRUE(engine
+                  .Step(chunks, &trace.batched_decode, /*work=*/nullptr,
+                        &trace.batched_greedy)
+                  .ok());
   for (size_t i = 0; i < inputs.size(); ++i) engine.Release(200 + i);
   return trace;
 }

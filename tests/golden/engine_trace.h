@@ -16,11 +16,18 @@ struct Trace {
   std::vector<std::vector<float>> logits;  // per case: prompt + decode rows
   std::vector<std::vector<int32_t>> greedy;
   std::vector<float> batched;  // every case in one step
+  // Then one decode step of every case (its greedy token from `batched`),
+  // the even cases asking for their greedy token only
+  // (SequenceChunk::greedy_token): the odd cases' logits and the even
+  // cases' tokens.
+  std::vector<float> batched_decode;
+  std::vector<int32_t> batched_greedy;
 };
 
 // Runs every input as its own sequence (prompt, then `greedy_steps` greedy
-// tokens), then all prompts in one step; frees their KV blocks. A failed
-// step is a test failure and ends the trace there.
+// tokens), then all prompts in one step and one decode step after it; frees
+// their KV blocks. A failed step is a test failure and ends the trace
+// there.
 Trace RunTrace(runtime::Engine& engine,
                const std::vector<std::vector<int32_t>>& inputs,
                int greedy_steps);

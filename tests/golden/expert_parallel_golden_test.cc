@@ -55,6 +55,11 @@ void ExpectSame(const Trace& got, const Trace& want,
     EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
   }
   EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+  EXPECT_TRUE(Bitwise(got.batched_decode, want.batched_decode))
+      << config << " batched decode";
+  EXPECT_EQ(got.batched_greedy, want.batched_greedy)
+      << config << " batched greedy tokens";
+  EXPECT_EQ(want.batched_greedy.size(), (want.logits.size() + 1) / 2);
 }
 
 class ExpertParallelGoldenTest : public ::testing::TestWithParam<std::string> {

@@ -68,6 +68,10 @@ struct RunLogits {
   std::vector<std::vector<int32_t>> greedy;
   std::vector<std::vector<float>> decode_logits;
   std::vector<float> batched;
+  // Then one decode step of every case, the even ones asking for their
+  // greedy token only: the odd cases' logits, the even cases' tokens.
+  std::vector<float> batched_decode;
+  std::vector<int32_t> batched_greedy;
 };
 
 RunLogits RunCases(runtime::Engine& engine,
@@ -99,8 +103,22 @@ RunLogits RunCases(runtime::Engine& engine,
   for (size_t i = 0; i < cases.size(); ++i) {
     chunks.push_back({static_cast<runtime::SequenceId>(i), cases[i], true});
   }
-  const absl::Status s = engine.Step(chunks, &run.batched);
+  absl::Status s = engine.Step(chunks, &run.batched);
   EXPECT_TRUE(s.ok()) << s;
+  if (s.ok()) {
+    std::vector<std::vector<int32_t>> next(cases.size());
+    auto last = run.batched.begin();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      last += cases[i].size() * vocab;
+      next[i] = {static_cast<int32_t>(std::max_element(last - vocab, last) -
+                                      (last - vocab))};
+      chunks[i] = {static_cast<runtime::SequenceId>(i), next[i]};
+      chunks[i].greedy_token = i % 2 == 0;
+    }
+    s = engine.Step(chunks, &run.batched_decode, /*work=*/nullptr,
+                    &run.batched_greedy);
+    EXPECT_TRUE(s.ok()) << s;
+  }
   for (size_t i = 0; i < cases.size(); ++i) engine.kv_cache().Release(i);
   return run;
 }
@@ -142,6 +160,10 @@ void ExpectSameRun(const RunLogits& got, const RunLogits& want, int64_t vocab,
                absl::StrCat("decode step ", i));
   }
   ExpectSame(got.batched, want.batched, vocab, bitwise, "batched step");
+  ExpectSame(got.batched_decode, want.batched_decode, vocab, bitwise,
+             "batched decode step");
+  EXPECT_EQ(got.batched_greedy, want.batched_greedy);
+  EXPECT_EQ(want.batched_greedy.size(), (want.prefill.size() + 1) / 2);
 }
 
 // The CPU cheaper for one token, streaming from two on: auto sends a decode

@@ -102,6 +102,9 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
           EXPECT_EQ(got.greedy[i], want.greedy[i]) << config << " case " << i;
         }
         EXPECT_TRUE(Bitwise(got.batched, want.batched)) << config << " batched";
+        EXPECT_TRUE(Bitwise(got.batched_decode, want.batched_decode))
+            << config << " batched decode";
+        EXPECT_EQ(got.batched_greedy, want.batched_greedy) << config;
         const memory_ring::RingStats& stats = streamed->ring_stats();
         EXPECT_GT(stats.bytes_moved, 0u) << config;
         EXPECT_EQ(stats.load_errors, 0u) << config;
