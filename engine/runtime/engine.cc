@@ -427,8 +427,10 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   std::vector<float> blocks(first[ranks]);
   std::copy(local_logits.begin(), local_logits.end(),
             blocks.begin() + first[rank]);
-  std::memcpy(blocks.data() + first[rank] + rows_of_rank[rank] * vocab,
-              local_greedy.data(), local_greedy.size() * sizeof(int32_t));
+  if (!local_greedy.empty()) {
+    std::memcpy(blocks.data() + first[rank] + rows_of_rank[rank] * vocab,
+                local_greedy.data(), local_greedy.size() * sizeof(int32_t));
+  }
   for (int p = 0; p < ranks; ++p) {
     if (first[p + 1] == first[p]) continue;
     absl::Span<float> block =
