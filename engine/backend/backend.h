@@ -342,6 +342,8 @@ class Backend::Buffer {
 
   const Tensor& tensor() const { return tensor_; }
   operator const Tensor&() const { return tensor_; }  // NOLINT
+  // The backend that allocated it; null when empty.
+  const Backend* backend() const { return backend_; }
 
  private:
   void Reset() {

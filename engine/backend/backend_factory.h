@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/thread_pool.h"
+#include "engine/parallel/communicator.h"
 #include "engine/backend/backend.h"
 #include "kernels/cpu/ops.h"
 
@@ -26,6 +27,26 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     int64_t device_weight_budget = 0,
     kernels::ActivationPrecision cpu_precision =
         kernels::ActivationPrecision::kF32);
+
+// How activations in a backend's memory travel between the ranks of an
+// expert-parallel job.
+struct RowTransport {
+  // A communicator of its own over the backend's memory, where one was
+  // made (NCCL over a CUDA device's).
+  std::unique_ptr<parallel::Communicator> owned;
+  // What moves them: `owned`; the job's communicator where it reaches the
+  // backend's memory (the CPU backend's and the stand-in device's are the
+  // host's); or null where nothing does (ranks sharing a GPU, which NCCL
+  // refuses): rows are then staged through host memory.
+  parallel::Communicator* communicator = nullptr;
+};
+
+// The transport for `backend`'s rows between the ranks of `job` (a host
+// communicator, which must outlive what is returned). A collective over
+// `job` for a CUDA backend; fails as NcclCommunicator::Create does (the
+// caller must then end the job).
+absl::StatusOr<RowTransport> RowTransportFor(Backend& backend,
+                                             parallel::Communicator* job);
 
 }  // namespace ringmoe::backend
 

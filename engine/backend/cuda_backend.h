@@ -38,6 +38,8 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override;
+  // The CUDA device index it binds.
+  int device() const { return device_; }
   MemorySpace weight_memory() const override { return MemorySpace::kDevice; }
   void set_work(Work* work) override;
   absl::Status TakeError() override;

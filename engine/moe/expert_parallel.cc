@@ -1,6 +1,9 @@
 #include "engine/moe/expert_parallel.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace ringmoe::moe {
 
@@ -23,67 +26,136 @@ void DistributedExpertExecutor::Predict(int layer, const Routing& predicted) {
                  }));
 }
 
+absl::Status DistributedExpertExecutor::ExchangeRows(
+    backend::Backend& backend, const backend::Tensor& send,
+    const backend::Tensor& recv, RowCollective collective) {
+  if (rows_communicator_ != nullptr) {
+    // A device communicator runs on a stream of its own, after what the
+    // host has seen finish.
+    backend.Synchronize();
+    return collective(*rows_communicator_,
+                      parallel::AsBytes(absl::MakeConstSpan(send.data,
+                                                            send.size())),
+                      parallel::AsWritableBytes(
+                          absl::MakeSpan(recv.data, recv.size())));
+  }
+  staged_send_.resize(send.size());
+  staged_recv_.resize(recv.size());
+  if (send.size() > 0) backend.CopyToHost(send, staged_send_.data());
+  RETURN_IF_ERROR(collective(communicator_, parallel::AsBytes(staged_send_),
+                             parallel::AsWritableBytes(staged_recv_)));
+  if (recv.size() > 0) backend.CopyFromHost(staged_recv_.data(), recv);
+  return absl::OkStatus();
+}
+
+backend::Tensor DistributedExpertExecutor::RowsOf(
+    backend::Backend& backend, backend::Backend::Buffer& buffer, int64_t rows,
+    int64_t cols) {
+  const backend::Tensor& have = buffer.tensor();
+  if (buffer.backend() != &backend || have.cols != cols || have.rows < rows) {
+    const int64_t capacity = buffer.backend() != &backend || have.cols != cols
+                                 ? std::max<int64_t>(rows, 1)
+                                 : std::max(rows, have.rows * 3 / 2);
+    buffer = backend.NewTensor(capacity, cols);
+  }
+  return buffer.tensor().Rows(0, rows);
+}
+
+void DistributedExpertExecutor::RowScatter::Add(const backend::Tensor& src,
+                                                const backend::Tensor& dst) {
+  sources_.push_back(src);
+  for (int64_t r = 0; r < dst.rows; ++r) pointers_.push_back(dst.row(r));
+}
+
+void DistributedExpertExecutor::RowScatter::Write(backend::Backend& backend) {
+  writes_.clear();
+  size_t at = 0;
+  for (const backend::Tensor& src : sources_) {
+    writes_.push_back(
+        {src, absl::MakeConstSpan(pointers_.data() + at,
+                                  static_cast<size_t>(src.rows))});
+    at += src.rows;
+  }
+  if (!writes_.empty()) backend.WriteRows(writes_);
+}
+
 absl::Status ExpertParallelExecutor::Run(
     int layer, absl::Span<const ExpertTask> tasks,
     absl::Span<const backend::MlpTask> alongside, backend::Backend& backend) {
   const int rank = communicator_.rank(), ranks = communicator_.size();
+  auto with_rank = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("rank ", rank, ": ", status.message()));
+  };
+  if (ranks == 1) {
+    absl::Status status = inner_.Run(layer, tasks, alongside, backend);
+    return status.ok() ? status : with_rank(status);
+  }
   shares_.clear();
-  std::vector<ExpertTask> mine;
-  std::vector<int64_t> floats_of(ranks, 0);  // output floats each rank sends
+  std::vector<int64_t> rows_of(ranks, 0);  // output rows each rank sends
   std::vector<uint64_t> rows_per_expert(placement_.num_experts(), 0);
-  for (const ExpertTask& t : tasks) rows_per_expert[t.expert] += t.x.rows;
+  int64_t cols = 0;
+  for (const ExpertTask& t : tasks) {
+    rows_per_expert[t.expert] += t.x.rows;
+    cols = t.out.cols;
+  }
   const std::vector<int> rank_of = placement_.AssignExperts(rows_per_expert);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ExpertTask& t = tasks[i];
     if (t.x.rows == 0) continue;
-    const Share share{i, rank_of[t.expert]};
-    shares_.push_back(share);
-    floats_of[share.rank] += t.out.size();
+    shares_.push_back({i, rank_of[t.expert]});
+    rows_of[rank_of[t.expert]] += t.out.rows;
+  }
+  // This rank's tasks write their outputs straight into its block, in
+  // share order.
+  const backend::Tensor send = RowsOf(backend, send_, rows_of[rank], cols);
+  std::vector<ExpertTask> mine;
+  int64_t at = 0;
+  for (const Share& share : shares_) {
     if (share.rank != rank) continue;
-    mine.push_back(t);
+    const ExpertTask& t = tasks[share.task];
+    mine.push_back({t.expert, t.x, send.Rows(at, t.out.rows)});
+    at += t.out.rows;
     CountRows(t.expert, rank, t.x.rows);
   }
   if (absl::Status status = inner_.Run(layer, mine, alongside, backend);
       !status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("rank ", rank, ": ", status.message()));
+    return with_rank(status);
   }
-  if (ranks == 1) return absl::OkStatus();
 
   // Every rank knows every rank's shares, so each knows the size of every
   // block; a block holds its rank's shares' rows in share order.
   std::vector<uint64_t> bytes_of(ranks);
   int64_t total = 0;
   for (int p = 0; p < ranks; ++p) {
-    bytes_of[p] = floats_of[p] * sizeof(float);
-    total += floats_of[p];
+    bytes_of[p] = rows_of[p] * cols * sizeof(float);
+    total += rows_of[p];
   }
-  send_.resize(floats_of[rank]);
-  received_.resize(total);
-  float* at = send_.data();
-  for (const ExpertTask& t : mine) {
-    backend.CopyToHost(t.out, at);
-    at += t.out.size();
-  }
-  if (absl::Status status = communicator_.AllGatherV(
-          parallel::AsBytes(send_), parallel::AsWritableBytes(received_),
-          bytes_of);
+  const backend::Tensor received = RowsOf(backend, received_, total, cols);
+  if (absl::Status status = ExchangeRows(
+          backend, send, received,
+          [&](parallel::Communicator& communicator,
+              absl::Span<const uint8_t> send_bytes,
+              absl::Span<uint8_t> recv_bytes) {
+            return communicator.AllGatherV(send_bytes, recv_bytes, bytes_of);
+          });
       !status.ok()) {
     return absl::Status(
         status.code(),
         absl::StrCat("layer ", layer,
-                     ": exchanging expert outputs (AllGatherV ", "of ",
-                     total * sizeof(float), " bytes from ", ranks,
+                     ": exchanging expert outputs (AllGatherV of ",
+                     total * cols * sizeof(float), " bytes from ", ranks,
                      " ranks) on rank ", rank, ": ", status.message()));
   }
-  std::vector<const float*> next(ranks);
-  next[0] = received_.data();
-  for (int p = 1; p < ranks; ++p) next[p] = next[p - 1] + floats_of[p - 1];
+  std::vector<int64_t> next(ranks, 0);
+  for (int p = 1; p < ranks; ++p) next[p] = next[p - 1] + rows_of[p - 1];
+  unpack_.Clear();
   for (const Share& share : shares_) {
     const backend::Tensor& out = tasks[share.task].out;
-    if (share.rank != rank) backend.CopyFromHost(next[share.rank], out);
-    next[share.rank] += out.size();
+    unpack_.Add(received.Rows(next[share.rank], out.rows), out);
+    next[share.rank] += out.rows;
   }
+  unpack_.Write(backend);
   return absl::OkStatus();
 }
 

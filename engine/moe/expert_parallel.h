@@ -49,10 +49,18 @@ Routing PicksOf(const Routing& predicted,
                 absl::FunctionRef<bool(int32_t expert)> runs_here);
 
 // What both expert-parallel executors share: the job's communicator, the
-// placement, the inner executor running this rank's experts (steps and
-// predictions pass through to it), and the rows this rank ran for experts
-// whose owner (first replica) is another rank — the work its replicas took
-// over, a per-rank metric.
+// communicator that moves rows in the backend's memory, the placement, the
+// inner executor running this rank's experts (steps and predictions pass
+// through to it), and the rows this rank ran for experts whose owner (first
+// replica) is another rank — the work its replicas took over, a per-rank
+// metric.
+//
+// Rows are packed and unpacked by the backend's row operations where they
+// lie. Where a rows communicator moves the backend's memory (the job's own
+// for a backend computing in host memory, NCCL between GPUs) they go from
+// backend to backend and only row counts cross the host; without one
+// (ranks sharing a GPU) they are staged through host memory on the job's
+// communicator.
 class DistributedExpertExecutor : public ExpertExecutor {
  public:
   void BeginStep(int64_t num_tokens) override { inner_.BeginStep(num_tokens); }
@@ -70,12 +78,17 @@ class DistributedExpertExecutor : public ExpertExecutor {
   }
 
  protected:
-  // `communicator` and `inner` (given only tasks of experts with a replica
-  // on communicator->rank()) must outlive the executor;
+  // `communicator` (host memory), `rows_communicator` (the same job's
+  // ranks in the same order, moving the memory of every backend given to
+  // Run; null: rows staged through the host on `communicator`) and `inner`
+  // (given only tasks of experts with a replica on communicator->rank())
+  // must outlive the executor, and so must every backend given to Run;
   // placement.num_ranks() == communicator->size().
   DistributedExpertExecutor(parallel::Communicator* communicator,
+                            parallel::Communicator* rows_communicator,
                             ExpertPlacement placement, ExpertExecutor* inner)
       : communicator_(*communicator),
+        rows_communicator_(rows_communicator),
         placement_(std::move(placement)),
         inner_(*inner) {}
   // Counts `rows` rows run here for `expert`, replica rows when another
@@ -86,21 +99,64 @@ class DistributedExpertExecutor : public ExpertExecutor {
     }
   }
 
+  // A collective of the job's ranks from one byte span into another.
+  using RowCollective = absl::FunctionRef<absl::Status(
+      parallel::Communicator&, absl::Span<const uint8_t> send,
+      absl::Span<uint8_t> recv)>;
+  // Runs `collective` from `send` into `recv`, tensors in `backend`'s
+  // memory: on the rows communicator once the backend's work so far
+  // (which writes `send`) has finished, or through host copies of both on
+  // the job's communicator.
+  absl::Status ExchangeRows(backend::Backend& backend,
+                            const backend::Tensor& send,
+                            const backend::Tensor& recv,
+                            RowCollective collective);
+
+  // Rows [0, rows) of a [capacity, cols] tensor in `backend`'s memory kept
+  // in `buffer` between layers: reallocated when `backend` is not the one
+  // it was last given or the capacity is short (then grown by half again,
+  // so that a few larger layers do not reallocate at every step).
+  backend::Tensor RowsOf(backend::Backend& backend, backend::Backend::Buffer& buffer,
+                         int64_t rows, int64_t cols);
+
+  // Copies src's rows into the rows `dst` points at (Backend::WriteRows),
+  // one write per call of Add, issued together by Write.
+  class RowScatter {
+   public:
+    void Clear() {
+      sources_.clear();
+      pointers_.clear();
+    }
+    // Row i of `src` to row i of `dst` (same shape).
+    void Add(const backend::Tensor& src, const backend::Tensor& dst);
+    // Every added write, in one call of the backend's.
+    void Write(backend::Backend& backend);
+
+   private:
+    std::vector<backend::Tensor> sources_;
+    std::vector<float*> pointers_;  // every source's rows' destinations
+    std::vector<backend::RowWrite> writes_;
+  };
+
   parallel::Communicator& communicator_;
+  parallel::Communicator* const rows_communicator_;
   const ExpertPlacement placement_;
   ExpertExecutor& inner_;
 
  private:
   std::atomic<uint64_t> replica_rows_{0};
+  // Host staging of ExchangeRows, kept between layers.
+  std::vector<float> staged_send_, staged_recv_;
 };
 
 class ExpertParallelExecutor : public DistributedExpertExecutor {
  public:
-  // As DistributedExpertExecutor's; `communicator` moves host memory
-  // (outputs travel through the host).
+  // As DistributedExpertExecutor's.
   ExpertParallelExecutor(parallel::Communicator* communicator,
+                         parallel::Communicator* rows_communicator,
                          ExpertPlacement placement, ExpertExecutor* inner)
-      : DistributedExpertExecutor(communicator, std::move(placement), inner) {}
+      : DistributedExpertExecutor(communicator, rows_communicator,
+                                  std::move(placement), inner) {}
 
   // This rank's tasks (ExpertPlacement::AssignExperts) and `alongside`
   // through the inner executor, then every task's `out` exchanged. Errors: the
@@ -118,10 +174,11 @@ class ExpertParallelExecutor : public DistributedExpertExecutor {
   };
 
   std::vector<Share> shares_;  // kept between layers
-  // Host staging of the exchange, kept between layers: this rank's output
-  // rows (its AllGatherV block), and every rank's block in rank order.
-  std::vector<float> send_;
-  std::vector<float> received_;
+  // In the backend's memory, kept between layers: this rank's output rows
+  // (its AllGatherV block, which its inner executor writes), and every
+  // rank's block in rank order.
+  backend::Backend::Buffer send_, received_;
+  RowScatter unpack_;
 };
 
 }  // namespace ringmoe::moe

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <utility>
 #include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/stand_in_device.h"
 #include "engine/moe/random_mlp.h"
 #include "engine/parallel/collective_args.h"
 #include "gmock/gmock.h"
@@ -112,6 +114,11 @@ class RecordingExecutor : public ExpertExecutor {
   absl::Status status_;
 };
 
+// How rows travel: on the CPU backend through the job's communicator; on a
+// device through a communicator of its memory (the stand-in's is the
+// host's, as NCCL moves a GPU's); or staged through host memory.
+enum Transport { kHost, kDevice, kStaged };
+
 class ExpertParallelTest : public ::testing::Test {
  protected:
   static constexpr int64_t kHidden = 40, kInter = 56, kTokens = 11;
@@ -153,16 +160,20 @@ class ExpertParallelTest : public ::testing::Test {
   // the outputs of the second run.
   // `placement` defaults to contiguous ranges; `replica_rows` receives
   // the executor's count.
+  // `transport`: how the rows travel.
   std::vector<float> RunRank(
       ScriptedCommunicator& comm, std::vector<float>* shared_out,
       const std::optional<ExpertPlacement>& placement = std::nullopt,
-      uint64_t* replica_rows = nullptr) {
+      uint64_t* replica_rows = nullptr, Transport transport = kHost) {
     ResidentExperts resident(weights_);
     ExpertParallelExecutor executor(
-        &comm,
+        &comm, transport == kStaged ? nullptr : &comm,
         placement ? *placement
                   : ExpertPlacement::Contiguous(kExperts, comm.size()),
         &resident);
+    backend::Backend& backend =
+        transport == kHost ? static_cast<backend::Backend&>(backend_)
+                           : device_;
     std::vector<float> out;
     shared_out->assign(kTokens * kHidden, 0.f);
     const backend::MlpTask alongside{
@@ -172,7 +183,7 @@ class ExpertParallelTest : public ::testing::Test {
     for (int run = 0; run < 2; ++run) {
       const std::vector<ExpertTask> tasks = Tasks(&out);
       executor.BeginStep(kTokens);
-      EXPECT_TRUE(executor.Run(2, tasks, {&alongside, 1}, backend_).ok());
+      EXPECT_TRUE(executor.Run(2, tasks, {&alongside, 1}, backend).ok());
       executor.EndStep();
     }
     if (replica_rows != nullptr) *replica_rows = executor.replica_rows();
@@ -183,6 +194,8 @@ class ExpertParallelTest : public ::testing::Test {
   model::ModelWeights weights_;
   std::vector<float> x_;
   backend::CpuBackend backend_{nullptr};
+  // Bitwise the CPU backend's, its memory apart from the host's.
+  backend::StandInDevice device_{{}};
 };
 
 TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
@@ -195,11 +208,24 @@ TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
                                      {want_shared.data(), kTokens, kHidden}};
     ASSERT_TRUE(resident.Run(2, tasks, {&alongside, 1}, backend_).ok());
   }
-  for (int size : {1, 2, 3, 4, 9}) {
+  for (const auto& [size, transport] :
+       std::vector<std::pair<int, Transport>>{{1, kHost},
+                                              {2, kHost},
+                                              {3, kHost},
+                                              {4, kHost},
+                                              {9, kHost},
+                                              {1, kDevice},
+                                              {3, kDevice},
+                                              {3, kStaged},
+                                              {4, kStaged}}) {
+    SCOPED_TRACE(::testing::Message() << size << " ranks, transport "
+                                      << transport);
     std::vector<ScriptedCommunicator> first, second;
     for (int r = 0; r < size; ++r) first.emplace_back(r, size);
     std::vector<float> shared_out;
-    for (ScriptedCommunicator& comm : first) RunRank(comm, &shared_out);
+    for (ScriptedCommunicator& comm : first) {
+      RunRank(comm, &shared_out, std::nullopt, nullptr, transport);
+    }
     for (int r = 0; r < size; ++r) {
       ScriptedCommunicator& comm = second.emplace_back(r, size);
       for (int p = 0; p < size; ++p) {
@@ -207,7 +233,8 @@ TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
           comm.peer_blocks[{static_cast<int>(call), p}] = first[p].sent[call];
         }
       }
-      const std::vector<float> got = RunRank(comm, &shared_out);
+      const std::vector<float> got =
+          RunRank(comm, &shared_out, std::nullopt, nullptr, transport);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
           << "rank " << r << " of " << size;
       EXPECT_EQ(std::memcmp(shared_out.data(), want_shared.data(),
@@ -291,7 +318,7 @@ TEST_F(ExpertParallelTest, InnerRunsOwnTasksAndEveryAlongside) {
   ScriptedCommunicator comm(1, 3);  // experts 2 and 3 of 7
   RecordingExecutor inner;
   ExpertParallelExecutor executor(
-      &comm, ExpertPlacement::Contiguous(kExperts, 3), &inner);
+      &comm, &comm, ExpertPlacement::Contiguous(kExperts, 3), &inner);
   std::vector<float> out, shared_out(kTokens * kHidden);
   const backend::MlpTask alongside{&shared_[0].weights,
                                    {x_.data(), kTokens, kHidden},
@@ -318,7 +345,7 @@ TEST_F(ExpertParallelTest, FailedExchangeNamesLayerAndCollective) {
   comm.fail = true;
   ResidentExperts resident(weights_);
   ExpertParallelExecutor executor(
-      &comm, ExpertPlacement::Contiguous(kExperts, 2), &resident);
+      &comm, &comm, ExpertPlacement::Contiguous(kExperts, 2), &resident);
   std::vector<float> out;
   const absl::Status status = executor.Run(2, Tasks(&out), {}, backend_);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
@@ -333,7 +360,7 @@ TEST_F(ExpertParallelTest, InnerFailureNamesTheRankAndSkipsTheExchange) {
   RecordingExecutor inner;
   inner.status_ = absl::UnavailableError("layer 2: reading expert 5");
   ExpertParallelExecutor executor(
-      &comm, ExpertPlacement::Contiguous(kExperts, 2), &inner);
+      &comm, &comm, ExpertPlacement::Contiguous(kExperts, 2), &inner);
   std::vector<float> out;
   const absl::Status status = executor.Run(2, Tasks(&out), {}, backend_);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);

@@ -9,12 +9,13 @@
 // streamed through its own memory ring, hybrid on its device — and sends
 // every output row back to the rank it came from, which combines them in
 // its MoE block. Three collectives per MoE layer: an AllGather of every
-// rank's row counts (the whole matrix, so that a hierarchical communicator
-// plans both exchanges without gathering counts itself; with replicas,
-// every rank's rows per expert, from which each rank derives the same
-// matrix), an AllToAllV of
-// input rows (each led by its expert's id) and an AllToAllV of output rows
-// (both Communicator::AllToAllVWithMatrix, the outputs along the matrix's
+// rank's rows per expert (from which every rank derives the same matrix
+// of row counts, so that a hierarchical communicator plans both exchanges
+// without gathering counts itself, and the same choice of replicas; and
+// from which a receiver knows each row's expert, as a sender orders the
+// rows it sends a rank by expert: rows carry nothing but their floats), an AllToAllV of
+// input rows and an AllToAllV of output rows (both
+// Communicator::AllToAllVWithMatrix, the outputs along the matrix's
 // transpose); a rank with no tokens of its own still joins them
 // (ModelRunner::ForwardWithoutTokens), because other ranks' tokens may
 // need its experts.
@@ -50,13 +51,13 @@ namespace ringmoe::moe {
 
 class TokenDispatchExecutor : public DistributedExpertExecutor {
  public:
-  // As DistributedExpertExecutor's; `communicator` moves host memory (rows
-  // travel through the host); `hidden` is the width of every row. Every
-  // backend given to Run must outlive the executor too.
+  // As DistributedExpertExecutor's; `hidden` is the width of every row.
   TokenDispatchExecutor(parallel::Communicator* communicator,
+                        parallel::Communicator* rows_communicator,
                         ExpertPlacement placement, ExpertExecutor* inner,
                         int64_t hidden)
-      : DistributedExpertExecutor(communicator, std::move(placement), inner),
+      : DistributedExpertExecutor(communicator, rows_communicator,
+                                  std::move(placement), inner),
         hidden_(hidden) {}
 
   // Dispatches `tasks`' rows to their experts' ranks, runs what arrived
@@ -74,17 +75,11 @@ class TokenDispatchExecutor : public DistributedExpertExecutor {
                              const absl::Status& status) const;
 
   const int64_t hidden_;
-  // Host staging kept between layers (grown, never shrunk): the rows this
-  // rank sends (inputs, then outputs), the rows it receives, and rows
-  // between the host and a device backend.
-  std::vector<float> send_;
-  std::vector<float> received_;
-  std::vector<float> staged_;
-  // The received rows and their outputs in the memory of the backend Run
-  // was last given, kept between layers (so every backend given to Run
-  // must outlive the executor).
-  backend::Backend::Buffer in_, out_;
-  const backend::Backend* rows_backend_ = nullptr;
+  // In the backend's memory, kept between layers: the rows this rank sends
+  // and gets back (`sent_`), the rows it receives and returns (`arrived_`),
+  // and those in expert order, through the inner executor (`in_`, `out_`).
+  backend::Backend::Buffer sent_, arrived_, in_, out_;
+  RowScatter scatter_;
 };
 
 }  // namespace ringmoe::moe

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/stand_in_device.h"
 #include "engine/moe/expert_placement.h"
 #include "engine/parallel/hierarchical_communicator.h"
 #include "engine/parallel/metered_communicator.h"
@@ -114,8 +115,9 @@ TEST(TokenDispatchTest, OneGatherOfRowCountsServesBothExchanges) {
   RecordingCommunicator comm;
   AddingExperts inner;
   backend::CpuBackend backend(nullptr);
-  TokenDispatchExecutor executor(&comm, ExpertPlacement::Contiguous(3, 1),
-                                 &inner, kHidden);
+  TokenDispatchExecutor executor(&comm, &comm,
+                                 ExpertPlacement::Contiguous(3, 1), &inner,
+                                 kHidden);
   std::vector<float> x, out;
   const std::vector<ExpertTask> tasks = Tasks(x, out);
   ASSERT_TRUE(executor.Run(/*layer=*/0, tasks, {}, backend).ok());
@@ -126,9 +128,10 @@ TEST(TokenDispatchTest, OneGatherOfRowCountsServesBothExchanges) {
               ElementsAre("AllGather", "AllToAllVWithMatrix", "AllToAllV",
                           "AllToAllVWithMatrix", "AllToAllV"));
   ASSERT_EQ(comm.matrices.size(), 2u);
-  // Inputs: 5 rows, each the expert's id and the row.
+  // Inputs: 5 rows of floats alone (the gathered rows per expert say
+  // whose they are).
   EXPECT_THAT(comm.matrices[0].units, ElementsAre(5));
-  EXPECT_EQ(comm.matrices[0].unit_bytes, (kHidden + 1) * sizeof(float));
+  EXPECT_EQ(comm.matrices[0].unit_bytes, kHidden * sizeof(float));
   EXPECT_FALSE(comm.matrices[0].transposed);
   // Outputs: the same rows back, along the transpose.
   EXPECT_THAT(comm.matrices[1].units, ElementsAre(5));
@@ -144,8 +147,9 @@ TEST(TokenDispatchTest, AHierarchicalLayerGathersCountsOnce) {
   ASSERT_TRUE(hierarchical.ok()) << hierarchical.status();
   AddingExperts inner;
   backend::CpuBackend backend(nullptr);
-  TokenDispatchExecutor executor(
-      hierarchical->get(), ExpertPlacement::Contiguous(3, 1), &inner, kHidden);
+  TokenDispatchExecutor executor(hierarchical->get(), hierarchical->get(),
+                                 ExpertPlacement::Contiguous(3, 1), &inner,
+                                 kHidden);
   std::vector<float> x, out;
   const std::vector<ExpertTask> tasks = Tasks(x, out);
   for (int layer = 0; layer < 2; ++layer) {
@@ -154,6 +158,81 @@ TEST(TokenDispatchTest, AHierarchicalLayerGathersCountsOnce) {
     // Per layer, of the base: the gather of row counts and 3 phases per
     // exchange; a gather of counts per exchange would make 9.
     EXPECT_EQ(base.traffic().collectives, (layer + 1) * (1u + 2 * 3));
+  }
+}
+
+// On a device without a communicator of its memory, rows are staged
+// through the host on the job's communicator: only the host's collectives
+// run, and the rows still come back to their tasks.
+TEST(TokenDispatchTest, RowsStagedThroughTheHostWithoutARowsCommunicator) {
+  RecordingCommunicator comm;
+  AddingExperts inner;
+  backend::StandInDevice device({});
+  TokenDispatchExecutor executor(&comm, /*rows_communicator=*/nullptr,
+                                 ExpertPlacement::Contiguous(3, 1), &inner,
+                                 kHidden);
+  std::vector<float> x, out;
+  const std::vector<ExpertTask> tasks = Tasks(x, out);
+  for (int layer = 0; layer < 2; ++layer) {
+    ASSERT_TRUE(executor.Run(layer, tasks, {}, device).ok());
+    ExpectOutputs(x, out);
+  }
+  EXPECT_EQ(comm.matrices.size(), 4u);
+}
+
+// Rows are packed by expert for their rank, so the inner executor gets
+// each expert's rows together whatever the tasks' order, and every row's
+// output returns to its own task.
+TEST(TokenDispatchTest, InnerGetsEachExpertsRowsTogetherInExpertOrder) {
+  RecordingCommunicator comm;
+  AddingExperts adding;
+  struct Recording : ExpertExecutor {
+    explicit Recording(ExpertExecutor* inner) : inner(*inner) {}
+    void BeginStep(int64_t) override {}
+    bool WantsPredictions() const override { return false; }
+    void Predict(int, const Routing&) override {}
+    absl::Status Run(int layer, absl::Span<const ExpertTask> tasks,
+                     absl::Span<const backend::MlpTask> alongside,
+                     backend::Backend& backend) override {
+      for (const ExpertTask& t : tasks) {
+        experts.push_back(t.expert);
+        rows.push_back(t.x.rows);
+      }
+      return inner.Run(layer, tasks, alongside, backend);
+    }
+    void EndStep() override {}
+    ExpertExecutor& inner;
+    std::vector<int32_t> experts;
+    std::vector<int64_t> rows;
+  } inner(&adding);
+  backend::CpuBackend backend(nullptr);
+  TokenDispatchExecutor executor(&comm, &comm,
+                                 ExpertPlacement::Contiguous(4, 1), &inner,
+                                 kHidden);
+  // Experts 3, 1, 3, 0 (2, 1, 3, 1 rows), two tasks of expert 3.
+  const int32_t expert_of[] = {3, 1, 3, 0};
+  const int64_t rows_of[] = {2, 1, 3, 1};
+  std::vector<float> x(7 * kHidden), out(7 * kHidden, -1.f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  std::vector<ExpertTask> tasks;
+  int64_t first = 0;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back({expert_of[i],
+                     {x.data() + first * kHidden, rows_of[i], kHidden},
+                     {out.data() + first * kHidden, rows_of[i], kHidden}});
+    first += rows_of[i];
+  }
+  ASSERT_TRUE(executor.Run(0, tasks, {}, backend).ok());
+  EXPECT_THAT(inner.experts, ElementsAre(0, 1, 3));
+  EXPECT_THAT(inner.rows, ElementsAre(1, 1, 5));
+  first = 0;
+  for (int i = 0; i < 4; ++i) {
+    for (int64_t f = first * kHidden; f < (first + rows_of[i]) * kHidden;
+         ++f) {
+      ASSERT_EQ(out[f], x[f] + static_cast<float>(expert_of[i]))
+          << "task " << i << " float " << f;
+    }
+    first += rows_of[i];
   }
 }
 

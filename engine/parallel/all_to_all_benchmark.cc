@@ -4,8 +4,8 @@
 //
 //   - Data-parallel attention (TokenDispatchExecutor): each rank's own
 //     decode tokens go to their experts' ranks and come back: an AllGather
-//     of the row-count matrix, an AllToAllV of input rows (hidden + 1
-//     floats each, the expert id first), an AllToAllV of output rows. Flat
+//     of every rank's rows per expert, an AllToAllV of input rows (hidden
+//     floats each, ordered by expert), an AllToAllV of output rows. Flat
 //     (MpiCommunicator) and, with --ranks_per_node K, hierarchical
 //     (HierarchicalCommunicator over it, ranks grouped K to a pretend node;
 //     the collectives it makes of its base are counted too).
@@ -467,10 +467,10 @@ absl::StatusOr<json> RunConfig(Job& job, const Config& config,
   std::unique_ptr<moe::ExpertExecutor> executor;
   if (config.replicated) {
     executor = std::make_unique<moe::ExpertParallelExecutor>(
-        &recorder, placement, &copying);
+        &recorder, &recorder, placement, &copying);
   } else {
     executor = std::make_unique<moe::TokenDispatchExecutor>(
-        &recorder, placement, &copying, hidden);
+        &recorder, &recorder, placement, &copying, hidden);
   }
 
   std::vector<float> x(rows * hidden), out(rows * hidden);

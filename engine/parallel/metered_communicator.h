@@ -31,6 +31,14 @@ struct CollectiveTraffic {
   uint64_t bytes_received = 0;
   uint64_t collectives = 0;
   double seconds = 0;
+
+  CollectiveTraffic& operator+=(const CollectiveTraffic& other) {
+    bytes_sent += other.bytes_sent;
+    bytes_received += other.bytes_received;
+    collectives += other.collectives;
+    seconds += other.seconds;
+    return *this;
+  }
 };
 
 class MeteredCommunicator : public Communicator {

@@ -1,6 +1,9 @@
 #include "engine/parallel/nccl_communicator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -75,6 +78,28 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   }
   RETURN_IF_ERROR(comm->WaitUntilIdle("NcclCommunicator::Create"));
   return comm;
+}
+
+absl::StatusOr<bool> NcclCommunicator::EachRankHasItsOwnDevice(
+    Communicator& bootstrap, int device) {
+  // Bus ids are "dddd:bb:dd.f" and shorter than this; unused bytes are 0.
+  constexpr int kIdBytes = 32;
+  std::vector<char> ids(static_cast<size_t>(bootstrap.size()) * kIdBytes, 0);
+  std::vector<char> mine(kIdBytes, 0);
+  if (cudaError_t error = cudaDeviceGetPCIBusId(mine.data(), kIdBytes, device);
+      error != cudaSuccess) {
+    return CudaError(absl::StrCat("rank ", bootstrap.rank(),
+                                  ": the PCI bus id of cuda:", device),
+                     error);
+  }
+  RETURN_IF_ERROR(bootstrap.AllGather(AsBytes(mine), AsWritableBytes(ids)));
+  std::vector<std::string> seen;
+  for (int p = 0; p < bootstrap.size(); ++p) {
+    const char* id = ids.data() + static_cast<size_t>(p) * kIdBytes;
+    seen.emplace_back(id, strnlen(id, kIdBytes));
+  }
+  std::sort(seen.begin(), seen.end());
+  return std::adjacent_find(seen.begin(), seen.end()) == seen.end();
 }
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device,

@@ -42,6 +42,12 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override;
 
+  // Whether no two ranks of `bootstrap`'s job use the same GPU (by PCI bus
+  // id), as NCCL requires of a communicator's ranks: this rank's is GPU
+  // `device`. A collective over `bootstrap`.
+  static absl::StatusOr<bool> EachRankHasItsOwnDevice(Communicator& bootstrap,
+                                                      int device);
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   absl::Duration timeout() const override { return timeout_; }

@@ -222,6 +222,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     experts = engine->streamed_experts_.get();
   }
   if (expert_placement) {
+    ASSIGN_OR_RETURN(backend::RowTransport rows,
+                     backend::RowTransportFor(*engine->backend_,
+                                              engine->expert_parallel_.get()));
+    parallel::Communicator* rows_communicator = rows.communicator;
+    if (rows.owned != nullptr) {
+      engine->device_communicator_ = std::move(rows.owned);
+      engine->device_traffic_ = std::make_unique<parallel::MeteredCommunicator>(
+          engine->device_communicator_.get());
+      rows_communicator = engine->device_traffic_.get();
+    }
     if (experts == nullptr) {
       engine->resident_experts_ = std::make_unique<moe::ResidentExperts>(
           on_device ? engine->device_weights_ : engine->weights_);
@@ -229,14 +239,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     }
     if (options.data_parallel_attention) {
       engine->parallel_experts_ = std::make_unique<moe::TokenDispatchExecutor>(
-          engine->expert_parallel_.get(), *std::move(expert_placement), experts,
-          engine->spec_.hidden_size);
+          engine->expert_parallel_.get(), rows_communicator,
+          *std::move(expert_placement), experts, engine->spec_.hidden_size);
       engine->data_parallel_ = engine->expert_parallel_.get();
       engine->rank_positions_.assign(engine->data_parallel_->size(), 0);
     } else {
       engine->parallel_experts_ = std::make_unique<moe::ExpertParallelExecutor>(
-          engine->expert_parallel_.get(), *std::move(expert_placement),
-          experts);
+          engine->expert_parallel_.get(), rows_communicator,
+          *std::move(expert_placement), experts);
     }
     experts = engine->parallel_experts_.get();
   }
@@ -286,6 +296,7 @@ std::optional<Engine::ExpertParallelStats> Engine::expert_parallel_stats()
   if (expert_parallel_ == nullptr) return std::nullopt;
   ExpertParallelStats stats;
   stats.traffic = expert_parallel_->traffic();
+  if (device_traffic_ != nullptr) stats.traffic += device_traffic_->traffic();
   stats.experts_held =
       static_cast<int64_t>(parallel_experts_->placement()
                                .experts_of(expert_parallel_->rank())

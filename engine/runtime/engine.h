@@ -227,6 +227,11 @@ class Engine {
   };
   // The job's communicator as the engine uses it: metered.
   std::unique_ptr<parallel::MeteredCommunicator> expert_parallel_;
+  // Expert rows between the ranks' backends: a communicator of the
+  // backend's memory where one was made (NCCL), metered too; else the
+  // job's, or none (staged through the host).
+  std::unique_ptr<parallel::Communicator> device_communicator_;
+  std::unique_ptr<parallel::MeteredCommunicator> device_traffic_;
   parallel::Communicator* data_parallel_ = nullptr;
   absl::flat_hash_map<SequenceId, Home> homes_;
   std::vector<int64_t> rank_positions_;
