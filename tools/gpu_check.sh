@@ -38,6 +38,7 @@ tests=(
   //memory_ring:cuda_tier_test
   //engine/backend:backend_conformance_test
   //engine/parallel:nccl_communicator_test
+  //engine/moe:row_transport_test
   //tests/golden:golden_logits_test
   //tests/golden:hybrid_golden_test
 )
@@ -86,8 +87,11 @@ sanitize=(compute-sanitizer --error-exitcode 9 --print-limit 20)
 # cudaFuncGetAttributes (error 209, expected): API errors are not reported,
 # memory accesses (NCCL's and ours) still are.
 memcheck_nccl() {
-  check memcheck_nccl_communicator_test "${sanitize[@]}" --tool memcheck \
-    --report-api-errors no "$bin/nccl_communicator_test"
+  local test
+  for test in nccl_communicator_test row_transport_test; do
+    check "memcheck_$test" "${sanitize[@]}" --tool memcheck \
+      --report-api-errors no "$bin/$test"
+  done
 }
 
 # Every CUDA test plain, under memcheck and racecheck; the goldens on cuda:0.
@@ -100,8 +104,8 @@ run_tests() {
 run_plain_tests() {
   local test
   for test in rms_norm_test device_info_test cuda_tier_test \
-    backend_conformance_test nccl_communicator_test golden_logits_test \
-    hybrid_golden_test; do
+    backend_conformance_test nccl_communicator_test row_transport_test \
+    golden_logits_test hybrid_golden_test; do
     check "$test" "$bin/$test"
   done
 }
@@ -317,6 +321,7 @@ run() {
     profile_wide) run_profile_wide ;;
     nccl)
       check nccl_communicator_test "$bin/nccl_communicator_test"
+      check row_transport_test "$bin/row_transport_test"
       memcheck_nccl
       ;;
     *)
