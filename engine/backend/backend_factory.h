@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/thread_pool.h"
-#include "engine/parallel/communicator.h"
 #include "engine/backend/backend.h"
+#include "engine/parallel/communicator.h"
 #include "kernels/cpu/ops.h"
 
 namespace ringmoe::backend {

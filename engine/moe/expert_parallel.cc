@@ -33,11 +33,10 @@ absl::Status DistributedExpertExecutor::ExchangeRows(
     // A device communicator runs on a stream of its own, after what the
     // host has seen finish.
     backend.Synchronize();
-    return collective(*rows_communicator_,
-                      parallel::AsBytes(absl::MakeConstSpan(send.data,
-                                                            send.size())),
-                      parallel::AsWritableBytes(
-                          absl::MakeSpan(recv.data, recv.size())));
+    return collective(
+        *rows_communicator_,
+        parallel::AsBytes(absl::MakeConstSpan(send.data, send.size())),
+        parallel::AsWritableBytes(absl::MakeSpan(recv.data, recv.size())));
   }
   staged_send_.resize(send.size());
   staged_recv_.resize(recv.size());

@@ -116,8 +116,9 @@ class DistributedExpertExecutor : public ExpertExecutor {
   // in `buffer` between layers: reallocated when `backend` is not the one
   // it was last given or the capacity is short (then grown by half again,
   // so that a few larger layers do not reallocate at every step).
-  backend::Tensor RowsOf(backend::Backend& backend, backend::Backend::Buffer& buffer,
-                         int64_t rows, int64_t cols);
+  backend::Tensor RowsOf(backend::Backend& backend,
+                         backend::Backend::Buffer& buffer, int64_t rows,
+                         int64_t cols);
 
   // Copies src's rows into the rows `dst` points at (Backend::WriteRows),
   // one write per call of Add, issued together by Write.

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <utility>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -172,8 +172,7 @@ class ExpertParallelTest : public ::testing::Test {
                   : ExpertPlacement::Contiguous(kExperts, comm.size()),
         &resident);
     backend::Backend& backend =
-        transport == kHost ? static_cast<backend::Backend&>(backend_)
-                           : device_;
+        transport == kHost ? static_cast<backend::Backend&>(backend_) : device_;
     std::vector<float> out;
     shared_out->assign(kTokens * kHidden, 0.f);
     const backend::MlpTask alongside{
@@ -218,8 +217,8 @@ TEST_F(ExpertParallelTest, EveryRankEndsWithEveryOutputBitwise) {
                                               {3, kDevice},
                                               {3, kStaged},
                                               {4, kStaged}}) {
-    SCOPED_TRACE(::testing::Message() << size << " ranks, transport "
-                                      << transport);
+    SCOPED_TRACE(::testing::Message()
+                 << size << " ranks, transport " << transport);
     std::vector<ScriptedCommunicator> first, second;
     for (int r = 0; r < size; ++r) first.emplace_back(r, size);
     std::vector<float> shared_out;

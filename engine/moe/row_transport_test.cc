@@ -114,8 +114,9 @@ TEST_P(RowTransportTest, DispatchedRowsComeBackAsTheExpertsComputedThem) {
 INSTANTIATE_TEST_SUITE_P(Backends, RowTransportTest,
                          testing::Values("standin", "cuda:0"),
                          [](const testing::TestParamInfo<std::string>& info) {
-                           return info.param == "standin" ? std::string("standin")
-                                                          : std::string("cuda0");
+                           return info.param == "standin"
+                                      ? std::string("standin")
+                                      : std::string("cuda0");
                          });
 
 }  // namespace

@@ -65,8 +65,8 @@ absl::Status TokenDispatchExecutor::Run(
   const std::vector<uint64_t> rows_to(rows_matrix.begin() + rank * ranks,
                                       rows_matrix.begin() + (rank + 1) * ranks);
   const std::vector<uint64_t> to_offsets = Offsets(rows_to);
-  const std::vector<uint64_t> from_offsets = Offsets(
-      parallel::CountMatrix{rows_matrix}.RecvCounts(ranks, rank));
+  const std::vector<uint64_t> from_offsets =
+      Offsets(parallel::CountMatrix{rows_matrix}.RecvCounts(ranks, rank));
   const int64_t sent_rows = static_cast<int64_t>(to_offsets.back());
   const int64_t arrived_rows = static_cast<int64_t>(from_offsets.back());
 

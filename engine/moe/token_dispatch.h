@@ -13,8 +13,8 @@
 // of row counts, so that a hierarchical communicator plans both exchanges
 // without gathering counts itself, and the same choice of replicas; and
 // from which a receiver knows each row's expert, as a sender orders the
-// rows it sends a rank by expert: rows carry nothing but their floats), an AllToAllV of
-// input rows and an AllToAllV of output rows (both
+// rows it sends a rank by expert: rows carry nothing but their floats), an
+// AllToAllV of input rows and an AllToAllV of output rows (both
 // Communicator::AllToAllVWithMatrix, the outputs along the matrix's
 // transpose); a rank with no tokens of its own still joins them
 // (ModelRunner::ForwardWithoutTokens), because other ranks' tokens may

@@ -115,9 +115,8 @@ TEST(TokenDispatchTest, OneGatherOfRowCountsServesBothExchanges) {
   RecordingCommunicator comm;
   AddingExperts inner;
   backend::CpuBackend backend(nullptr);
-  TokenDispatchExecutor executor(&comm, &comm,
-                                 ExpertPlacement::Contiguous(3, 1), &inner,
-                                 kHidden);
+  TokenDispatchExecutor executor(
+      &comm, &comm, ExpertPlacement::Contiguous(3, 1), &inner, kHidden);
   std::vector<float> x, out;
   const std::vector<ExpertTask> tasks = Tasks(x, out);
   ASSERT_TRUE(executor.Run(/*layer=*/0, tasks, {}, backend).ok());
@@ -206,9 +205,8 @@ TEST(TokenDispatchTest, InnerGetsEachExpertsRowsTogetherInExpertOrder) {
     std::vector<int64_t> rows;
   } inner(&adding);
   backend::CpuBackend backend(nullptr);
-  TokenDispatchExecutor executor(&comm, &comm,
-                                 ExpertPlacement::Contiguous(4, 1), &inner,
-                                 kHidden);
+  TokenDispatchExecutor executor(
+      &comm, &comm, ExpertPlacement::Contiguous(4, 1), &inner, kHidden);
   // Experts 3, 1, 3, 0 (2, 1, 3, 1 rows), two tasks of expert 3.
   const int32_t expert_of[] = {3, 1, 3, 0};
   const int64_t rows_of[] = {2, 1, 3, 1};
@@ -227,8 +225,7 @@ TEST(TokenDispatchTest, InnerGetsEachExpertsRowsTogetherInExpertOrder) {
   EXPECT_THAT(inner.rows, ElementsAre(1, 1, 5));
   first = 0;
   for (int i = 0; i < 4; ++i) {
-    for (int64_t f = first * kHidden; f < (first + rows_of[i]) * kHidden;
-         ++f) {
+    for (int64_t f = first * kHidden; f < (first + rows_of[i]) * kHidden; ++f) {
       ASSERT_EQ(out[f], x[f] + static_cast<float>(expert_of[i]))
           << "task " << i << " float " << f;
     }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 

@@ -365,11 +365,8 @@ absl::Status Engine::DataParallelStep(absl::Span<const SequenceChunk> chunks,
   StepShare share;
   // Homes given by the caller are checked before any is taken, so a
   // refused step changes nothing.
+  RETURN_IF_ERROR(CheckGreedyOutput(chunks, greedy_tokens));
   for (const SequenceChunk& c : chunks) {
-    if (c.greedy_token && greedy_tokens == nullptr) {
-      return absl::InvalidArgumentError(
-          "a step with greedy-token chunks needs somewhere to put the tokens");
-    }
     if (c.home >= ranks) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.sequence, ": home rank ", c.home,

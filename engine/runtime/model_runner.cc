@@ -33,6 +33,20 @@ ModelRunner::ModelRunner(const model::ModelSpec& spec,
   }
 }
 
+absl::Status CheckGreedyOutput(absl::Span<const SequenceChunk> chunks,
+                               const std::vector<int32_t>* greedy_tokens) {
+  if (greedy_tokens != nullptr) return absl::OkStatus();
+  for (const SequenceChunk& c : chunks) {
+    if (c.greedy_token) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", c.sequence,
+          ": a chunk asks for its greedy token and the step has nowhere to "
+          "put the tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelRunner::Reserve(absl::Span<const SequenceChunk> chunks,
                                   KvCache* cache) const {
   absl::flat_hash_map<SequenceId, int64_t> new_length;
@@ -103,10 +117,7 @@ absl::Status ModelRunner::Forward(absl::Span<const SequenceChunk> chunks,
       tokens.push_back(c.tokens[i]);
     }
   }
-  if (!greedy_rows.empty() && greedy_tokens == nullptr) {
-    return absl::InvalidArgumentError(
-        "a step with greedy-token chunks needs somewhere to put the tokens");
-  }
+  RETURN_IF_ERROR(CheckGreedyOutput(chunks, greedy_tokens));
   RETURN_IF_ERROR(Reserve(chunks, cache));
 
   const int64_t n = static_cast<int64_t>(seq_of.size());

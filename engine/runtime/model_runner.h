@@ -42,6 +42,12 @@ struct SequenceChunk {
   bool greedy_token = false;
 };
 
+// INVALID_ARGUMENT when a chunk of `chunks` asks for its greedy token and
+// there is nowhere to put it (`greedy_tokens` null). ModelRunner::Forward
+// checks it, and the engine's data-parallel step before it homes anything.
+absl::Status CheckGreedyOutput(absl::Span<const SequenceChunk> chunks,
+                               const std::vector<int32_t>* greedy_tokens);
+
 // Under data-parallel attention, the whole step that a rank's chunks are a
 // share of: its tokens and its logits rows (0: the chunks' own). The
 // rank's products and attention run as for the whole step

@@ -263,6 +263,14 @@ TEST(ExpertParallelHomesTest, HomesOutsideTheJobOrMovedAreRefused) {
   refused = engine->Step({{3, prompt, false, job->size()}}, &logits);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_NE(refused.message().find("home rank"), std::string::npos) << refused;
+  // A greedy-token chunk in a step given nowhere to put the tokens.
+  runtime::SequenceChunk greedy{2, prompt, false, 0};
+  greedy.greedy_token = true;
+  refused = engine->Step({greedy}, &logits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("nowhere to put the tokens"),
+            std::string::npos)
+      << refused;
   // Nothing of the refused steps was taken: sequence 2 is new again, so
   // another rank than the refused step named may hold it.
   EXPECT_EQ(engine->kv_cache_of(0).Length(2), 0);
