@@ -3,11 +3,15 @@
 // products on the activations quantized in three int8 levels (Mxfp4Span,
 // isa.h), and that quantizer (which the AVX-512 unit shares). Widening each
 // weight to float costs about a vector µop per weight; here 64 weights meet
-// each level of each activation row in two vpmaddubsw and a vpmaddwd, and
-// two blocks of 32 take one convert and one FMA. With more activation rows
+// each level of each activation row in two vpmaddubsw and a vpmaddwd, two
+// blocks of 32 take one convert and one FMA, and the weights' bias comes off
+// once per eight blocks as one FMA. With more activation rows
 // weights widened to float once for all of them cost less (the blocked
 // products).
 #include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
@@ -80,11 +84,17 @@ struct Mxfp4Rows {
   const uint8_t* exponents;
 };
 
+// Mxfp4Tile takes eight blocks' scales at a time in the order 0, 2, 4, 6, 1,
+// 3, 5, 7, so that one in-lane vpermilps gives the pair of blocks 2k, 2k + 1
+// its scales (block 2k's in lanes 0-3, block 2k + 1's in lanes 4-7).
+constexpr int kArrangedLane[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
 // Eight e8m0 exponents as their scales 2^(e - 127), exactly (2^-127, a
-// subnormal, for e = 0).
+// subnormal, for e = 0), in the order of kArrangedLane.
 inline __m256 E8m0x8(const uint8_t* e) {
-  const __m256i v = _mm256_cvtepu8_epi32(
-      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)),
+      _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
   return _mm256_castsi256_ps(_mm256_blendv_epi8(
       _mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000),
       _mm256_cmpeq_epi32(v, _mm256_setzero_si256())));
@@ -106,11 +116,11 @@ inline Mxfp4Codes LookUpCodes(__m256i bytes) {
               table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble))};
 }
 
-// Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3) per int32 lane of two blocks
-// against half `half` of span `x`: the codes meet each level in two
+// Σ (2 * e2m1 + 12) * (65536 q1 + 256 q2 + q3) per int32 lane of two
+// blocks against half `half` of span `x`: the codes meet each level in two
 // vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16); the
 // levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 · 257),
-// below 2^31) and the offsets taken off.
+// below 2^31). The weights' bias (the span's offsets) is left on.
 inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
   __m256i pairs[kMxfp4Levels];
   for (int l = 0; l < kMxfp4Levels; ++l) {
@@ -126,24 +136,48 @@ inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
   const __m256i upper =
       _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(256)),
                        _mm256_madd_epi16(pairs[1], ones));
-  return _mm256_sub_epi32(
-      _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
-                       _mm256_madd_epi16(pairs[2], ones)),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(x.offset + 8 * half)));
+  return _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
+                          _mm256_madd_epi16(pairs[2], ones));
 }
 
-// Activation rows as QuantizeMxfp4Activations leaves them: row j's spans
-// at spans + j * num_spans, its block scales at scales + j * padded_blocks.
+// Activation rows as QuantizeMxfp4Activations leaves them, and ArrangeBlocks
+// after it: row j's spans at spans + j * num_spans, its block scales and
+// block offsets (the sum of a block's span offsets, 0 past the last block)
+// at scales and offsets + j * padded_blocks, each group of eight in the
+// order of kArrangedLane.
 struct Mxfp4Activations {
   const Mxfp4Span* spans;
   const float* scales;
+  const float* offsets;
   int64_t num_spans;
   int64_t padded_blocks;  // a multiple of 16
 };
 
+// Puts one activation row's block scales in kArrangedLane's order and
+// writes its block offsets likewise (Mxfp4Activations).
+void ArrangeBlocks(const Mxfp4Span* spans, int64_t num_spans,
+                   int64_t padded_blocks, float* scales, float* offsets) {
+  for (int64_t g = 0; g < padded_blocks; g += 8) {
+    float group[8];
+    for (int p = 0; p < 8; ++p) group[p] = scales[g + p];
+    for (int p = 0; p < 8; ++p) {
+      const int64_t b = g + p;
+      int64_t offset = 0;
+      if (b < num_spans * kMxfp4BlocksPerSpan) {
+        const int32_t* lanes = spans[b / kMxfp4BlocksPerSpan].offset +
+                               4 * (b % kMxfp4BlocksPerSpan);
+        offset = int64_t{lanes[0]} + lanes[1] + lanes[2] + lanes[3];
+      }
+      scales[g + kArrangedLane[p]] = group[p];
+      offsets[g + kArrangedLane[p]] = static_cast<float>(offset);
+    }
+  }
+}
+
 // y[j * ldy + i * stride] = row r0 + i * stride of w · activation row j, i <
 // R, j < N, in groups of 8 blocks: one convert and one FMA per two blocks,
-// with each block's weight scale times its activation scale. Against one
+// with each block's weight scale times its activation scale, and one FMA
+// taking the eight blocks' offsets times those scales off. Against one
 // activation row with kAhead == kRowsAreStreams (or one row) the rows are
 // pieces of sequential streams (ForEachStreamGroup) prefetched as
 // WeightPrefetcher::Stream says; otherwise each row prefetches kAhead lines
@@ -175,9 +209,11 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
     }
     // The scales' padding is zero: past the row's last block a lane's
     // scale is 0 times the 2^-127 of a zero exponent.
-    __m256 x_scales[N];
-    for (int j = 0; j < N; ++j)
+    __m256 x_scales[N], x_offsets[N];
+    for (int j = 0; j < N; ++j) {
       x_scales[j] = _mm256_load_ps(x.scales + j * x.padded_blocks + b0);
+      x_offsets[j] = _mm256_load_ps(x.offsets + j * x.padded_blocks + b0);
+    }
     for (int i = 0; i < R; ++i) {
       alignas(8) uint8_t last[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       const uint8_t* e = exponents[i] + b0;
@@ -189,28 +225,33 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
       __m256 scales[N];
       for (int j = 0; j < N; ++j)
         scales[j] = _mm256_mul_ps(w_scales, x_scales[j]);
-      for (int64_t k = 0; 2 * k < count; ++k) {
+      // The pair of blocks b0 + 2k, b0 + 2k + 1.
+      const auto pair = [&](auto k_constant) {
+        constexpr int k = decltype(k_constant)::value;
+        if (2 * k >= count) return;
         const int64_t b = b0 + 2 * k;
         // A row's odd last block alone (its second half of the span meets
-        // zero bytes, zero activations and a zero offset).
+        // zero bytes, zero activations, a zero offset and a zero scale).
         const Mxfp4Codes codes = LookUpCodes(
             b + 1 < w.blocks
                 ? _mm256_loadu_si256(
                       reinterpret_cast<const __m256i*>(rows[i] + 16 * b))
                 : _mm256_zextsi128_si256(_mm_loadu_si128(
                       reinterpret_cast<const __m128i*>(rows[i] + 16 * b))));
-        const __m256i lanes =
-            _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-                             _mm256_set1_epi32(static_cast<int>(2 * k)));
         for (int j = 0; j < N; ++j) {
           const __m256i dot = Mxfp4Dot(
-              codes, x.spans[j * x.num_spans + b / kMxfp4BlocksPerSpan],
-              static_cast<int>(k % 2));
-          acc[i][j] = _mm256_fmadd_ps(
-              _mm256_cvtepi32_ps(dot),
-              _mm256_permutevar8x32_ps(scales[j], lanes), acc[i][j]);
+              codes, x.spans[j * x.num_spans + b / kMxfp4BlocksPerSpan], k % 2);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                      _mm256_permute_ps(scales[j], 0x55 * k),
+                                      acc[i][j]);
         }
-      }
+      };
+      pair(std::integral_constant<int, 0>());
+      pair(std::integral_constant<int, 1>());
+      pair(std::integral_constant<int, 2>());
+      pair(std::integral_constant<int, 3>());
+      for (int j = 0; j < N; ++j)
+        acc[i][j] = _mm256_fnmadd_ps(x_offsets[j], scales[j], acc[i][j]);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -230,22 +271,26 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
       Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * num_spans);
   float* scales =
       Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  float* offsets =
+      Scratch<float>(ScratchSlot::kMxfp4BlockOffsets, n * padded_blocks);
   for (int64_t j = 0; j < n; ++j) {
     QuantizeMxfp4Activations(x + j * w.cols, w.cols, blocks,
                              spans + j * num_spans, scales + j * padded_blocks);
+    ArrangeBlocks(spans + j * num_spans, num_spans, padded_blocks,
+                  scales + j * padded_blocks, offsets + j * padded_blocks);
   }
   const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), blocks,
                        w.exponents};
-  const Mxfp4Activations xq{spans, scales, num_spans, padded_blocks};
+  const Mxfp4Activations xq{spans, scales, offsets, num_spans, padded_blocks};
   const int64_t ldy = w.rows;
   if (!alone) {
     // Each weight row read from memory once, against the activation rows
     // three at a time.
     for (int64_t r = row_begin; r < row_end; ++r) {
       for (int64_t j = 0; j < n; j += 3) {
-        const Mxfp4Activations xj{spans + j * num_spans,
-                                  scales + j * padded_blocks, num_spans,
-                                  padded_blocks};
+        const Mxfp4Activations xj{
+            spans + j * num_spans, scales + j * padded_blocks,
+            offsets + j * padded_blocks, num_spans, padded_blocks};
         switch (Min<int64_t>(3, n - j)) {
           case 1:
             Mxfp4Tile<1, 1, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,

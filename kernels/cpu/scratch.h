@@ -16,6 +16,7 @@ enum class ScratchSlot : int {
   kActivationScales,   // int8, int4 and mxfp4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
   kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
+  kMxfp4BlockOffsets,  // AVX2 mxfp4 products: the spans' offsets per block
   kWeightPanel,        // prefill products: weight rows widened to float
   kActivationPanel,    // prefill products: activations packed in groups
   kAttentionKeys,      // decode attention: key row pointers
