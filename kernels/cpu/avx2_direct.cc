@@ -3,6 +3,8 @@
 // int4 go to avx2_quantized.cc, mxfp4 to avx2_mxfp4.cc), and AccumulateRows.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
 #include "kernels/cpu/isa.h"
@@ -208,41 +210,72 @@ void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
                              ldy);
 }
 
-// y[i * ldy + k] += Σ_r c[i * ldc + r - rb] · w(r, k): each token's outputs
-// accumulate in registers, 32 columns at a time, over the rows.
+// How far ahead of the rows AccumulateRows reads it prefetches: its rows
+// are short (an MLA head's slice), so the hardware prefetchers lose each
+// one's start.
+constexpr int64_t kAccumulateRowsAhead = 8;
+
+// add(std::integral_constant<int, R>(), first) for the rows [0, count) in
+// groups of R = 4 from first = 0, the last group of what is left.
+template <typename Fn>
+inline void InGroupsOfFour(int64_t count, Fn&& add) {
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) add(std::integral_constant<int, 4>(), r);
+  switch (count - r) {
+    case 3:
+      return add(std::integral_constant<int, 3>(), r);
+    case 2:
+      return add(std::integral_constant<int, 2>(), r);
+    case 1:
+      return add(std::integral_constant<int, 1>(), r);
+  }
+}
+
+// y[k] += Σ_i coeff[i] · w(first + i, k) for i < R, k < cols: the R rows
+// read along their length, y loaded and stored once per R rows.
+template <int R, typename L>
+inline void AddRows(const L& w, int64_t cols, int64_t first, const float* coeff,
+                    float* y) {
+  __m256 s[R];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) s[i] = _mm256_set1_ps(coeff[i]);
+  int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    if (k % L::kPerLine == 0) {
+      RINGMOE_UNROLL
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(static_cast<const char*>(
+                         w.Address(first + i + kAccumulateRowsAhead, k)),
+                     _MM_HINT_T0);
+      }
+    }
+    __m256 acc = _mm256_loadu_ps(y + k);
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i)
+      acc = _mm256_fmadd_ps(s[i], w.Load(first + i, k), acc);
+    _mm256_storeu_ps(y + k, acc);
+  }
+  if (k < cols) {
+    const __m256i mask = TailMask(cols - k);
+    __m256 acc = _mm256_maskload_ps(y + k, mask);
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      acc = _mm256_fmadd_ps(s[i], w.LoadTail(first + i, k, cols - k), acc);
+    }
+    _mm256_maskstore_ps(y + k, mask, acc);
+  }
+}
+
+// y[i * ldy + k] += Σ_r c[i * ldc + r - rb] · w(r, k), four rows at a time.
 template <typename L>
 void AccumulateRowsWith(const L& w, int64_t cols, const float* c, int64_t ldc,
                         int64_t n, int64_t rb, int64_t re, float* y,
                         int64_t ldy) {
   for (int64_t i = 0; i < n; ++i) {
-    float* yi = y + i * ldy;
-    const float* ci = c + i * ldc - rb;
-    int64_t k = 0;
-    for (; k + 32 <= cols; k += 32) {
-      __m256 acc[4];
-      for (int j = 0; j < 4; ++j) acc[j] = _mm256_loadu_ps(yi + k + 8 * j);
-      for (int64_t r = rb; r < re; ++r) {
-        const __m256 s = _mm256_set1_ps(ci[r]);
-        for (int j = 0; j < 4; ++j)
-          acc[j] = _mm256_fmadd_ps(s, w.Load(r, k + 8 * j), acc[j]);
-      }
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(yi + k + 8 * j, acc[j]);
-    }
-    for (; k + 8 <= cols; k += 8) {
-      __m256 acc = _mm256_loadu_ps(yi + k);
-      for (int64_t r = rb; r < re; ++r)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.Load(r, k), acc);
-      _mm256_storeu_ps(yi + k, acc);
-    }
-    if (k < cols) {
-      const __m256i mask = TailMask(cols - k);
-      __m256 acc = _mm256_maskload_ps(yi + k, mask);
-      for (int64_t r = rb; r < re; ++r) {
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ci[r]), w.LoadTail(r, k, cols - k),
-                              acc);
-      }
-      _mm256_maskstore_ps(yi + k, mask, acc);
-    }
+    InGroupsOfFour(re - rb, [&](auto rows, int64_t r) {
+      AddRows<decltype(rows)::value>(w, cols, rb + r, c + i * ldc + r,
+                                     y + i * ldy);
+    });
   }
 }
 
@@ -304,6 +337,122 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   }
 }
 
+// The inverse of InterleaveFp8Chunks for the sums of one chunk: in[t] holds
+// columns 4d + t (lane d), out[j] columns 8j..8j + 7 in order (a 4 x 8
+// transpose).
+inline void DeinterleaveFp8Chunk(const __m256 in[4], __m256 out[4]) {
+  // Per 128-bit lane: columns d and d + 4 as 4 values of t each.
+  const __m256 t01_low = _mm256_unpacklo_ps(in[0], in[1]);
+  const __m256 t01_high = _mm256_unpackhi_ps(in[0], in[1]);
+  const __m256 t23_low = _mm256_unpacklo_ps(in[2], in[3]);
+  const __m256 t23_high = _mm256_unpackhi_ps(in[2], in[3]);
+  const __m256 d04 = _mm256_shuffle_ps(t01_low, t23_low, 0x44);
+  const __m256 d15 = _mm256_shuffle_ps(t01_low, t23_low, 0xee);
+  const __m256 d26 = _mm256_shuffle_ps(t01_high, t23_high, 0x44);
+  const __m256 d37 = _mm256_shuffle_ps(t01_high, t23_high, 0xee);
+  out[0] = _mm256_permute2f128_ps(d04, d15, 0x20);
+  out[1] = _mm256_permute2f128_ps(d26, d37, 0x20);
+  out[2] = _mm256_permute2f128_ps(d04, d15, 0x31);
+  out[3] = _mm256_permute2f128_ps(d26, d37, 0x31);
+}
+
+// R rows of an AccumulateFp8Rows segment from `first` (coefficients
+// `coeff`) added into the sums of every whole chunk of 32 columns (`sums`,
+// interleaved like the chunk), each chunk's sums loaded and stored once
+// for the R rows. The rows are read along, as streams.
+template <int R>
+inline void AddFp8Rows(const Fp8InterleavedLoader& w, int64_t first,
+                       int64_t chunk_cols, const float* coeff, float* sums) {
+  __m256 s[R];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) s[i] = _mm256_broadcast_ss(coeff + i);
+  for (int64_t k = 0; k < chunk_cols; k += 32) {
+    __m256 acc[4];
+    RINGMOE_UNROLL
+    for (int t = 0; t < 4; ++t) acc[t] = _mm256_loadu_ps(sums + k + 8 * t);
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      if (k % 64 == 0) {
+        _mm_prefetch(static_cast<const char*>(
+                         w.Address(first + i + kAccumulateRowsAhead, k)),
+                     _MM_HINT_T0);
+      }
+      __m256 wv[4];
+      w.LoadChunk(first + i, k, wv);
+      RINGMOE_UNROLL
+      for (int t = 0; t < 4; ++t) acc[t] = _mm256_fmadd_ps(s[i], wv[t], acc[t]);
+    }
+    RINGMOE_UNROLL
+    for (int t = 0; t < 4; ++t) _mm256_storeu_ps(sums + k + 8 * t, acc[t]);
+  }
+}
+
+// AccumulateRows for fp8: within one block of rows every weight of a
+// column block shares one scale, so a segment of rows sums its products
+// with the weights alone (Fp8InterleavedLoader) and y takes the block
+// scales once per segment, with Fp8DirectRows' units (kFp8ActivationUnit
+// on the coefficients, kFp8SumUnit with the scales). The whole chunks'
+// sums stay in a thread buffer (L1: a row's worth of floats) and the rows
+// are read four at a time along their length; the last columns that make
+// no whole chunk are summed in registers row by row.
+void AccumulateFp8Rows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
+                       int64_t rb, int64_t re, float* y, int64_t ldy) {
+  constexpr int64_t kSegmentRows = 128;
+  const int64_t cols = w.cols, chunk_cols = cols / 32 * 32;
+  const Fp8InterleavedLoader weights{
+      {}, static_cast<const uint8_t*>(w.data), cols};
+  const int64_t scales_per_row = (cols + w.block_cols - 1) / w.block_cols;
+  float* sums = static_cast<float*>(ThreadScratch(
+      ScratchSlot::kFp8RowSums, chunk_cols * int64_t{sizeof(float)}));
+  alignas(32) float coeff[kSegmentRows];
+  for (int64_t i = 0; i < n; ++i) {
+    float* yi = y + i * ldy;
+    for (int64_t begin = rb; begin < re;) {
+      const int64_t block = begin / w.block_rows;
+      const int64_t end = Min<int64_t>(
+          Min<int64_t>(re, (block + 1) * w.block_rows), begin + kSegmentRows);
+      const int64_t count = end - begin;
+      for (int64_t r = 0; r < count; ++r)
+        coeff[r] = c[i * ldc + begin - rb + r] * kFp8ActivationUnit;
+      const float* scales = w.block_scales + block * scales_per_row;
+      const auto scale_at = [&](int64_t k) {
+        return _mm256_set1_ps(scales[k / w.block_cols] * kFp8SumUnit);
+      };
+      for (int64_t k = 0; k < chunk_cols; k += 8)
+        _mm256_storeu_ps(sums + k, _mm256_setzero_ps());
+      InGroupsOfFour(count, [&](auto rows, int64_t r) {
+        AddFp8Rows<decltype(rows)::value>(weights, begin + r, chunk_cols,
+                                          coeff + r, sums);
+      });
+      for (int64_t k = 0; k < chunk_cols; k += 32) {
+        __m256 chunk[4], natural[4];
+        for (int t = 0; t < 4; ++t)
+          chunk[t] = _mm256_loadu_ps(sums + k + 8 * t);
+        DeinterleaveFp8Chunk(chunk, natural);
+        for (int j = 0; j < 4; ++j) {
+          float* out = yi + k + 8 * j;
+          _mm256_storeu_ps(out, _mm256_fmadd_ps(natural[j], scale_at(k + 8 * j),
+                                                _mm256_loadu_ps(out)));
+        }
+      }
+      for (int64_t k = chunk_cols; k < cols; k += 8) {
+        const int64_t width = Min<int64_t>(8, cols - k);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < count; ++j) {
+          const __m256 wv = width == 8 ? weights.Load(begin + j, k)
+                                       : weights.LoadTail(begin + j, k, width);
+          sum = _mm256_fmadd_ps(_mm256_broadcast_ss(coeff + j), wv, sum);
+        }
+        const __m256i mask = TailMask(width);
+        _mm256_maskstore_ps(yi + k, mask,
+                            _mm256_fmadd_ps(sum, scale_at(k),
+                                            _mm256_maskload_ps(yi + k, mask)));
+      }
+      begin = end;
+    }
+  }
+}
+
 }  // namespace
 
 void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
@@ -330,6 +479,9 @@ void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
 
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
+  if (w.type == WeightType::kFp8E4M3) {
+    return AccumulateFp8Rows(c, ldc, n, w, row_begin, row_end, y, ldy);
+  }
   VisitLoader(w, [&](const auto& loader) {
     AccumulateRowsWith(loader, w.cols, c, ldc, n, row_begin, row_end, y, ldy);
   });

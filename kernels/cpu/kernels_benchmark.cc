@@ -264,6 +264,48 @@ BENCHMARK(BM_MatMulInCacheAvx2)
         b->Args({type, 512, 1024, 1});
     }) -> UseRealTime() -> MinTime(0.3);
 
+// MLA's absorbed key projection at decode (CpuBackend::AbsorbMlaQueries):
+// each head's query of 128 nope dims, on two threads by head, times that
+// head's 128 rows of kv_b [heads x 256, 512] accumulated into its latent
+// query of 512. Args: weight type, heads, activation rows. Weight bytes
+// count the rows read (half of kv_b).
+void BM_AccumulateRowProducts(benchmark::State& state) {
+  constexpr int64_t kNope = 128, kRowsPerHead = 256, kLora = 512;
+  const auto type = static_cast<WeightType>(state.range(0));
+  const int64_t heads = state.range(1), n = state.range(2);
+  const WeightCopies w =
+      MakeCopies(type, heads * kRowsPerHead, kLora, int64_t{768} << 20);
+  std::vector<float> q(n * heads * kNope, 0.5f), latent(n * heads * kLora);
+  size_t next = 0;
+  const double bandwidth_before = NearbyReadBandwidth();
+  for (auto _ : state) {
+    const Matrix& m = w.matrices[next];
+    ParallelFor(&Pool(), heads, [&](int64_t h) {
+      AccumulateRowProducts(q.data() + h * kNope, heads * kNope, n, m,
+                            h * kRowsPerHead, h * kRowsPerHead + kNope,
+                            latent.data() + h * kLora, heads * kLora);
+    });
+    benchmark::DoNotOptimize(latent.data());
+    next = (next + 1) % w.matrices.size();
+  }
+  state.counters["read_bytes_per_second"] =
+      std::max(bandwidth_before, NearbyReadBandwidth());
+  state.counters["weight_bytes_per_second"] = benchmark::Counter(
+      MatrixBytes(w.matrices[0]) / 2 * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+  state.SetLabel(WeightTypeName(type));
+}
+BENCHMARK(BM_AccumulateRowProducts)
+    ->Apply([](auto* b) {
+      for (WeightType type : {WeightType::kBF16, WeightType::kFp8E4M3}) {
+        // DeepSeek-V3's 128 heads; the synthetic DeepSeek-V3's 16.
+        for (int64_t heads : {128, 16}) {
+          for (int64_t n : {1, 4})
+            b->Args({static_cast<int64_t>(type), heads, n});
+        }
+      }
+    }) -> UseRealTime() -> MinTime(0.3);
+
 // Args: weight type.
 void BM_WeightPrefetch(benchmark::State& state) {
   const auto type = static_cast<WeightType>(state.range(0));

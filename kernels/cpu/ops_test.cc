@@ -249,9 +249,10 @@ TestMatrix MakeMatrix(std::mt19937& rng, WeightType type, int64_t rows,
     case WeightType::kFp8E4M3: {
       // Random codes (NaN ones excluded) and block scales that differ by
       // up to 2^4 between neighbours; `group` picks the block shape:
-      // 32 x 32 (DeepSeek-V3's 128 x 128 scaled down) or 16 rows x 64.
+      // 32 x 32 (DeepSeek-V3's 128 x 128 scaled down), 256 rows x 8 (the
+      // narrowest columns the loader accepts) or 16 rows x 64.
       m.w = {nullptr, type, rows, cols};
-      m.w.block_rows = group == 32 ? 32 : 16;
+      m.w.block_rows = group == 32 ? 32 : group == 8 ? 256 : 16;
       m.w.block_cols = group;
       const int64_t scale_cols = (cols + m.w.block_cols - 1) / m.w.block_cols;
       m.block_scales.resize((rows + m.w.block_rows - 1) / m.w.block_rows *
@@ -497,6 +498,29 @@ TEST_P(MatMulTest, RowRangesMatchReference) {
     EXPECT_LE(RelativeError(y2, want), ProductTolerance(re - rb) * 4)
         << n << "x" << rows << "x" << cols;
   }
+}
+
+// fp8 accumulated over rows sums a block of rows before its scales: blocks
+// of 256 rows (cut in several sums) and of 8 columns (a scale per 8 in a
+// chunk of 32), against the double reference.
+TEST(AccumulateRowProductsTest, Fp8LongRowBlocksAndNarrowColumnBlocks) {
+  std::mt19937 rng(43);
+  const int64_t rows = 600, cols = 83, rb = 5, re = 590, n = 2;
+  const TestMatrix m = MakeMatrix(rng, WeightType::kFp8E4M3, rows, cols, 8);
+  const int64_t ldc = re - rb + 1, ldy = cols + 3;
+  const auto c = RandomVector(rng, n * ldc);
+  auto y = RandomVector(rng, n * ldy);
+  std::vector<double> want(y.begin(), y.end());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = rb; r < re; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        want[i * ldy + k] +=
+            double(c[i * ldc + r - rb]) * m.dequantized[r * cols + k];
+      }
+    }
+  }
+  AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y.data(), ldy);
+  EXPECT_LE(RelativeError(y, want), ProductTolerance(re - rb) * 4);
 }
 
 TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {

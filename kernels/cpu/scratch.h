@@ -15,6 +15,7 @@ enum class ScratchSlot : int {
   kActivationsInt16,   // int8 products: activations as int16
   kActivationScales,   // int8, int4 and mxfp4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
+  kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
   kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
   kMxfp4BlockOffsets,  // AVX2 mxfp4 products: the spans' offsets per block
   kWeightPanel,        // prefill products: weight rows widened to float
