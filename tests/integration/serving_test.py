@@ -182,8 +182,12 @@ class RobustnessTest(unittest.TestCase):
         # machine is busy with other tests: 4 streams of 1000 tokens on a
         # model whose context holds them (300 on the 512-token mixtral could
         # finish, and the server exit, before the first poll got through).
-        server = harness.Server(os.path.join(harness.TINY, "deepseek_v3")).start()
-        c = Client(server.target, timeout=120)
+        # The streams then need their time to the end: on a loaded 2-core
+        # machine 4000 tokens over two ranks outlasted the default 30 s grace
+        # period, so this server and client give them 300 s.
+        server = harness.Server(os.path.join(harness.TINY, "deepseek_v3"),
+                                "--shutdown_grace_period_s=300").start()
+        c = Client(server.target, timeout=300)
         streams = [c.generate(input_ids=[1, 2, 3], max_tokens=1000, ignore_eos=True,
                               temperature=0) for _ in range(4)]
         for s in streams:
