@@ -479,11 +479,12 @@ void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
 
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
-  if (w.type == WeightType::kFp8E4M3) {
-    return AccumulateFp8Rows(c, ldc, n, w, row_begin, row_end, y, ldy);
-  }
   VisitLoader(w, [&](const auto& loader) {
-    AccumulateRowsWith(loader, w.cols, c, ldc, n, row_begin, row_end, y, ldy);
+    if constexpr (std::is_same_v<std::decay_t<decltype(loader)>, Fp8Loader>) {
+      AccumulateFp8Rows(c, ldc, n, w, row_begin, row_end, y, ldy);
+    } else {
+      AccumulateRowsWith(loader, w.cols, c, ldc, n, row_begin, row_end, y, ldy);
+    }
   });
 }
 

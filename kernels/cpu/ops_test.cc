@@ -451,6 +451,24 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   }
 }
 
+// y[i, :] + sum over rows r in [rb, re) of c[i, r - rb] * w[r, :] in double:
+// what AccumulateRowProducts must produce.
+std::vector<double> ExpectedAccumulatedRows(
+    const std::vector<float>& c, int64_t ldc, int64_t n, const TestMatrix& m,
+    int64_t rb, int64_t re, const std::vector<float>& y, int64_t ldy) {
+  const int64_t cols = m.w.cols;
+  std::vector<double> want(y.begin(), y.end());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = rb; r < re; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        want[i * ldy + k] +=
+            double(c[i * ldc + r - rb]) * m.dequantized[r * cols + k];
+      }
+    }
+  }
+  return want;
+}
+
 // Row ranges: the transposed product for some output columns only, and the
 // untransposed product accumulated into strided outputs (MLA's per-head
 // absorbed projections).
@@ -485,15 +503,8 @@ TEST_P(MatMulTest, RowRangesMatchReference) {
     const int64_t ldc = re - rb + 2, ldy = cols + 5;
     const auto c = RandomVector(rng, n * ldc);
     auto y2 = RandomVector(rng, n * ldy);
-    std::vector<double> want(y2.begin(), y2.end());
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t r = rb; r < re; ++r) {
-        for (int64_t k = 0; k < cols; ++k) {
-          want[i * ldy + k] +=
-              double(c[i * ldc + r - rb]) * m.dequantized[r * cols + k];
-        }
-      }
-    }
+    const std::vector<double> want =
+        ExpectedAccumulatedRows(c, ldc, n, m, rb, re, y2, ldy);
     AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y2.data(), ldy);
     EXPECT_LE(RelativeError(y2, want), ProductTolerance(re - rb) * 4)
         << n << "x" << rows << "x" << cols;
@@ -510,15 +521,8 @@ TEST(AccumulateRowProductsTest, Fp8LongRowBlocksAndNarrowColumnBlocks) {
   const int64_t ldc = re - rb + 1, ldy = cols + 3;
   const auto c = RandomVector(rng, n * ldc);
   auto y = RandomVector(rng, n * ldy);
-  std::vector<double> want(y.begin(), y.end());
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t r = rb; r < re; ++r) {
-      for (int64_t k = 0; k < cols; ++k) {
-        want[i * ldy + k] +=
-            double(c[i * ldc + r - rb]) * m.dequantized[r * cols + k];
-      }
-    }
-  }
+  const std::vector<double> want =
+      ExpectedAccumulatedRows(c, ldc, n, m, rb, re, y, ldy);
   AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y.data(), ldy);
   EXPECT_LE(RelativeError(y, want), ProductTolerance(re - rb) * 4);
 }
