@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the machine (tools/setup.sh) and runs every test with Bazel, then
-# every C++ test again under AddressSanitizer and UndefinedBehaviorSanitizer,
-# the threaded ones (memory ring, scheduler, step broadcast) under
+# every C++ test again under AddressSanitizer and UndefinedBehaviorSanitizer
+# together (--config=asan_ubsan), the threaded ones (memory ring, scheduler, step broadcast) under
 # ThreadSanitizer, and last the
 # container image built and run with podman
 # (tools/test_container.sh; RINGMOE_SKIP_CONTAINER_TEST=1 skips it). Ends
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 bash tools/setup.sh || exit 1
 
-# Under ASan and UBSan: every C++ test (parsers, engine, kernels, ring,
+# Under ASan and UBSan (one build with both): every C++ test (parsers, engine, kernels, ring,
 # front ends, the fuzz targets' seed replays); not the integration tests
 # (Python clients driving a server process), the emulated-CPU runs of
 # tests/isa or the deployment checks, which would only rerun the same code
@@ -32,7 +32,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 bazel test "$@" //... 2>&1 | tee -a "$log"
 status=$((status | PIPESTATUS[0]))
-for config in asan ubsan tsan; do
+for config in asan_ubsan tsan; do
   targets=("${sanitized[@]}")
   [[ $config == tsan ]] && targets=("${threaded[@]}")
   echo "== under --config=$config: ${targets[*]}" | tee -a "$log"
