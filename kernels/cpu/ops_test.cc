@@ -451,12 +451,15 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
   }
 }
 
-// y[i, :] + sum over rows r in [rb, re) of c[i, r - rb] * w[r, :] in double:
-// what AccumulateRowProducts must produce.
-std::vector<double> ExpectedAccumulatedRows(
-    const std::vector<float>& c, int64_t ldc, int64_t n, const TestMatrix& m,
-    int64_t rb, int64_t re, const std::vector<float>& y, int64_t ldy) {
+// AccumulateRowProducts of random c[n, ldc] against rows [rb, re) of m into
+// random y rows of stride ldy, against y[i, :] + sum over those rows r of
+// c[i, r - rb] * w[r, :] in double.
+void ExpectAccumulatedRowsMatch(std::mt19937& rng, const TestMatrix& m,
+                                int64_t n, int64_t rb, int64_t re, int64_t ldc,
+                                int64_t ldy) {
   const int64_t cols = m.w.cols;
+  const auto c = RandomVector(rng, n * ldc);
+  auto y = RandomVector(rng, n * ldy);
   std::vector<double> want(y.begin(), y.end());
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t r = rb; r < re; ++r) {
@@ -466,7 +469,10 @@ std::vector<double> ExpectedAccumulatedRows(
       }
     }
   }
-  return want;
+  AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y.data(), ldy);
+  EXPECT_LE(RelativeError(y, want), ProductTolerance(re - rb) * 4)
+      << n << "x" << m.w.rows << "x" << cols << " rows [" << rb << ", " << re
+      << ")";
 }
 
 // Row ranges: the transposed product for some output columns only, and the
@@ -499,15 +505,8 @@ TEST_P(MatMulTest, RowRangesMatchReference) {
             << n << "x" << rows << "x" << cols << " " << i << "," << r;
       }
     }
-    // c[n, ldc] against rows [rb, re), into y2 rows of stride cols + 5.
-    const int64_t ldc = re - rb + 2, ldy = cols + 5;
-    const auto c = RandomVector(rng, n * ldc);
-    auto y2 = RandomVector(rng, n * ldy);
-    const std::vector<double> want =
-        ExpectedAccumulatedRows(c, ldc, n, m, rb, re, y2, ldy);
-    AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y2.data(), ldy);
-    EXPECT_LE(RelativeError(y2, want), ProductTolerance(re - rb) * 4)
-        << n << "x" << rows << "x" << cols;
+    // c against rows [rb, re), into y rows of stride cols + 5.
+    ExpectAccumulatedRowsMatch(rng, m, n, rb, re, re - rb + 2, cols + 5);
   }
 }
 
@@ -518,13 +517,7 @@ TEST(AccumulateRowProductsTest, Fp8LongRowBlocksAndNarrowColumnBlocks) {
   std::mt19937 rng(43);
   const int64_t rows = 600, cols = 83, rb = 5, re = 590, n = 2;
   const TestMatrix m = MakeMatrix(rng, WeightType::kFp8E4M3, rows, cols, 8);
-  const int64_t ldc = re - rb + 1, ldy = cols + 3;
-  const auto c = RandomVector(rng, n * ldc);
-  auto y = RandomVector(rng, n * ldy);
-  const std::vector<double> want =
-      ExpectedAccumulatedRows(c, ldc, n, m, rb, re, y, ldy);
-  AccumulateRowProducts(c.data(), ldc, n, m.w, rb, re, y.data(), ldy);
-  EXPECT_LE(RelativeError(y, want), ProductTolerance(re - rb) * 4);
+  ExpectAccumulatedRowsMatch(rng, m, n, rb, re, re - rb + 1, cols + 3);
 }
 
 TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
