@@ -190,7 +190,7 @@ int RunBench() {
   const double peak_flops = kernels::MeasurePeakFlops(engine.pool());
   // bf16-rounded products' own ceiling, where they run.
   const double peak_bf16_flops =
-      options->activation_precision == kernels::ActivationPrecision::kBf16
+      options->activation_precision != kernels::ActivationPrecision::kF32
           ? kernels::MeasurePeakBf16Flops(engine.pool())
           : 0;
 
@@ -265,9 +265,7 @@ int RunBench() {
       {"quantize_attention", options->weight_conversion.attention},
       {"quantize_lm_head", options->weight_conversion.lm_head},
       {"activation_precision",
-       options->activation_precision == kernels::ActivationPrecision::kBf16
-           ? "bf16"
-           : "f32"},
+       kernels::ActivationPrecisionName(options->activation_precision)},
       {"threads", engine.pool()->num_threads()},
       {"competing_processes", competing},
       {"cpu", kernels::CpuBrand()},

@@ -16,7 +16,7 @@ class CpuBackend : public Backend {
  public:
   // `pool` (null: single-threaded) must outlive the backend and is used by
   // one step at a time. `precision`: that of the activations in products of
-  // bf16 weights (kernels::ActivationPrecision).
+  // bf16 and mxfp4 weights (kernels::ActivationPrecision).
   explicit CpuBackend(ThreadPool* pool, kernels::ActivationPrecision precision =
                                             kernels::ActivationPrecision::kF32)
       : pool_(pool), precision_(precision) {}

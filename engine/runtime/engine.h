@@ -68,9 +68,10 @@ struct EngineOptions {
   int threads = 0;
   // Conversion (quantization) of the weights on load.
   model::WeightConversion weight_conversion;
-  // The precision of the activations in the CPU's products of bf16 weights
-  // (kernels::ActivationPrecision): kBf16 rounds them to bf16 where the CPU
-  // multiplies bf16 natively, for faster prefill.
+  // The precision of the activations in the CPU's products of bf16 and
+  // mxfp4 weights (kernels::ActivationPrecision): kBf16 rounds them to bf16
+  // where the CPU multiplies bf16 natively, for faster prefill; kInt8 also
+  // quantizes mxfp4 products' to one int8 level, for faster decode.
   kernels::ActivationPrecision activation_precision =
       kernels::ActivationPrecision::kF32;
   // Whether the CPU's decode products prefetch weights in software or

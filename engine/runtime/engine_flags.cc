@@ -23,10 +23,13 @@ ABSL_FLAG(bool, quantize_lm_head, false,
           "Also convert lm_head (and the embedding, where tied to it) to "
           "--weight_dtype.");
 ABSL_FLAG(std::string, activation_precision, "f32",
-          "Precision of the activations in the CPU's products of bf16 "
-          "weights: f32 (exact to float32) or bf16 (rounded to bf16, as "
-          "llama.cpp and GPU servers do, where the CPU multiplies bf16 "
-          "natively (AVX512-BF16): faster prefill and batched decode).");
+          "Precision of the activations in the CPU's products of bf16 and "
+          "mxfp4 weights: f32 (exact to float32), bf16 (bf16 products round "
+          "them to bf16, as llama.cpp and GPU servers do, where the CPU "
+          "multiplies bf16 natively (AVX512-BF16): faster prefill and batched "
+          "decode) or int8 (as bf16, and mxfp4 products quantize them to one "
+          "int8 level per block of 32, as llama.cpp's Q8_0: faster mxfp4 "
+          "decode).");
 ABSL_FLAG(std::string, weight_prefetch, "auto",
           "How the CPU's decode products fetch weights ahead from memory: "
           "auto (the faster on this machine, measured at start-up in "
@@ -130,12 +133,23 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   conversion.attention = absl::GetFlag(FLAGS_quantize_attention);
   conversion.lm_head = absl::GetFlag(FLAGS_quantize_lm_head);
-  if (const std::string precision = absl::GetFlag(FLAGS_activation_precision);
-      precision == "bf16") {
-    options.activation_precision = kernels::ActivationPrecision::kBf16;
-  } else if (precision != "f32") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--activation_precision=", precision, ": expected f32 or bf16"));
+  {
+    const std::string precision = absl::GetFlag(FLAGS_activation_precision);
+    bool known = false;
+    for (const kernels::ActivationPrecision p :
+         {kernels::ActivationPrecision::kF32,
+          kernels::ActivationPrecision::kBf16,
+          kernels::ActivationPrecision::kInt8}) {
+      if (precision == kernels::ActivationPrecisionName(p)) {
+        options.activation_precision = p;
+        known = true;
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--activation_precision=", precision,
+                       ": expected f32, bf16 or int8"));
+    }
   }
   if (const std::string prefetch = absl::GetFlag(FLAGS_weight_prefetch);
       prefetch == "auto") {

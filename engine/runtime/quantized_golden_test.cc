@@ -3,7 +3,8 @@
 // float conversions must match it as closely as the single-threaded pass
 // does; int8 and int4 are measured (relative error, greedy agreement) and
 // int8 experts in groups of 32 must keep at least the first 8 greedy tokens
-// on every model, and bf16-rounded activations a median error within 1e-2. The
+// on every model, and bf16-rounded activations (and int8 ones for mxfp4) a
+// median error within 1e-2. The
 // figures it prints are the accuracy table of docs/PERFORMANCE.md.
 #include <algorithm>
 #include <cmath>
@@ -134,13 +135,24 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
       {"int4-g32+attn+head", kernels::WeightType::kInt4, true, 32, true},
       {"bf16-activations", std::nullopt, false, 32, false,
        kernels::ActivationPrecision::kBf16},
+      {"int8-activations", std::nullopt, false, 32, false,
+       kernels::ActivationPrecision::kInt8},
   };
   for (const Conversion& c : conversions) {
     const Accuracy a = Measure(dir, c);
     std::printf("| %s | %s | %.2e | %.2e | %d/%d |\n", GetParam().c_str(),
                 c.name, a.max_relative_error, a.median_relative_error,
                 a.min_greedy_agreement, kGreedyTokens);
-    if (c.precision == kernels::ActivationPrecision::kBf16) {
+    if (c.precision == kernels::ActivationPrecision::kInt8) {
+      // One int8 level for mxfp4 products (gpt_oss's experts, on the AVX2
+      // path) costs less than int8 weights do; on these random weights it
+      // flips near-tied greedy choices early, so agreement is measured
+      // (docs/PERFORMANCE.md), not held. The bf16 rounding as below.
+      EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
+      if (GetParam() == "gpt_oss" && kernels::UseAvx2()) {
+        EXPECT_GT(a.max_relative_error, 1e-4) << c.name;
+      }
+    } else if (c.precision == kernels::ActivationPrecision::kBf16) {
       // Rounding the activations (2^-9) costs about what int8 weights do;
       // it flips a near-tie router choice of mixtral's (case 4), which sets
       // its maximum, hence the median. Where no product rounds (cases 0
@@ -163,7 +175,8 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
 
 INSTANTIATE_TEST_SUITE_P(MoeTiny, QuantizedGoldenTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
-                                           "qwen2_moe", "qwen3_moe", "olmoe"));
+                                           "qwen2_moe", "qwen3_moe", "olmoe",
+                                           "gpt_oss"));
 
 }  // namespace
 }  // namespace ringmoe::runtime

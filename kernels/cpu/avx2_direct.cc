@@ -489,8 +489,8 @@ void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
 }
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y,
-                      bool alone) {
+                      int64_t row_begin, int64_t row_end, float* y, bool alone,
+                      int mxfp4_levels) {
   const int64_t cols = w.cols;
   switch (w.type) {
     case WeightType::kF32:
@@ -511,7 +511,8 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y, alone);
     case WeightType::kMxfp4:
-      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y, alone);
+      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y, alone,
+                             mxfp4_levels);
   }
 }
 

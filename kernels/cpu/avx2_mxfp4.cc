@@ -1,7 +1,8 @@
 // AVX2 products of mxfp4 weights against few activation rows (up to
 // DirectProductRows, ops.h), as integer
-// products on the activations quantized in three int8 levels (Mxfp4Span,
-// isa.h), and that quantizer (which the AVX-512 unit shares). Widening each
+// products on the activations quantized in three int8 levels, or in one
+// (ActivationPrecision::kInt8) (Mxfp4Span, isa.h), and that quantizer (which
+// the AVX-512 unit shares). Widening each
 // weight to float costs about a vector µop per weight; here 64 weights meet
 // each level of each activation row in two vpmaddubsw and a vpmaddwd, two
 // blocks of 32 take one convert and one FMA, and the weights' bias comes off
@@ -33,7 +34,7 @@ inline int32_t HSumInt(__m256i v) {
 }  // namespace
 
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
-                              Mxfp4Span* spans, float* scales) {
+                              int levels, Mxfp4Span* spans, float* scales) {
   const __m256 level = _mm256_set1_ps(256.f);
   const __m256i top = _mm256_set1_epi32(128);
   const int64_t padded = (blocks + kMxfp4BlocksPerSpan - 1) /
@@ -49,6 +50,11 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
     for (int j = 0; j < 4; ++j) {
       const __m256 t = _mm256_mul_ps(v[j], inv);
       const __m256i q1_rounded = _mm256_cvtps_epi32(t);
+      if (levels == 1) {
+        q[0][j] = q1_rounded;
+        span.offset[4 * part + j] = kMxfp4WeightBias * HSumInt(q1_rounded);
+        continue;
+      }
       const __m256 r = _mm256_mul_ps(
           _mm256_sub_ps(t, _mm256_cvtepi32_ps(q1_rounded)), level);
       const __m256i q2_rounded = _mm256_cvtps_epi32(r);
@@ -67,11 +73,11 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
           q[2][j]);
       span.offset[4 * part + j] = kMxfp4WeightBias * HSumInt(sum);
     }
-    for (int l = 0; l < kMxfp4Levels; ++l) {
+    for (int l = 0; l < levels; ++l) {
       StoreEvenOddBytes(q[l], span.even[l] + 16 * part,
                         span.odd[l] + 16 * part);
     }
-    scales[b] = max_abs / 127.f / 131072.f;
+    scales[b] = max_abs / 127.f / (levels == 1 ? 2.f : 131072.f);
   }
   for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
 }
@@ -116,14 +122,17 @@ inline Mxfp4Codes LookUpCodes(__m256i bytes) {
               table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble))};
 }
 
-// Σ (2 * e2m1 + 12) * (65536 q1 + 256 q2 + q3) per int32 lane of two
+// Σ (2 * e2m1 + 12) * (65536 q1 + 256 q2 + q3) (L = 3) or Σ (2 * e2m1 +
+// 12) * q1 (L = 1) per int32 lane of two
 // blocks against half `half` of span `x`: the codes meet each level in two
 // vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16); the
 // levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 · 257),
 // below 2^31). The weights' bias (the span's offsets) is left on.
+template <int L>
 inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
-  __m256i pairs[kMxfp4Levels];
-  for (int l = 0; l < kMxfp4Levels; ++l) {
+  static_assert(L == 1 || L == kMxfp4Levels);
+  __m256i pairs[L];
+  for (int l = 0; l < L; ++l) {
     pairs[l] = _mm256_add_epi16(
         _mm256_maddubs_epi16(
             w.lo, _mm256_load_si256(
@@ -133,11 +142,15 @@ inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
                       reinterpret_cast<const __m256i*>(x.odd[l] + 32 * half))));
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i upper =
-      _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(256)),
-                       _mm256_madd_epi16(pairs[1], ones));
-  return _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
-                          _mm256_madd_epi16(pairs[2], ones));
+  if constexpr (L == 1) {
+    return _mm256_madd_epi16(pairs[0], ones);
+  } else {
+    const __m256i upper =
+        _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(256)),
+                         _mm256_madd_epi16(pairs[1], ones));
+    return _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
+                            _mm256_madd_epi16(pairs[2], ones));
+  }
 }
 
 // Activation rows as QuantizeMxfp4Activations leaves them, and ArrangeBlocks
@@ -181,8 +194,9 @@ void ArrangeBlocks(const Mxfp4Span* spans, int64_t num_spans,
 // activation row with kAhead == kRowsAreStreams (or one row) the rows are
 // pieces of sequential streams (ForEachStreamGroup) prefetched as
 // WeightPrefetcher::Stream says; otherwise each row prefetches kAhead lines
-// ahead. Each row's sum is formed alike in any tile.
-template <int R, int N, int kAhead>
+// ahead. Each row's sum is formed alike in any tile. L: the activations'
+// levels (Mxfp4Dot).
+template <int L, int R, int N, int kAhead>
 void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
                const Mxfp4Activations& x, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
@@ -239,7 +253,7 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
                 : _mm256_zextsi128_si256(_mm_loadu_si128(
                       reinterpret_cast<const __m128i*>(rows[i] + 16 * b))));
         for (int j = 0; j < N; ++j) {
-          const __m256i dot = Mxfp4Dot(
+          const __m256i dot = Mxfp4Dot<L>(
               codes, x.spans[j * x.num_spans + b / kMxfp4BlocksPerSpan], k % 2);
           acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                       _mm256_permute_ps(scales[j], 0x55 * k),
@@ -262,7 +276,8 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
 }  // namespace
 
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y, bool alone) {
+                     int64_t row_begin, int64_t row_end, float* y, bool alone,
+                     int levels) {
   const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
   const int64_t num_spans =
       (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
@@ -274,7 +289,7 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
   float* offsets =
       Scratch<float>(ScratchSlot::kMxfp4BlockOffsets, n * padded_blocks);
   for (int64_t j = 0; j < n; ++j) {
-    QuantizeMxfp4Activations(x + j * w.cols, w.cols, blocks,
+    QuantizeMxfp4Activations(x + j * w.cols, w.cols, blocks, levels,
                              spans + j * num_spans, scales + j * padded_blocks);
     ArrangeBlocks(spans + j * num_spans, num_spans, padded_blocks,
                   scales + j * padded_blocks, offsets + j * padded_blocks);
@@ -283,47 +298,52 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                        w.exponents};
   const Mxfp4Activations xq{spans, scales, offsets, num_spans, padded_blocks};
   const int64_t ldy = w.rows;
-  if (!alone) {
-    // Each weight row read from memory once, against the activation rows
-    // three at a time.
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      for (int64_t j = 0; j < n; j += 3) {
-        const Mxfp4Activations xj{
-            spans + j * num_spans, scales + j * padded_blocks,
-            offsets + j * padded_blocks, num_spans, padded_blocks};
-        switch (Min<int64_t>(3, n - j)) {
-          case 1:
-            Mxfp4Tile<1, 1, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
-                                            ldy);
-            break;
-          case 2:
-            Mxfp4Tile<1, 2, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
-                                            ldy);
-            break;
-          default:
-            Mxfp4Tile<1, 3, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
-                                            ldy);
-            break;
+  const auto products = [&](auto levels_constant) {
+    constexpr int L = decltype(levels_constant)::value;
+    if (!alone) {
+      // Each weight row read from memory once, against the activation rows
+      // three at a time.
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        for (int64_t j = 0; j < n; j += 3) {
+          const Mxfp4Activations xj{
+              spans + j * num_spans, scales + j * padded_blocks,
+              offsets + j * padded_blocks, num_spans, padded_blocks};
+          switch (Min<int64_t>(3, n - j)) {
+            case 1:
+              Mxfp4Tile<L, 1, 1, kPrefetchLines>(rows, r, 1, xj,
+                                                 y + j * ldy + r, ldy);
+              break;
+            case 2:
+              Mxfp4Tile<L, 1, 2, kPrefetchLines>(rows, r, 1, xj,
+                                                 y + j * ldy + r, ldy);
+              break;
+            default:
+              Mxfp4Tile<L, 1, 3, kPrefetchLines>(rows, r, 1, xj,
+                                                 y + j * ldy + r, ldy);
+              break;
+          }
         }
       }
+      return;
     }
-    return;
-  }
-  const int64_t activation_bytes =
-      num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
-  if (activation_bytes <= StreamActivationBytes()) {
-    ForEachStreamGroup(row_begin, row_end,
-                       [&](int64_t r0, int64_t stride, auto group) {
-                         Mxfp4Tile<decltype(group)::value, 1, kRowsAreStreams>(
-                             rows, r0, stride, xq, y + r0, ldy);
-                       });
-    return;
-  }
-  ForEachRowTile(activation_bytes, row_begin, row_end,
-                 [&](int64_t r0, auto tile) {
-                   Mxfp4Tile<decltype(tile)::value, 1, kLongRowPrefetchLines>(
-                       rows, r0, 1, xq, y + r0, ldy);
-                 });
+    const int64_t activation_bytes =
+        num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
+    if (activation_bytes <= StreamActivationBytes()) {
+      ForEachStreamGroup(
+          row_begin, row_end, [&](int64_t r0, int64_t stride, auto group) {
+            Mxfp4Tile<L, decltype(group)::value, 1, kRowsAreStreams>(
+                rows, r0, stride, xq, y + r0, ldy);
+          });
+      return;
+    }
+    ForEachRowTile(
+        activation_bytes, row_begin, row_end, [&](int64_t r0, auto tile) {
+          Mxfp4Tile<L, decltype(tile)::value, 1, kLongRowPrefetchLines>(
+              rows, r0, 1, xq, y + r0, ldy);
+        });
+  };
+  if (levels == 1) return products(std::integral_constant<int, 1>());
+  products(std::integral_constant<int, kMxfp4Levels>());
 }
 
 }  // namespace ringmoe::kernels::avx2

@@ -439,7 +439,8 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
           Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, num_spans);
       float* scales = Scratch<float>(ScratchSlot::kActivationScales,
                                      (blocks + 15) / 16 * 16);
-      avx2::QuantizeMxfp4Activations(x, cols, blocks, spans, scales);
+      avx2::QuantizeMxfp4Activations(x, cols, blocks, kMxfp4Levels, spans,
+                                     scales);
       ForEachRowTile(num_spans * static_cast<int64_t>(sizeof(Mxfp4Span)),
                      row_begin, row_end, [&](int64_t r, auto rows) {
                        Mxfp4Tile<decltype(rows)::value>(

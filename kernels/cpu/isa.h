@@ -26,20 +26,6 @@ namespace ringmoe::kernels {
 
 namespace avx2 {
 
-// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
-// weight read once from memory and widened in registers (int8 and int4:
-// multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes): for few activation rows. `alone`: x's one
-// row is the whole batch, read against the weights as streams; otherwise
-// every row, one or several, goes in tiles, so each row's sum is formed
-// alike whatever n is.
-void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y, bool alone);
-// The same blocked for the caches, on float32 activations: for many
-// activation rows of f32, bf16, f16 and int8 weights (int4 goes direct).
-void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
-                       int64_t row_begin, int64_t row_end, float* y);
-
 // AccumulateRowProducts (ops.h) for every type but int4.
 void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, int64_t ldy);
@@ -101,9 +87,28 @@ struct alignas(64) Mxfp4Span {
 // (t - q1) (exact in float), q2 = round(r) and q3 = round(256 * (r - q2))
 // up to 127, each rounded to nearest even; where q2 rounds to 128 (only
 // where q1 was rounded down, so q1 < 127), q1 + 1 and q2 - 256 stand for q1
-// and q2, as int8 holds -128 but not 128.
+// and q2, as int8 holds -128 but not 128. With `levels` 1 (rather than
+// kMxfp4Levels) only q1 is written, the offsets are kMxfp4WeightBias × Σ q1
+// and the scales s / 2: x ≈ s * q1, llama.cpp's Q8_0 precision.
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
-                              Mxfp4Span* spans, float* scales);
+                              int levels, Mxfp4Span* spans, float* scales);
+
+// Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
+// weight read once from memory and widened in registers (int8, int4 and
+// mxfp4: multiplied as integers against quantized activations, as ops.h's
+// MatMulTransposed describes; mxfp4's in `mxfp4_levels` levels, 1 or
+// kMxfp4Levels): for few activation rows. `alone`: x's one
+// row is the whole batch, read against the weights as streams; otherwise
+// every row, one or several, goes in tiles, so each row's sum is formed
+// alike whatever n is.
+void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
+                      int64_t row_begin, int64_t row_end, float* y, bool alone,
+                      int mxfp4_levels = kMxfp4Levels);
+// The same blocked for the caches, on float32 activations: for many
+// activation rows of f32, bf16, f16, int8 and mxfp4 weights (int4 goes
+// direct).
+void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
+                       int64_t row_begin, int64_t row_end, float* y);
 
 // The activations of an fp8 product for the weight rows of row block
 // `row_block` (w.block_rows rows that share one scale per column block):

@@ -49,6 +49,7 @@ struct PreparedProduct {
   Matrix w;
   float* y = nullptr;
   KernelPath path = KernelPath::kScalar;
+  int mxfp4_levels = avx2::kMxfp4Levels;  // the AVX2 path's (isa.h)
 };
 
 // `job` prepared for its path; `bf16` holds the rounded activations where
@@ -61,6 +62,7 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   p.w = job.w;
   p.y = job.y;
   p.path = ProductPath(job);
+  if (job.precision == ActivationPrecision::kInt8) p.mxfp4_levels = 1;
   if (p.path == KernelPath::kAvx512Bf16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
@@ -81,7 +83,8 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
     case KernelPath::kAvx2:
       if (p.batch_rows <= DirectProductRows(p.w.type)) {
         return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
-                                      /*alone=*/p.batch_rows == 1);
+                                      /*alone=*/p.batch_rows == 1,
+                                      p.mxfp4_levels);
       }
       return avx2::MatMulRowsBlocked(p.x, p.n, p.w, row_begin, row_end, p.y);
     case KernelPath::kScalar:
@@ -101,6 +104,18 @@ float Dot(const float* a, const float* b, int64_t n) {
 void Axpy(float alpha, const float* x, int64_t n, float* y) {
   if (UseAvx2()) return avx2::Axpy(alpha, x, n, y);
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+const char* ActivationPrecisionName(ActivationPrecision precision) {
+  switch (precision) {
+    case ActivationPrecision::kF32:
+      return "f32";
+    case ActivationPrecision::kBf16:
+      return "bf16";
+    case ActivationPrecision::kInt8:
+      return "int8";
+  }
+  return "?";
 }
 
 const char* KernelPathName(KernelPath path) {
@@ -138,13 +153,16 @@ int64_t Mxfp4IntegerProductRows() {
 
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {
-  if (type == WeightType::kBF16 && precision == ActivationPrecision::kBf16 &&
+  if (type == WeightType::kBF16 && precision != ActivationPrecision::kF32 &&
       n >= Bf16ProductRows() && UseAvx512Bf16()) {
     return KernelPath::kAvx512Bf16;
   }
+  // The AVX-512 mxfp4 product multiplies three activation levels only.
   if (n == 1 &&
       (type == WeightType::kInt8 || type == WeightType::kInt4 ||
-       type == WeightType::kMxfp4 || type == WeightType::kFp8E4M3) &&
+       (type == WeightType::kMxfp4 &&
+        precision != ActivationPrecision::kInt8) ||
+       type == WeightType::kFp8E4M3) &&
       UseAvx512()) {
     return KernelPath::kAvx512;
   }

@@ -21,8 +21,8 @@ enum class KernelPath { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 // "scalar", "avx2", "avx512" or "avx512_bf16".
 const char* KernelPathName(KernelPath path);
 
-// The precision a product of bf16 weights may multiply its activations in.
-// Weights of every other type ignore it.
+// The precision a product of bf16 (kBf16, kInt8) or mxfp4 (kInt8) weights
+// may multiply its activations in. Weights of every other type ignore it.
 enum class ActivationPrecision {
   // float32 activations: every product is exact to float32 rounding (the
   // golden tests hold the models to 1e-4 of a float64 reference this way).
@@ -36,7 +36,18 @@ enum class ActivationPrecision {
   // and batched decode).
   // Other products multiply float32.
   kBf16,
+  // As kBf16, and products of mxfp4 weights on the AVX2 path (at most
+  // DirectProductRows(kMxfp4) activation rows) quantize their activations
+  // to one int8 level per block of 32 (scale max|x| / 127) instead of
+  // three, as llama.cpp multiplies MXFP4 against Q8_0 activations: about a
+  // third of the integer work, for an error of up to s / 2 per activation
+  // (2^-8 of its block's largest) instead of s / 2^17. They run on the AVX2
+  // path where the CPU has AVX-512 too.
+  kInt8,
 };
+
+// "f32", "bf16" or "int8" (the engine's --activation_precision values).
+const char* ActivationPrecisionName(ActivationPrecision precision);
 
 // The fewest activation rows a product rounds to bf16 under kBf16: below
 // it the float32 kernels, bound by memory there, were as fast
@@ -45,10 +56,11 @@ int64_t Bf16ProductRows();
 
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
-// weights when `precision` is kBf16, n >= Bf16ProductRows() and
+// weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
 // UseAvx512Bf16(); AVX-512 for one row
-// against int8, int4, mxfp4 or fp8 weights where UseAvx512(); else AVX2
-// where UseAvx2(), else scalar. MatMulTransposed and MatMulBatch take it.
+// against int8, int4, fp8 or (but under kInt8) mxfp4 weights where
+// UseAvx512(); else AVX2 where UseAvx2(), else scalar. MatMulTransposed and
+// MatMulBatch take it.
 KernelPath ProductPath(
     WeightType type, int64_t n,
     ActivationPrecision precision = ActivationPrecision::kF32);
@@ -96,7 +108,8 @@ int64_t Mxfp4IntegerProductRows();
 // Mxfp4IntegerProductRows() rows quantize each block of 32 in three int8
 // levels, x ≈ s · (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, each
 // level the rounded remainder of the one before (QuantizeMxfp4Activations
-// in isa.h: within s / 2^17 of x), and multiply exactly likewise.
+// in isa.h: within s / 2^17 of x), and multiply exactly likewise; a
+// MatMulJob's ActivationPrecision::kInt8 keeps q1 alone.
 // Everything else is computed on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 

@@ -821,6 +821,66 @@ INSTANTIATE_TEST_SUITE_P(Paths, Bf16ActivationsTest, ::testing::Bool(),
                                                          : "dispatched");
                          });
 
+// mxfp4 products under ActivationPrecision::kInt8: on the AVX2 path (where
+// the CPU has AVX-512 too) up to Mxfp4IntegerProductRows() rows against the
+// double reference of one int8 level per block of 32 (s · round(x / s), s =
+// max|x| / 127), ragged shapes on a thread pool, one row's sum alike in any
+// tile; more rows, and the scalar path, float32 activations.
+class Mxfp4Int8ActivationsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { SetForceScalar(GetParam()); }
+  void TearDown() override { SetForceScalar(false); }
+};
+
+TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
+  EXPECT_EQ(ProductPath(WeightType::kMxfp4, 1, ActivationPrecision::kInt8),
+            VectorPath());
+  std::mt19937 rng(59);
+  ThreadPool pool(3);
+  const int64_t shapes[][3] = {{1, 1, 1},      {1, 7, 33},    {2, 13, 45},
+                               {3, 65, 31},    {4, 9, 70},    {5, 129, 200},
+                               {8, 37, 95},    {1, 203, 331}, {1, 11, 12301},
+                               {1, 619, 2880}, {9, 21, 77}};
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], rows = s[1], cols = s[2];
+    const TestMatrix m = MakeMatrix(rng, WeightType::kMxfp4, rows, cols);
+    const auto x = RandomVector(rng, n * cols);
+    std::vector<float> y(n * rows, NAN);
+    const MatMulJob job{x.data(), n, m.w, y.data(), ActivationPrecision::kInt8};
+    MatMulBatch({&job, 1}, &pool);
+    const bool integer = n <= Mxfp4IntegerProductRows();
+    const std::vector<double> exact = ReferenceProduct(x, n, m);
+    EXPECT_LE(
+        RelativeError(
+            y, integer ? ReferenceProduct(
+                             QuantizedActivations(x, n, cols, 127.f), n, m)
+                       : exact),
+        ProductTolerance(cols))
+        << n << "x" << rows << "x" << cols;
+    // One level is in effect: further from the exact product than the
+    // three levels may be, as close as int4's int8 activations.
+    if (integer && cols >= 200) {
+      const double error = RelativeError(y, exact);
+      EXPECT_GT(error, 1e-4) << n << "x" << rows << "x" << cols;
+      EXPECT_LE(error, 1e-2) << n << "x" << rows << "x" << cols;
+    }
+    // Each row's sum alike alone or in a batch.
+    if (integer && n > 1) {
+      std::vector<float> first(rows, NAN);
+      const MatMulJob alone{
+          x.data(), 1, m.w, first.data(), ActivationPrecision::kInt8, n};
+      MatMulBatch({&alone, 1}, &pool);
+      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(first[r], y[r]) << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, Mxfp4Int8ActivationsTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return std::string(info.param ? "scalar"
+                                                         : "dispatched");
+                         });
+
 // Quantizing decode activations costs little accuracy: against the exact
 // activations the product stays within a fraction of a percent for int4
 // (int8 activations), within 1e-4 for int8 (int16 activations) and within

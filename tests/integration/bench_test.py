@@ -69,8 +69,10 @@ class BenchTest(unittest.TestCase):
     def test_bf16_activations(self):
         # Prefill products of 8 or more rows of bf16 weights (here those of
         # attention) round their activations to bf16 where the CPU has
-        # AVX512-BF16, beside their own ceiling; nothing else changes path. Anything but f32 or bf16 is
-        # refused, naming the flag.
+        # AVX512-BF16, beside their own ceiling; nothing else changes path.
+        # int8 (which adds one-level int8 activations for mxfp4 products) is
+        # taken and reported; anything but f32, bf16 or int8 is refused,
+        # naming the flag.
         out = bench("--gen_tokens=2", "--bench_rounds=1", "--prompt_tokens=32",
                     "--activation_precision=bf16")
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -86,9 +88,13 @@ class BenchTest(unittest.TestCase):
             self.assertEqual(r["peak_bf16_flops_per_s"], 0)
         self.assertNotIn("avx512_bf16", paths["decode_products"])
         out = bench("--gen_tokens=2", "--bench_rounds=1",
+                    "--activation_precision=int8")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["activation_precision"], "int8")
+        out = bench("--gen_tokens=2", "--bench_rounds=1",
                     "--activation_precision=fp8")
         self.assertEqual(out.returncode, 1)
-        self.assertIn("--activation_precision=fp8: expected f32 or bf16",
+        self.assertIn("--activation_precision=fp8: expected f32, bf16 or int8",
                       out.stderr)
 
     def test_weight_prefetch(self):
