@@ -232,6 +232,17 @@ BENCHMARK(BM_MatMulBf16Activations)
       AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512}, {WeightType::kBF16});
     }) -> UseRealTime() -> MinTime(0.3);
 
+// mxfp4 products on one int8 activation level
+// (ActivationPrecision::kInt8), at BM_MatMul's shapes and the activation
+// counts that take it, to set beside its three-level mxfp4 cases.
+void BM_MatMulInt8Activations(benchmark::State& state) {
+  MatMul(state, int64_t{768} << 20, ActivationPrecision::kInt8);
+}
+BENCHMARK(BM_MatMulInt8Activations)
+    ->Apply([](auto* b) {
+      AddMatMulArgs(b, {1, 2, 3, 4, 8}, {WeightType::kMxfp4});
+    }) -> UseRealTime() -> MinTime(0.3);
+
 // BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has
 // AVX-512, to compare the two in one run.
 void BM_MatMulAvx2(benchmark::State& state) {
