@@ -273,6 +273,54 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
   }
 }
 
+// MatMulRowsMxfp4 on activations quantized in L levels (xq, n rows).
+template <int L>
+void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
+                   int64_t row_begin, int64_t row_end, float* y, int64_t ldy,
+                   bool alone) {
+  if (!alone) {
+    // Each weight row read from memory once, against the activation rows
+    // three at a time.
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      for (int64_t j = 0; j < n; j += 3) {
+        const Mxfp4Activations xj{
+            xq.spans + j * xq.num_spans, xq.scales + j * xq.padded_blocks,
+            xq.offsets + j * xq.padded_blocks, xq.num_spans, xq.padded_blocks};
+        switch (Min<int64_t>(3, n - j)) {
+          case 1:
+            Mxfp4Tile<L, 1, 1, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                               ldy);
+            break;
+          case 2:
+            Mxfp4Tile<L, 1, 2, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                               ldy);
+            break;
+          default:
+            Mxfp4Tile<L, 1, 3, kPrefetchLines>(rows, r, 1, xj, y + j * ldy + r,
+                                               ldy);
+            break;
+        }
+      }
+    }
+    return;
+  }
+  const int64_t activation_bytes =
+      xq.num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
+  if (activation_bytes <= StreamActivationBytes()) {
+    ForEachStreamGroup(
+        row_begin, row_end, [&](int64_t r0, int64_t stride, auto group) {
+          Mxfp4Tile<L, decltype(group)::value, 1, kRowsAreStreams>(
+              rows, r0, stride, xq, y + r0, ldy);
+        });
+    return;
+  }
+  ForEachRowTile(
+      activation_bytes, row_begin, row_end, [&](int64_t r0, auto tile) {
+        Mxfp4Tile<L, decltype(tile)::value, 1, kLongRowPrefetchLines>(
+            rows, r0, 1, xq, y + r0, ldy);
+      });
+}
+
 }  // namespace
 
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
@@ -297,53 +345,11 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
   const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), blocks,
                        w.exponents};
   const Mxfp4Activations xq{spans, scales, offsets, num_spans, padded_blocks};
-  const int64_t ldy = w.rows;
-  const auto products = [&](auto levels_constant) {
-    constexpr int L = decltype(levels_constant)::value;
-    if (!alone) {
-      // Each weight row read from memory once, against the activation rows
-      // three at a time.
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        for (int64_t j = 0; j < n; j += 3) {
-          const Mxfp4Activations xj{
-              spans + j * num_spans, scales + j * padded_blocks,
-              offsets + j * padded_blocks, num_spans, padded_blocks};
-          switch (Min<int64_t>(3, n - j)) {
-            case 1:
-              Mxfp4Tile<L, 1, 1, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
-            case 2:
-              Mxfp4Tile<L, 1, 2, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
-            default:
-              Mxfp4Tile<L, 1, 3, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
-          }
-        }
-      }
-      return;
-    }
-    const int64_t activation_bytes =
-        num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
-    if (activation_bytes <= StreamActivationBytes()) {
-      ForEachStreamGroup(
-          row_begin, row_end, [&](int64_t r0, int64_t stride, auto group) {
-            Mxfp4Tile<L, decltype(group)::value, 1, kRowsAreStreams>(
-                rows, r0, stride, xq, y + r0, ldy);
-          });
-      return;
-    }
-    ForEachRowTile(
-        activation_bytes, row_begin, row_end, [&](int64_t r0, auto tile) {
-          Mxfp4Tile<L, decltype(tile)::value, 1, kLongRowPrefetchLines>(
-              rows, r0, 1, xq, y + r0, ldy);
-        });
-  };
-  if (levels == 1) return products(std::integral_constant<int, 1>());
-  products(std::integral_constant<int, kMxfp4Levels>());
+  if (levels == 1) {
+    return Mxfp4Products<1>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
+  }
+  Mxfp4Products<kMxfp4Levels>(rows, xq, n, row_begin, row_end, y, w.rows,
+                              alone);
 }
 
 }  // namespace ringmoe::kernels::avx2
