@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/civetweb_stop.h"
 
 namespace ringmoe::server {
 namespace {
@@ -168,7 +169,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
 }
 
 HttpServer::~HttpServer() {
-  if (context_ != nullptr) mg_stop(context_);
+  if (context_ == nullptr) return;
+  StopCivetwebPromptly(options_.host, {port_}, [this] { mg_stop(context_); });
 }
 
 }  // namespace ringmoe::server

@@ -57,6 +57,7 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/civetweb_stop.h"
 #include "server/generation_service.h"
 #include "server/http_server.h"
 #include "server/kserve_service.h"
@@ -493,6 +494,7 @@ int Serve() {
       health->SetServingStatus(service, serving);
     }
   }
+  const absl::Time signalled = absl::Now();
   std::fprintf(stderr, "ringmoe_server: signal %d: draining %lld requests\n",
                sig, static_cast<long long>(scheduler.num_active()));
   for (const char* service : kServices)
@@ -519,7 +521,11 @@ int Serve() {
   // the grace period to drain before the listener closes them.
   server->Shutdown(absl::ToChronoTime(drain_until));
   server->Wait();
+  const absl::Time drained = absl::Now();
   http.reset();
+  // Scrapes during the drain were answered; none is needed now.
+  StopCivetwebPromptly(host, exposer->GetListeningPorts(),
+                       [&exposer] { exposer.reset(); });
   // Drained: the other ranks may go (a step the scheduler still tried
   // would fail here, not reach them).
   if (broadcaster != nullptr) broadcaster->Stop();
@@ -527,7 +533,13 @@ int Serve() {
     return Fail(s);
   }
   if (!ready_file.empty()) std::remove(ready_file.c_str());
-  std::fprintf(stderr, "ringmoe_server: stopped\n");
+  // The phases' times tell a slow shutdown's cause apart: streams that
+  // kept writing, or the listeners.
+  std::fprintf(stderr,
+               "ringmoe_server: stopped %.2f s after the signal (requests "
+               "drained in %.2f s)\n",
+               absl::ToDoubleSeconds(absl::Now() - signalled),
+               absl::ToDoubleSeconds(drained - signalled));
   return 0;
 }
 

@@ -175,6 +175,7 @@ class ShutdownTest(unittest.TestCase):
             self.assertEqual(rest[-1].finish_reason, 2)  # LENGTH: ran to the end
             self.assertEqual(rest[-1].usage.completion_tokens, 300)
         out = curl.stdout.read()
+        curl.stdout.close()
         curl.wait()
         self.assertTrue(out.rstrip().endswith(b"data: [DONE]"), out[-300:])
         self.assertIn(b'"finish_reason":"length"', out.replace(b" ", b""))
