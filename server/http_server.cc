@@ -27,11 +27,12 @@ bool ReadBody(mg_connection* conn, size_t limit, std::string& body) {
 
 // OpenAI's error shape, the only JSON API this server speaks over HTTP.
 std::string ErrorBody(absl::string_view message) {
-  nlohmann::json error = {{"message", std::string(message)},
-                          {"type", "invalid_request_error"},
-                          {"param", nullptr},
-                          {"code", nullptr}};
-  return nlohmann::json{{"error", std::move(error)}}.dump();
+  // Keys in the order of every other error body (OpenAI's).
+  nlohmann::ordered_json error = {{"message", std::string(message)},
+                                  {"type", "invalid_request_error"},
+                                  {"param", nullptr},
+                                  {"code", nullptr}};
+  return nlohmann::ordered_json{{"error", std::move(error)}}.dump();
 }
 
 }  // namespace

@@ -448,15 +448,20 @@ int HttpStatus(absl::StatusCode code) {
   }
 }
 
-std::string ErrorJson(const absl::Status& status) {
-  OrderedJson error = {{"message", std::string(status.message())},
-                       {"type", ErrorType(status.code())},
-                       {"param", nullptr},
-                       {"code", status.code() == absl::StatusCode::kNotFound
-                                    ? OrderedJson("model_not_found")
-                                    : OrderedJson(nullptr)}};
+std::string ErrorJson(const absl::Status& status, const char* code) {
+  OrderedJson error = {
+      {"message", std::string(status.message())},
+      {"type", ErrorType(status.code())},
+      {"param", nullptr},
+      {"code", code != nullptr ? OrderedJson(code) : OrderedJson(nullptr)}};
   return OrderedJson{{"error", std::move(error)}}.dump(
       -1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+std::string ErrorJson(const absl::Status& status) {
+  return ErrorJson(status, status.code() == absl::StatusCode::kNotFound
+                               ? "model_not_found"
+                               : nullptr);
 }
 
 std::string FinishReasonName(serving::FinishReason reason, bool called_tools) {

@@ -55,8 +55,12 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint,
 
 // HTTP status for a status of the serving core.
 int HttpStatus(absl::StatusCode code);
-// {"error": {"message", "type", "param", "code"}}, the type and code from
-// the status code.
+// {"error": {"message", "type", "param", "code"}}: the type from the status
+// code, `code` as given (null when nullptr).
+std::string ErrorJson(const absl::Status& status, const char* code);
+// As above with the code the serving core's status implies:
+// "model_not_found" for NOT_FOUND (its only one: a request naming another
+// model), null otherwise.
 std::string ErrorJson(const absl::Status& status);
 
 // "stop", "length", "tool_calls" (a chat choice that called tools and

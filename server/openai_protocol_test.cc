@@ -145,6 +145,13 @@ TEST(OpenAiProtocolTest, ErrorsInOpenAiShape) {
   EXPECT_EQ(ErrorJson(absl::InvalidArgumentError("bad \"x\"")),
             R"({"error":{"message":"bad \"x\"","type":"invalid_request_error",)"
             R"("param":null,"code":null}})");
+  EXPECT_EQ(ErrorJson(absl::NotFoundError("The model 'x' does not exist")),
+            R"({"error":{"message":"The model 'x' does not exist",)"
+            R"("type":"not_found_error","param":null,)"
+            R"("code":"model_not_found"}})");
+  EXPECT_EQ(ErrorJson(absl::NotFoundError("no route"), nullptr),
+            R"({"error":{"message":"no route","type":"not_found_error",)"
+            R"("param":null,"code":null}})");
   EXPECT_EQ(HttpStatus(absl::StatusCode::kResourceExhausted), 429);
   EXPECT_EQ(HttpStatus(absl::StatusCode::kNotFound), 404);
   EXPECT_EQ(HttpStatus(absl::StatusCode::kUnavailable), 503);

@@ -188,8 +188,9 @@ void OpenAiService::Handle(const HttpRequest& request,
     return;
   }
   response.Send(404, kJson,
-                openai::ErrorJson(absl::NotFoundError(
-                    absl::StrCat("no route ", serving::Quote(path)))));
+                openai::ErrorJson(absl::NotFoundError(absl::StrCat(
+                                      "no route ", serving::Quote(path))),
+                                  /*code=*/nullptr));
 }
 
 void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& http,

@@ -36,11 +36,13 @@ class OpenAiApiTest(unittest.TestCase):
         return curl("-X", "POST", self.server.http + path, "-H",
                     "Content-Type: application/json", "--data-binary", data, *extra)
 
-    def assert_error(self, status, body, want_status, want_message=""):
+    def assert_error(self, status, body, want_status, want_message="", code=None):
         self.assertEqual(status, want_status, body)
         error = json.loads(body)["error"]
         self.assertIn(want_message, error["message"])
-        self.assertIn("type", error)
+        # OpenAI's shape, its keys in its order, whichever layer answered.
+        self.assertEqual(list(error), ["message", "type", "param", "code"], body)
+        self.assertEqual(error["code"], code, body)
         return error
 
     def test_openai_npm_client(self):
@@ -162,7 +164,9 @@ class OpenAiApiTest(unittest.TestCase):
         for body, want_status, want in cases:
             with self.subTest(body=str(body)[:60]):
                 status, text = self.post(chat, body)
-                error = self.assert_error(status, text, want_status, want)
+                error = self.assert_error(
+                    status, text, want_status, want,
+                    "model_not_found" if want_status == 404 else None)
                 self.assertLess(len(error["message"]), 1000)
         # A body over the limit: 413, before it is read.
         big = os.path.join(harness.tmpdir(), "big.json")
