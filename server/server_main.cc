@@ -62,6 +62,7 @@
 #include "server/http_server.h"
 #include "server/kserve_service.h"
 #include "server/metrics.h"
+#include "server/open_calls.h"
 #include "server/openai_service.h"
 #include "server/ring_metrics.h"
 #include "server/service_util.h"
@@ -411,6 +412,8 @@ int Serve() {
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(UnparsableRequestInterceptorFactory(&metrics));
+  OpenCalls open_calls;
+  interceptors.push_back(open_calls.InterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int grpc_port = 0;
   const std::string address =
@@ -501,15 +504,20 @@ int Serve() {
     health->SetServingStatus(service, false);
   scheduler.StopAccepting();
   const absl::Time give_up = absl::Now() + grace;
-  // Until when streams may finish writing: the grace period, or now once
-  // it passed or a second signal came.
+  // Until when calls may finish: the grace period, or now once it passed or
+  // a second signal came.
   absl::Time drain_until = give_up;
-  while (!scheduler.WaitUntilIdle(absl::Milliseconds(50))) {
+  // Drained: every request finished, and every call that carried one has
+  // delivered its answer (the listener, and health, stay up until then).
+  while (!scheduler.WaitUntilIdle(absl::Milliseconds(50)) ||
+         !open_calls.WaitUntilNone(absl::Milliseconds(50))) {
     if (absl::Now() >= give_up ||
         WaitForSignal(signals, absl::ZeroDuration()) != 0) {
       std::fprintf(stderr,
-                   "ringmoe_server: cancelling %lld unfinished requests\n",
-                   static_cast<long long>(scheduler.num_active()));
+                   "ringmoe_server: cancelling %lld unfinished requests (%lld "
+                   "calls open)\n",
+                   static_cast<long long>(scheduler.num_active()),
+                   static_cast<long long>(open_calls.count()));
       drain_until = absl::Now();
       scheduler.CancelAll();
       // Cancelled sequences end at the scheduler's next step.
@@ -517,8 +525,6 @@ int Serve() {
       break;
     }
   }
-  // Streams whose last messages are still being written get what is left of
-  // the grace period to drain before the listener closes them.
   server->Shutdown(absl::ToChronoTime(drain_until));
   server->Wait();
   const absl::Time drained = absl::Now();

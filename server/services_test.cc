@@ -16,6 +16,7 @@
 #include "server/kserve_service.h"
 #include "server/kserve_tensors.h"
 #include "server/metrics.h"
+#include "server/open_calls.h"
 #include "server/service_util.h"
 #include "server/unparsable_request_interceptor.h"
 
@@ -43,6 +44,9 @@ class ServicesTest : public ::testing::Test {
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
     interceptors.push_back(UnparsableRequestInterceptorFactory(metrics_));
+    open_calls_ = new OpenCalls;
+    interceptors.push_back(open_calls_->InterceptorFactory());
+    grpc::EnableDefaultHealthCheckService(true);
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -68,6 +72,7 @@ class ServicesTest : public ::testing::Test {
   static GenerationService* generation_;
   static KServeService* kserve_;
   static grpc::Server* server_;
+  static OpenCalls* open_calls_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
 
@@ -78,6 +83,7 @@ ServedModel* ServicesTest::model_;
 GenerationService* ServicesTest::generation_;
 KServeService* ServicesTest::kserve_;
 grpc::Server* ServicesTest::server_;
+OpenCalls* ServicesTest::open_calls_;
 std::shared_ptr<grpc::Channel>* ServicesTest::channel_;
 
 std::string RenderMetrics(const Metrics& metrics) {
@@ -169,6 +175,71 @@ TEST_F(ServicesTest, GenerateStreamsAndLogitsAnswer) {
   EXPECT_EQ(out.outputs(0).name(), "logits");
   EXPECT_EQ(out.outputs(0).shape(1), 512);
   EXPECT_EQ(out.outputs(0).contents().fp32_contents_size(), 2 * 512);
+}
+
+// What a shutdown waits for: our calls from start to end, and not gRPC's
+// own (a health watch open meanwhile).
+TEST_F(ServicesTest, OpenCallsAreOursFromStartToEnd) {
+  ASSERT_TRUE(open_calls_->WaitUntilNone(absl::Seconds(10)));
+  // A health watch, open throughout.
+  grpc::GenericStub generic(*channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext watch_context;
+  auto watch =
+      generic.PrepareCall(&watch_context, "/grpc.health.v1.Health/Watch", &cq);
+  void* tag;
+  bool ok;
+  auto await = [&](intptr_t want) {
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), want);
+  };
+  watch->StartCall(reinterpret_cast<void*>(1));
+  await(1);
+  grpc::Slice empty("");
+  grpc::ByteBuffer watch_request(&empty, 1);
+  watch->WriteLast(watch_request, grpc::WriteOptions(),
+                   reinterpret_cast<void*>(2));
+  await(2);
+  grpc::ByteBuffer health;
+  watch->Read(&health, reinterpret_cast<void*>(3));
+  await(3);
+  ASSERT_TRUE(ok) << "the watch sent no status";
+
+  // A KServe stream, open until its client half-closes and reads the end.
+  auto kserve = inference::GRPCInferenceService::NewStub(*channel_);
+  grpc::ClientContext stream_context;
+  auto stream = kserve->ModelStreamInfer(&stream_context);
+  inference::ModelInferRequest infer;
+  infer.set_model_name("tiny");
+  auto* t = infer.add_inputs();
+  t->set_name("input_ids");
+  t->set_datatype("INT64");
+  t->add_shape(1);
+  t->add_shape(2);
+  for (int64_t id : {1, 2}) t->mutable_contents()->add_int64_contents(id);
+  ASSERT_TRUE(stream->Write(infer));
+  inference::ModelStreamInferResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.error_message(), "");
+  // Answered, and still open: counted, the watch not.
+  EXPECT_EQ(open_calls_->count(), 1);
+  EXPECT_FALSE(open_calls_->WaitUntilNone(absl::Milliseconds(50)));
+  ASSERT_TRUE(stream->WritesDone());
+  while (stream->Read(&answer)) {
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_TRUE(open_calls_->WaitUntilNone(absl::Seconds(10)));
+
+  watch_context.TryCancel();
+  grpc::Status watch_status;
+  watch->Finish(&watch_status, reinterpret_cast<void*>(4));
+  for (bool finished = false; !finished;) {
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    finished = tag == reinterpret_cast<void*>(4);
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 // Sends `bytes` as the request of unary `method`; returns the status.

@@ -178,13 +178,9 @@ class RobustnessTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_sigterm_drains_streams_and_refuses_new_work(self):
-        # The drain must outlast the health polls below even when this
-        # machine is busy with other tests: 4 streams of 1000 tokens on a
-        # model whose context holds them (300 on the 512-token mixtral could
-        # finish, and the server exit, before the first poll got through).
-        # The streams then need their time to the end: on a loaded 2-core
-        # machine 4000 tokens over two ranks outlasted the default 30 s grace
-        # period, so this server and client give them 300 s.
+        # The streams need their time to the end: on a loaded 2-core machine
+        # 4000 tokens over two ranks outlasted the default 30 s grace period,
+        # so this server and client give them 300 s.
         server = harness.Server(os.path.join(harness.TINY, "deepseek_v3"),
                                 "--shutdown_grace_period_s=300").start()
         c = Client(server.target, timeout=300)
@@ -192,6 +188,20 @@ class RobustnessTest(unittest.TestCase):
                               temperature=0) for _ in range(4)]
         for s in streams:
             next(s)  # each is running
+        # A KServe stream its client keeps open (answered, not half-closed)
+        # holds the drain, however fast the streams above finish: the server
+        # must answer the checks below, health and all, until it ends.
+        hold = threading.Event()
+        t = kserve_pb2.ModelInferRequest.InferInputTensor(
+            name="input_ids", datatype="INT32", shape=[1, 2])
+        t.contents.int_contents.extend([1, 2])
+
+        def one_request_then_wait():
+            yield kserve_pb2.ModelInferRequest(model_name="deepseek_v3", id="held", inputs=[t])
+            hold.wait(300)
+
+        held = c.kserve.ModelStreamInfer(one_request_then_wait(), timeout=300)
+        self.assertEqual(next(held).error_message, "")
         server.send_signal(signal.SIGTERM)  # rank 0's under mpirun
         deadline = time.monotonic() + 10
         while c.health() != "NOT_SERVING" and time.monotonic() < deadline:
@@ -205,6 +215,10 @@ class RobustnessTest(unittest.TestCase):
             rest = list(s)
             self.assertEqual(rest[-1].finish_reason, 2)  # LENGTH: ran to the end
             self.assertEqual(rest[-1].usage.completion_tokens, 1000)
+        # Still answering while the held stream is open.
+        self.assertEqual(c.health(), "NOT_SERVING")
+        hold.set()
+        self.assertEqual(list(held), [])
         c.close()
         self.assertEqual(server.stop(), 0, server.read_log())
 
