@@ -134,7 +134,13 @@ build_s=$(($(date +%s) - build_start))
 # installs that the next build reuses.
 build_stage=$(awk '/^\[2\/2\] STEP 1\//{print id; exit} /^--> /{id=$NF}' "$work/build.log")
 podman tag "$build_stage" "$image-build"
-podman image prune --force >/dev/null
+# A build killed midway leaves its working containers (listed with
+# --external, status "Storage"), which hold their images against the
+# prune. Under the lock no build runs, so any such container is stale.
+podman ps --all --external --format '{{.ID}} {{.Status}}' |
+  awk '$2 == "Storage" {print $1}' | xargs --no-run-if-empty podman rm --force >/dev/null
+podman image prune --force >/dev/null ||
+  echo "test_container: podman image prune failed; the layer cache keeps what it holds" >&2
 flock --unlock 9
 
 # ----------------------------------------------------------- 3. image ---
