@@ -504,11 +504,9 @@ int Serve() {
     health->SetServingStatus(service, false);
   scheduler.StopAccepting();
   const absl::Time give_up = absl::Now() + grace;
-  // Until when calls may finish: the grace period, or now once it passed or
-  // a second signal came.
-  absl::Time drain_until = give_up;
   // Drained: every request finished, and every call that carried one has
-  // delivered its answer (the listener, and health, stay up until then).
+  // delivered its answer (the listener, and health, stay up until then);
+  // or the grace period passed, or a second signal came.
   while (!scheduler.WaitUntilIdle(absl::Milliseconds(50)) ||
          !open_calls.WaitUntilNone(absl::Milliseconds(50))) {
     if (absl::Now() >= give_up ||
@@ -518,14 +516,17 @@ int Serve() {
                    "calls open)\n",
                    static_cast<long long>(scheduler.num_active()),
                    static_cast<long long>(open_calls.count()));
-      drain_until = absl::Now();
       scheduler.CancelAll();
       // Cancelled sequences end at the scheduler's next step.
       scheduler.WaitUntilIdle(absl::Seconds(1));
       break;
     }
   }
-  server->Shutdown(absl::ToChronoTime(drain_until));
+  // Nothing of ours is left, or what is left is being cut short. gRPC's
+  // Shutdown would wait until its deadline for the rest, health watches and
+  // every idle connection (a client's pool, a load balancer's), so its
+  // deadline is now.
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
   server->Wait();
   const absl::Time drained = absl::Now();
   http.reset();

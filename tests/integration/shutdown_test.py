@@ -157,6 +157,29 @@ class ShutdownTest(unittest.TestCase):
         self.assertEqual(status, 0, log)
         self.assertLess(seconds, 2 + 5, log)
 
+    def test_idle_connections_and_health_watches_do_not_hold_the_exit(self):
+        from ringmoe_client._pb import health_pb2
+        # The default grace period: only what is still at work may use it.
+        server = harness.Server(TINY).start()
+        with Client(server.target, timeout=60) as c:
+            # A connection that has been used and stays open, idle.
+            self.assertEqual(len(c.generate_text(input_ids=[1, 2], max_tokens=2,
+                                                 ignore_eos=True).token_ids), 2)
+            watch = c.health_stub.Watch(health_pb2.HealthCheckRequest(service=""),
+                                        timeout=60)
+            self.assertEqual(next(watch).status, health_pb2.HealthCheckResponse.SERVING)
+            server.send_signal(signal.SIGTERM)
+            status, seconds = wait_exit(server, 60)
+            with self.assertRaises(grpc.RpcError):
+                for _ in watch:
+                    pass
+        log = server.read_log()
+        server.close()
+        self.assertEqual(status, 0, log)
+        # Before: about 5 s (gRPC waited for the client to close its idle
+        # connection), up to the grace period for another client.
+        self.assertLess(seconds, 2.5, log)
+
     def test_http_and_grpc_streams_drain_on_sigint(self):
         server = harness.Server(TINY, "--shutdown_grace_period_s=120").start()
         body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 300, "ignore_eos": True,
