@@ -144,11 +144,13 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
                 c.name, a.max_relative_error, a.median_relative_error,
                 a.min_greedy_agreement, kGreedyTokens);
     if (c.precision == kernels::ActivationPrecision::kInt8) {
-      // One int8 level for mxfp4 products (gpt_oss's experts, on the AVX2
-      // path) costs less than int8 weights do; on these random weights it
-      // flips near-tied greedy choices early, so agreement is measured
-      // (docs/PERFORMANCE.md), not held. The bf16 rounding as below.
-      EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
+      // One int8 level for mxfp4 products (gpt_oss's experts) costs less
+      // than int8 weights do; on these random weights it flips near-tied
+      // greedy choices early, so agreement is measured
+      // (docs/PERFORMANCE.md), not held. Where the CPU has AVX512-BF16 the
+      // bf16 rounding below adds an error of its own, about as large.
+      EXPECT_LE(a.median_relative_error, kernels::UseAvx512Bf16() ? 2e-2 : 1e-2)
+          << c.name;
       if (GetParam() == "gpt_oss" && kernels::UseAvx2()) {
         EXPECT_GT(a.max_relative_error, 1e-4) << c.name;
       }

@@ -158,11 +158,13 @@ float FmaLoop(int64_t iterations);
 namespace avx512 {
 
 // Rows [row_begin, row_end) of y[w.rows] = x[w.cols] · wᵀ for one
-// activation row against int8 or int4 weights, on the AVX2 path's quantized
-// activations, so their integer dot products are the same; only the order
-// of the float sums differs.
+// activation row against int8, int4, mxfp4 (its activations in
+// `mxfp4_levels` levels, 1 or kMxfp4Levels) or fp8 weights, on the AVX2
+// path's quantized or scaled activations, so their integer dot products are
+// the same; only the order of the float sums differs.
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y);
+               int64_t row_end, float* y,
+               int mxfp4_levels = avx2::kMxfp4Levels);
 
 }  // namespace avx512
 

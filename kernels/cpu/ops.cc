@@ -79,7 +79,8 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
       return avx512bf16::MatMulRows(p.xb, p.ldx, p.n, p.w, row_begin, row_end,
                                     p.y, p.batch_rows);
     case KernelPath::kAvx512:
-      return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y);
+      return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y,
+                               p.mxfp4_levels);
     case KernelPath::kAvx2:
       if (p.batch_rows <= DirectProductRows(p.w.type)) {
         return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
@@ -157,12 +158,9 @@ KernelPath ProductPath(WeightType type, int64_t n,
       n >= Bf16ProductRows() && UseAvx512Bf16()) {
     return KernelPath::kAvx512Bf16;
   }
-  // The AVX-512 mxfp4 product multiplies three activation levels only.
   if (n == 1 &&
       (type == WeightType::kInt8 || type == WeightType::kInt4 ||
-       (type == WeightType::kMxfp4 &&
-        precision != ActivationPrecision::kInt8) ||
-       type == WeightType::kFp8E4M3) &&
+       type == WeightType::kMxfp4 || type == WeightType::kFp8E4M3) &&
       UseAvx512()) {
     return KernelPath::kAvx512;
   }

@@ -36,13 +36,13 @@ enum class ActivationPrecision {
   // and batched decode).
   // Other products multiply float32.
   kBf16,
-  // As kBf16, and products of mxfp4 weights on the AVX2 path (at most
-  // DirectProductRows(kMxfp4) activation rows) quantize their activations
-  // to one int8 level per block of 32 (scale max|x| / 127) instead of
-  // three, as llama.cpp multiplies MXFP4 against Q8_0 activations: about a
-  // third of the integer work, for an error of up to s / 2 per activation
-  // (2^-8 of its block's largest) instead of s / 2^17. They run on the AVX2
-  // path where the CPU has AVX-512 too.
+  // As kBf16, and products of mxfp4 weights against at most
+  // DirectProductRows(kMxfp4) activation rows (the AVX2 and AVX-512
+  // integer paths) quantize their activations to one int8 level per block
+  // of 32 (scale max|x| / 127) instead of three, as llama.cpp multiplies
+  // MXFP4 against Q8_0 activations: about a third of the integer work, for
+  // an error of up to s / 2 per activation (2^-8 of its block's largest)
+  // instead of s / 2^17.
   kInt8,
 };
 
@@ -58,8 +58,8 @@ int64_t Bf16ProductRows();
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
 // UseAvx512Bf16(); AVX-512 for one row
-// against int8, int4, fp8 or (but under kInt8) mxfp4 weights where
-// UseAvx512(); else AVX2 where UseAvx2(), else scalar. MatMulTransposed and
+// against int8, int4, fp8 or mxfp4 weights where UseAvx512(); else AVX2
+// where UseAvx2(), else scalar. MatMulTransposed and
 // MatMulBatch take it.
 KernelPath ProductPath(
     WeightType type, int64_t n,

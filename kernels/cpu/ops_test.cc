@@ -821,20 +821,30 @@ INSTANTIATE_TEST_SUITE_P(Paths, Bf16ActivationsTest, ::testing::Bool(),
                                                          : "dispatched");
                          });
 
-// mxfp4 products under ActivationPrecision::kInt8: on the AVX2 path (where
-// the CPU has AVX-512 too) up to Mxfp4IntegerProductRows() rows against the
-// double reference of one int8 level per block of 32 (s · round(x / s), s =
-// max|x| / 127), ragged shapes on a thread pool, one row's sum alike in any
-// tile; more rows, and the scalar path, float32 activations.
-class Mxfp4Int8ActivationsTest : public ::testing::TestWithParam<bool> {
+// mxfp4 products under ActivationPrecision::kInt8: one row on the AVX-512
+// path where the CPU has it, up to Mxfp4IntegerProductRows() rows on the
+// AVX2 path, against the double reference of one int8 level per block of
+// 32 (s · round(x / s), s = max|x| / 127), ragged shapes on a thread pool,
+// one row's sum alike in any tile of a batch; more rows, and the scalar
+// path, float32 activations. Each path in turn: the scalar one, AVX2 forced
+// (where AVX-512 would run one row) and the dispatched one.
+enum class ForcedPath { kScalar, kAvx2, kNone };
+
+class Mxfp4Int8ActivationsTest : public ::testing::TestWithParam<ForcedPath> {
  protected:
-  void SetUp() override { SetForceScalar(GetParam()); }
-  void TearDown() override { SetForceScalar(false); }
+  void SetUp() override {
+    SetForceScalar(GetParam() == ForcedPath::kScalar);
+    SetForceAvx2(GetParam() == ForcedPath::kAvx2);
+  }
+  void TearDown() override {
+    SetForceScalar(false);
+    SetForceAvx2(false);
+  }
 };
 
 TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
   EXPECT_EQ(ProductPath(WeightType::kMxfp4, 1, ActivationPrecision::kInt8),
-            VectorPath());
+            UseAvx512() ? KernelPath::kAvx512 : VectorPath());
   std::mt19937 rng(59);
   ThreadPool pool(3);
   const int64_t shapes[][3] = {{1, 1, 1},      {1, 7, 33},    {2, 13, 45},
@@ -875,10 +885,20 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, Mxfp4Int8ActivationsTest, ::testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(Paths, Mxfp4Int8ActivationsTest,
+                         ::testing::Values(ForcedPath::kScalar,
+                                           ForcedPath::kAvx2,
+                                           ForcedPath::kNone),
                          [](const auto& info) {
-                           return std::string(info.param ? "scalar"
-                                                         : "dispatched");
+                           switch (info.param) {
+                             case ForcedPath::kScalar:
+                               return std::string("scalar");
+                             case ForcedPath::kAvx2:
+                               return std::string("forced_avx2");
+                             case ForcedPath::kNone:
+                               break;
+                           }
+                           return std::string("dispatched");
                          });
 
 // Quantizing decode activations costs little accuracy: against the exact
