@@ -16,7 +16,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -44,39 +43,6 @@ inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
   for (int i = 0; i < R; ++i) {
     prefetch.TileRow<1>(static_cast<const char*>(p) + i * stride +
                         64 * kLongRowPrefetchLines + ahead);
-  }
-}
-
-// Rows [rb, re) against one activation row of `activation_bytes`, as
-// tile(r0, stride, std::integral_constant<int, R>(), kStream) for rows r0 +
-// i * stride, i < R: where the activations fit StreamActivationBytes(),
-// ForEachStreamGroup's streams (kStream true: each row prefetched as
-// WeightPrefetcher::Stream says), whose rows share each load of the
-// activations; else ForEachRowTile's tiles of consecutive rows.
-template <typename TileFn>
-void ForEachTile(int64_t activation_bytes, int64_t rb, int64_t re,
-                 const TileFn& tile) {
-  if (activation_bytes <= StreamActivationBytes()) {
-    ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto group) {
-      tile(r0, stride, group, std::true_type());
-    });
-    return;
-  }
-  ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
-    tile(r0, int64_t{1}, rows, std::false_type());
-  });
-}
-
-// The prefetch for a tile's row at p, the line it reads next: a stream's
-// (one row alone is one too) kStreamPrefetchBytes ahead where software
-// prefetch is chosen, a tile's row kLongRowPrefetchLines ahead.
-template <int R, bool kStream>
-inline void PrefetchTileRow(const WeightPrefetcher& prefetch, const void* p) {
-  if (kStream || R == 1) {
-    prefetch.Stream(p);
-  } else {
-    prefetch.TileRow<1>(static_cast<const char*>(p) +
-                        64 * kLongRowPrefetchLines);
   }
 }
 
@@ -149,13 +115,11 @@ void OrderFp8Activations(const float* x, int64_t cols, float* ordered) {
 // shift by one and a mask are the f16 bits of the weight times 2^-8 (as
 // Fp8TimesTwoToMinus8 in avx2_products.h); 16 at a time convert to float
 // and meet their activations in an FMA. Four accumulators per row keep
-// the FMA latency off the critical path. Rows r0 + i * stride, i < R, share
-// each load of the activations, prefetched as ForEachTile's kStream says.
-template <int R, bool kStream>
+// the FMA latency off the critical path.
+template <int R>
 void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
-             int64_t stride, float* y) {
-  const uint8_t* rows[R];
-  for (int i = 0; i < R; ++i) rows[i] = w + (r0 + i * stride) * cols;
+             float* y) {
+  const uint8_t* row = w + r0 * cols;
   const __m512i zero = _mm512_setzero_si512();
   const __m512i clear_copied_sign = _mm512_set1_epi16(~(1 << 14));
   const auto f16 = [&](__m512i high) {
@@ -168,13 +132,11 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   }
   int64_t k = 0;
   for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
-    for (int i = 0; i < R; ++i) {
-      PrefetchTileRow<R, kStream>(prefetch, rows[i] + k);
-    }
+    PrefetchRows<R>(prefetch, row + k, cols, 0);
     __m512 xv[4];
     for (int j = 0; j < 4; ++j) xv[j] = _mm512_loadu_ps(x + k + 16 * j);
     for (int i = 0; i < R; ++i) {
-      const __m512i bytes = _mm512_loadu_si512(rows[i] + k);
+      const __m512i bytes = _mm512_loadu_si512(row + i * cols + k);
       const __m512i lo = f16(_mm512_unpacklo_epi8(zero, bytes));
       const __m512i hi = f16(_mm512_unpackhi_epi8(zero, bytes));
       acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(lo)),
@@ -194,14 +156,15 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
     const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + k);
     for (int i = 0; i < R; ++i) {
       const __m256i high = _mm256_slli_epi16(
-          _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(lanes, rows[i] + k)), 8);
+          _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(lanes, row + i * cols + k)),
+          8);
       const __m256i half = _mm256_and_si256(_mm256_srai_epi16(high, 1),
                                             _mm256_set1_epi16(~(1 << 14)));
       acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(half), xv, acc[i][0]);
     }
   }
   for (int i = 0; i < R; ++i) {
-    y[r0 + i * stride] = _mm512_reduce_add_ps(
+    y[r0 + i] = _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]),
                       _mm512_add_ps(acc[i][2], acc[i][3])));
   }
@@ -222,21 +185,14 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
 // next level; less the offsets that is Σ 2 * e2m1 * (65536 q1 + 256 q2 +
 // q3) (or Σ 2 * e2m1 * q1) exactly, the AVX2 path's integers. One convert
 // and one FMA with each block's weight scale times its activation scale,
-// taken 16 blocks at a time. Rows r0 + i * stride, i < R, meet each span's
-// activations loaded once for all of them (a span's levels and offsets are
-// seven vectors for one of weights), prefetched as ForEachTile's kStream
-// says. Each row's sum is formed alike whatever the tile.
-template <int L, int R, bool kStream>
+// taken 16 blocks at a time.
+template <int L, int R>
 void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
                const Mxfp4Span* x, const float* x_scales, int64_t r0,
-               int64_t stride, float* y) {
+               float* y) {
   const int64_t row_bytes = blocks * 16;
-  const uint8_t* rows[R];
-  const uint8_t* e[R];
-  for (int i = 0; i < R; ++i) {
-    rows[i] = w + (r0 + i * stride) * row_bytes;
-    e[i] = exponents + (r0 + i * stride) * blocks;
-  }
+  const uint8_t* row = w + r0 * row_bytes;
+  const uint8_t* e = exponents + r0 * blocks;
   const __m512i table = _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i nibble = _mm512_set1_epi8(0x0f);
@@ -247,21 +203,8 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
         _mm512_set1_epi32(kMxfp4BlocksPerSpan * j));
   }
-  // One span's activations, loaded once for the tile's rows.
-  struct SpanActivations {
-    __m512i even[L], odd[L], offset;
-  };
-  const auto load = [&](int64_t p) {
-    SpanActivations a;
-    for (int l = 0; l < L; ++l) {
-      a.even[l] = _mm512_load_si512(x[p].even[l]);
-      a.odd[l] = _mm512_load_si512(x[p].odd[l]);
-    }
-    a.offset = _mm512_load_si512(x[p].offset);
-    return a;
-  };
-  const auto span = [&](const SpanActivations& a, __m512i bytes, __m512 scale,
-                        __m512 acc) {
+  const auto span = [&](int64_t p, __m512i bytes, __m512 scale, __m512 acc) {
+    const Mxfp4Span& xp = x[p];
     const __m512i lo =
         _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, nibble));
     const __m512i hi = _mm512_shuffle_epi8(
@@ -269,10 +212,10 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     __m512i dot = _mm512_setzero_si512();
     for (int l = 0; l < L; ++l) {
       if (l > 0) dot = _mm512_slli_epi32(dot, 8);
-      dot = _mm512_dpbusd_epi32(dot, lo, a.even[l]);
-      dot = _mm512_dpbusd_epi32(dot, hi, a.odd[l]);
+      dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(xp.even[l]));
+      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd[l]));
     }
-    dot = _mm512_sub_epi32(dot, a.offset);
+    dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
   };
   const WeightPrefetcher prefetch(WeightType::kMxfp4);
@@ -284,20 +227,19 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
     __m512 scales[R];
     for (int i = 0; i < R; ++i) {
       scales[i] = _mm512_mul_ps(
-          E8m0x16(e[i] + b0, _cvtu32_mask16((1u << count) - 1)), x_scale);
+          E8m0x16(e + i * blocks + b0, _cvtu32_mask16((1u << count) - 1)),
+          x_scale);
     }
     const int64_t p0 = b0 / kMxfp4BlocksPerSpan;
     if (count == 16) {
-      for (int i = 0; i < R; ++i) {
-        for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
-          PrefetchTileRow<R, kStream>(prefetch, rows[i] + 16 * b0 + 64 * line);
-        }
+      for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
+        PrefetchRows<R>(prefetch, row + 16 * b0, row_bytes, 64 * line);
       }
       for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
-        const SpanActivations a = load(p0 + j);
         for (int i = 0; i < R; ++i) {
           acc[i][j % 2] = span(
-              a, _mm512_loadu_si512(rows[i] + 16 * b0 + 64 * j),
+              p0 + j,
+              _mm512_loadu_si512(row + i * row_bytes + 16 * b0 + 64 * j),
               _mm512_permutexvar_ps(scale_lane[j], scales[i]), acc[i][j % 2]);
         }
       }
@@ -310,18 +252,17 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
           Min<int>(kMxfp4BlocksPerSpan, count - kMxfp4BlocksPerSpan * j);
       const __mmask64 bytes =
           _cvtu64_mask64(~uint64_t{0} >> (64 - 16 * span_blocks));
-      const SpanActivations a = load(p0 + j);
       for (int i = 0; i < R; ++i) {
-        acc[i][j % 2] = span(
-            a, _mm512_maskz_loadu_epi8(bytes, rows[i] + 16 * b0 + 64 * j),
-            _mm512_permutexvar_ps(scale_lane[j], scales[i]), acc[i][j % 2]);
+        acc[i][j % 2] = span(p0 + j,
+                             _mm512_maskz_loadu_epi8(
+                                 bytes, row + i * row_bytes + 16 * b0 + 64 * j),
+                             _mm512_permutexvar_ps(scale_lane[j], scales[i]),
+                             acc[i][j % 2]);
       }
     }
   }
-  for (int i = 0; i < R; ++i) {
-    y[r0 + i * stride] =
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
-  }
+  for (int i = 0; i < R; ++i)
+    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
 // Two consecutive Int8Chunks with each field joined, so that 64 bytes of
@@ -502,20 +443,18 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                                      (blocks + 15) / 16 * 16);
       avx2::QuantizeMxfp4Activations(x, cols, blocks, mxfp4_levels, spans,
                                      scales);
-      const auto* data = static_cast<const uint8_t*>(w.data);
-      ForEachTile(
-          num_spans * static_cast<int64_t>(sizeof(Mxfp4Span)), row_begin,
-          row_end, [&](int64_t r0, int64_t stride, auto rows, auto stream) {
-            constexpr int R = decltype(rows)::value;
-            constexpr bool kStream = decltype(stream)::value;
-            if (mxfp4_levels == 1) {
-              Mxfp4Tile<1, R, kStream>(data, blocks, w.exponents, spans, scales,
-                                       r0, stride, y);
-            } else {
-              Mxfp4Tile<kMxfp4Levels, R, kStream>(data, blocks, w.exponents,
-                                                  spans, scales, r0, stride, y);
-            }
-          });
+      ForEachRowTile(num_spans * static_cast<int64_t>(sizeof(Mxfp4Span)),
+                     row_begin, row_end, [&](int64_t r, auto rows) {
+                       constexpr int R = decltype(rows)::value;
+                       const auto* data = static_cast<const uint8_t*>(w.data);
+                       if (mxfp4_levels == 1) {
+                         Mxfp4Tile<1, R>(data, blocks, w.exponents, spans,
+                                         scales, r, y);
+                       } else {
+                         Mxfp4Tile<kMxfp4Levels, R>(data, blocks, w.exponents,
+                                                    spans, scales, r, y);
+                       }
+                     });
       break;
     }
     case WeightType::kFp8E4M3: {
@@ -527,11 +466,9 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
         const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
         avx2::ScaleFp8Activations(w, block, x, 1, 256.f, scaled);
         OrderFp8Activations(scaled, cols, ordered);
-        ForEachTile(cols * 4, begin, end,
-                    [&](int64_t r0, int64_t stride, auto rows, auto stream) {
-                      Fp8Tile<decltype(rows)::value, decltype(stream)::value>(
-                          data, cols, ordered, r0, stride, y);
-                    });
+        ForEachRowTile(cols * 4, begin, end, [&](int64_t r, auto rows) {
+          Fp8Tile<decltype(rows)::value>(data, cols, ordered, r, y);
+        });
         begin = end;
       }
       break;
