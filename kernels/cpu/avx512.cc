@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
@@ -178,18 +179,35 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
       _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)), _mm512_set1_ps(0x1p-127f));
 }
 
-// mxfp4 against Mxfp4Spans of L levels (kMxfp4Levels, or 1 for
-// ActivationPrecision::kInt8): a span's 64 weight bytes are split into
-// nibbles and looked up (vpshufb) as 2 * e2m1 + 12, then meet the
+// The most activation rows an mxfp4 tile takes at once: four rows' sums
+// for each weight row (eight accumulators) and their scales fit the
+// registers.
+constexpr int kMxfp4ActivationGroup = 4;
+
+// Activation rows quantized for mxfp4 products (QuantizeMxfp4Activations):
+// row a's spans at spans + a * num_spans, its block scales at scales + a *
+// padded_blocks (a multiple of 16, zero past the last block).
+struct Mxfp4Activations {
+  const Mxfp4Span* spans;
+  const float* scales;
+  int64_t num_spans;
+  int64_t padded_blocks;
+};
+
+// Rows r0..r0 + R - 1 of mxfp4 weights against N activation rows quantized
+// in L levels (kMxfp4Levels, or 1 for ActivationPrecision::kInt8), y[a *
+// ldy + r0 + i]: a span's 64 weight bytes are split into nibbles and looked
+// up (vpshufb) as 2 * e2m1 + 12 once for all N rows, then meet each row's
 // activation levels in two dpbusd each, shifting the sum by 8 before each
 // next level; less the offsets that is Σ 2 * e2m1 * (65536 q1 + 256 q2 +
 // q3) (or Σ 2 * e2m1 * q1) exactly, the AVX2 path's integers. One convert
 // and one FMA with each block's weight scale times its activation scale,
-// taken 16 blocks at a time.
-template <int L, int R>
+// taken 16 blocks at a time. Each (weight row, activation row) sum is
+// formed alike whatever R and N: a batch's rows come out the same in any
+// grouping.
+template <int L, int R, int N>
 void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
-               const Mxfp4Span* x, const float* x_scales, int64_t r0,
-               float* y) {
+               const Mxfp4Activations& x, int64_t r0, float* y, int64_t ldy) {
   const int64_t row_bytes = blocks * 16;
   const uint8_t* row = w + r0 * row_bytes;
   const uint8_t* e = exponents + r0 * blocks;
@@ -203,66 +221,173 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
         _mm512_set1_epi32(kMxfp4BlocksPerSpan * j));
   }
-  const auto span = [&](int64_t p, __m512i bytes, __m512 scale, __m512 acc) {
-    const Mxfp4Span& xp = x[p];
-    const __m512i lo =
-        _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, nibble));
-    const __m512i hi = _mm512_shuffle_epi8(
-        table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble));
+  struct Codes {
+    __m512i lo, hi;
+  };
+  const auto look_up = [&](__m512i bytes) {
+    return Codes{
+        _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, nibble)),
+        _mm512_shuffle_epi8(
+            table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble))};
+  };
+  const auto span = [&](const Codes& codes, const Mxfp4Span& xp, __m512 scale,
+                        __m512 acc) {
     __m512i dot = _mm512_setzero_si512();
     for (int l = 0; l < L; ++l) {
       if (l > 0) dot = _mm512_slli_epi32(dot, 8);
-      dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(xp.even[l]));
-      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd[l]));
+      dot = _mm512_dpbusd_epi32(dot, codes.lo, _mm512_load_si512(xp.even[l]));
+      dot = _mm512_dpbusd_epi32(dot, codes.hi, _mm512_load_si512(xp.odd[l]));
     }
     dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
   };
   const WeightPrefetcher prefetch(WeightType::kMxfp4);
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const auto prefetch_lines = [&](int64_t b0) {
+    for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
+      if (N == 1) {
+        PrefetchRows<R>(prefetch, row + 16 * b0, row_bytes, 64 * line);
+      } else {
+        // One row at a time: the rows are one sequential stream.
+        prefetch.TileRow<N>(row + 16 * b0 +
+                            64 * (line + kLongRowPrefetchLines));
+      }
+    }
+  };
+  __m512 acc[R][N][2];
+  for (int i = 0; i < R; ++i) {
+    for (int a = 0; a < N; ++a)
+      acc[i][a][0] = acc[i][a][1] = _mm512_setzero_ps();
+  }
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
     const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
-    const __m512 x_scale = _mm512_load_ps(x_scales + b0);
-    __m512 scales[R];
+    const __mmask16 exponent_lanes = _cvtu32_mask16((1u << count) - 1);
+    __m512 scales[R][N];
     for (int i = 0; i < R; ++i) {
-      scales[i] = _mm512_mul_ps(
-          E8m0x16(e + i * blocks + b0, _cvtu32_mask16((1u << count) - 1)),
-          x_scale);
+      const __m512 weight_scales = E8m0x16(e + i * blocks + b0, exponent_lanes);
+      for (int a = 0; a < N; ++a) {
+        scales[i][a] = _mm512_mul_ps(
+            weight_scales, _mm512_load_ps(x.scales + a * x.padded_blocks + b0));
+      }
     }
     const int64_t p0 = b0 / kMxfp4BlocksPerSpan;
-    if (count == 16) {
-      for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
-        PrefetchRows<R>(prefetch, row + 16 * b0, row_bytes, 64 * line);
-      }
-      for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
-        for (int i = 0; i < R; ++i) {
-          acc[i][j % 2] = span(
-              p0 + j,
-              _mm512_loadu_si512(row + i * row_bytes + 16 * b0 + 64 * j),
-              _mm512_permutexvar_ps(scale_lane[j], scales[i]), acc[i][j % 2]);
+    // Span j of the 16 blocks, its bytes at `p` (of row 0) loaded by
+    // load(p): the accumulators' index j % 2 is a constant only where the
+    // loop over j is unrolled, so the two loops below call this with j known.
+    const auto spans_of = [&](int j, const auto& load) {
+      for (int i = 0; i < R; ++i) {
+        const Codes codes =
+            look_up(load(row + i * row_bytes + 16 * b0 + 64 * j));
+        for (int a = 0; a < N; ++a) {
+          acc[i][a][j % 2] =
+              span(codes, x.spans[a * x.num_spans + p0 + j],
+                   _mm512_permutexvar_ps(scale_lane[j], scales[i][a]),
+                   acc[i][a][j % 2]);
         }
+      }
+    };
+    if (count == 16) {
+      prefetch_lines(b0);
+      RINGMOE_UNROLL
+      for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
+        spans_of(j, [](const uint8_t* p) { return _mm512_loadu_si512(p); });
       }
       continue;
     }
     // The row's last, partial 16 blocks: masked loads (zero bytes meet zero
     // activations and offsets).
+    RINGMOE_UNROLL
     for (int j = 0; kMxfp4BlocksPerSpan * j < count; ++j) {
       const int span_blocks =
           Min<int>(kMxfp4BlocksPerSpan, count - kMxfp4BlocksPerSpan * j);
       const __mmask64 bytes =
           _cvtu64_mask64(~uint64_t{0} >> (64 - 16 * span_blocks));
-      for (int i = 0; i < R; ++i) {
-        acc[i][j % 2] = span(p0 + j,
-                             _mm512_maskz_loadu_epi8(
-                                 bytes, row + i * row_bytes + 16 * b0 + 64 * j),
-                             _mm512_permutexvar_ps(scale_lane[j], scales[i]),
-                             acc[i][j % 2]);
-      }
+      spans_of(j, [bytes](const uint8_t* p) {
+        return _mm512_maskz_loadu_epi8(bytes, p);
+      });
     }
   }
-  for (int i = 0; i < R; ++i)
-    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  for (int i = 0; i < R; ++i) {
+    for (int a = 0; a < N; ++a) {
+      y[a * ldy + r0 + i] =
+          _mm512_reduce_add_ps(_mm512_add_ps(acc[i][a][0], acc[i][a][1]));
+    }
+  }
+}
+
+// Rows [rb, re) of mxfp4 weights against n activation rows quantized in
+// `levels` levels. The activation rows go in groups of up to four that fit
+// the L1 data cache together, each group over a block of weight rows that
+// stays in L2 meanwhile, so each weight is read from memory once and each
+// group's activations from L1 (against all n rows at once, a row's
+// activations were evicted before the next weight row needed them: a
+// third slower). A group of one row takes the rows one after another while
+// they fit StreamActivationBytes, in tiles of four beyond (ForEachRowTile).
+void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
+               int64_t re, float* y, int levels) {
+  const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
+  const int64_t num_spans =
+      (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
+  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
+  Mxfp4Span* spans =
+      Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * num_spans);
+  float* scales =
+      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  for (int64_t a = 0; a < n; ++a) {
+    avx2::QuantizeMxfp4Activations(x + a * w.cols, w.cols, blocks, levels,
+                                   spans + a * num_spans,
+                                   scales + a * padded_blocks);
+  }
+  const int64_t activation_bytes =
+      num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
+  const int64_t group = Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
+                                       kMxfp4ActivationGroup);
+  // A weight row's bytes and exponents; one activation row needs no blocks.
+  const int64_t weight_row_bytes = blocks * 17;
+  const int64_t block_rows =
+      n == 1 ? re - rb
+             : Clamp<int64_t>(L2CacheBytes() / 4 / weight_row_bytes, 4, 64);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const auto tile = [&](auto levels_constant, auto rows, auto activations,
+                        int64_t r, int64_t a) {
+    const Mxfp4Activations xa{spans + a * num_spans, scales + a * padded_blocks,
+                              num_spans, padded_blocks};
+    Mxfp4Tile<decltype(levels_constant)::value, decltype(rows)::value,
+              decltype(activations)::value>(data, blocks, w.exponents, xa, r,
+                                            y + a * w.rows, w.rows);
+  };
+  const auto run = [&](auto levels_constant) {
+    using One = std::integral_constant<int, 1>;
+    const auto rows_against = [&](int64_t r0, int64_t r1, int64_t a,
+                                  auto activations) {
+      for (int64_t r = r0; r < r1; ++r) {
+        tile(levels_constant, One(), activations, r, a);
+      }
+    };
+    for (int64_t r0 = rb; r0 < re; r0 += block_rows) {
+      const int64_t r1 = Min<int64_t>(re, r0 + block_rows);
+      for (int64_t a = 0; a < n; a += group) {
+        switch (Min<int64_t>(group, n - a)) {
+          case 1:
+            ForEachRowTile(activation_bytes, r0, r1, [&](int64_t r, auto rows) {
+              tile(levels_constant, rows, One(), r, a);
+            });
+            break;
+          case 2:
+            rows_against(r0, r1, a, std::integral_constant<int, 2>());
+            break;
+          case 3:
+            rows_against(r0, r1, a, std::integral_constant<int, 3>());
+            break;
+          default:
+            rows_against(r0, r1, a,
+                         std::integral_constant<int, kMxfp4ActivationGroup>());
+            break;
+        }
+      }
+    }
+  };
+  if (levels == 1) return run(std::integral_constant<int, 1>());
+  run(std::integral_constant<int, kMxfp4Levels>());
 }
 
 // Two consecutive Int8Chunks with each field joined, so that 64 bytes of
@@ -433,30 +558,9 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                        row_end, y);
       }
       break;
-    case WeightType::kMxfp4: {
-      const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-      const int64_t num_spans =
-          (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
-      Mxfp4Span* spans =
-          Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, num_spans);
-      float* scales = Scratch<float>(ScratchSlot::kActivationScales,
-                                     (blocks + 15) / 16 * 16);
-      avx2::QuantizeMxfp4Activations(x, cols, blocks, mxfp4_levels, spans,
-                                     scales);
-      ForEachRowTile(num_spans * static_cast<int64_t>(sizeof(Mxfp4Span)),
-                     row_begin, row_end, [&](int64_t r, auto rows) {
-                       constexpr int R = decltype(rows)::value;
-                       const auto* data = static_cast<const uint8_t*>(w.data);
-                       if (mxfp4_levels == 1) {
-                         Mxfp4Tile<1, R>(data, blocks, w.exponents, spans,
-                                         scales, r, y);
-                       } else {
-                         Mxfp4Tile<kMxfp4Levels, R>(data, blocks, w.exponents,
-                                                    spans, scales, r, y);
-                       }
-                     });
+    case WeightType::kMxfp4:
+      Mxfp4Rows(x, 1, w, row_begin, row_end, y, mxfp4_levels);
       break;
-    }
     case WeightType::kFp8E4M3: {
       float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);
       float* ordered = scaled + cols;
@@ -477,6 +581,11 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       avx2::MatMulRowsDirect(x, 1, w, row_begin, row_end, y, /*alone=*/true);
       break;
   }
+}
+
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y, int levels) {
+  Mxfp4Rows(x, n, w, row_begin, row_end, y, levels);
 }
 
 }  // namespace ringmoe::kernels::avx512

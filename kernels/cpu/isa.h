@@ -163,8 +163,14 @@ namespace avx512 {
 // path's quantized or scaled activations, so their integer dot products are
 // the same; only the order of the float sums differs.
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y,
-               int mxfp4_levels = avx2::kMxfp4Levels);
+               int64_t row_end, float* y, int mxfp4_levels);
+
+// The same for n activation rows (few: up to DirectProductRows(kMxfp4))
+// against mxfp4 weights, each weight row read from memory once for all of
+// them. Each output is formed exactly as MatMulRow forms it for that
+// activation row alone, whatever n.
+void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y, int levels);
 
 }  // namespace avx512
 

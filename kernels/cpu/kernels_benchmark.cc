@@ -243,26 +243,32 @@ BENCHMARK(BM_MatMulInt8Activations)
       AddMatMulArgs(b, {1, 2, 3, 4, 8}, {WeightType::kMxfp4});
     }) -> UseRealTime() -> MinTime(0.3);
 
-// BM_MatMul's one-activation-row cases on the AVX2 path where the CPU has
-// AVX-512, to compare the two in one run.
+// BM_MatMul's cases that take the AVX-512 path where the CPU has it (one
+// activation row; mxfp4 up to DirectProductRows) on the AVX2 path, to
+// compare the two in one run.
 void BM_MatMulAvx2(benchmark::State& state) {
   SetForceAvx2(true);
   BM_MatMul(state);
   SetForceAvx2(false);
 }
-BENCHMARK(BM_MatMulAvx2)->Apply([](auto* b) {
-                          AddMatMulArgs(b, {1});
-                        }) -> UseRealTime() -> MinTime(0.3);
+BENCHMARK(BM_MatMulAvx2)
+    ->Apply([](auto* b) {
+      AddMatMulArgs(b, {1});
+      AddMatMulArgs(b, {2, 3, 4, 8}, {WeightType::kMxfp4});
+    }) -> UseRealTime() -> MinTime(0.3);
 
 // One matrix small enough that each thread's rows stay in its L2 cache:
 // the kernels' speed without memory's limit, which has to exceed the read
-// bandwidth for BM_MatMul to reach it.
+// bandwidth for BM_MatMul to reach it. mxfp4 also at gpt-oss's width
+// (2880) against the few activation rows of batched decode.
+void AddInCacheArgs(benchmark::internal::Benchmark* b) {
+  for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
+    b->Args({type, 512, 1024, 1});
+  for (int64_t n : {1, 2, 4, 8})
+    b->Args({static_cast<int64_t>(WeightType::kMxfp4), 512, 2880, n});
+}
 void BM_MatMulInCache(benchmark::State& state) { MatMul(state, 0); }
-BENCHMARK(BM_MatMulInCache)
-    ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
-        b->Args({type, 512, 1024, 1});
-    }) -> UseRealTime() -> MinTime(0.3);
+BENCHMARK(BM_MatMulInCache)->Apply(AddInCacheArgs)->UseRealTime()->MinTime(0.3);
 
 void BM_MatMulInCacheAvx2(benchmark::State& state) {
   SetForceAvx2(true);
@@ -270,10 +276,9 @@ void BM_MatMulInCacheAvx2(benchmark::State& state) {
   SetForceAvx2(false);
 }
 BENCHMARK(BM_MatMulInCacheAvx2)
-    ->Apply([](auto* b) {
-      for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
-        b->Args({type, 512, 1024, 1});
-    }) -> UseRealTime() -> MinTime(0.3);
+    ->Apply(AddInCacheArgs)
+    ->UseRealTime()
+    ->MinTime(0.3);
 
 // MLA's absorbed key projection at decode (CpuBackend::AbsorbMlaQueries):
 // each head's query of 128 nope dims, on two threads by head, times that

@@ -79,6 +79,10 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
       return avx512bf16::MatMulRows(p.xb, p.ldx, p.n, p.w, row_begin, row_end,
                                     p.y, p.batch_rows);
     case KernelPath::kAvx512:
+      if (p.w.type == WeightType::kMxfp4) {
+        return avx512::MatMulRowsMxfp4(p.x, p.n, p.w, row_begin, row_end, p.y,
+                                       p.mxfp4_levels);
+      }
       return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y,
                                p.mxfp4_levels);
     case KernelPath::kAvx2:
@@ -158,10 +162,10 @@ KernelPath ProductPath(WeightType type, int64_t n,
       n >= Bf16ProductRows() && UseAvx512Bf16()) {
     return KernelPath::kAvx512Bf16;
   }
-  if (n == 1 &&
-      (type == WeightType::kInt8 || type == WeightType::kInt4 ||
-       type == WeightType::kMxfp4 || type == WeightType::kFp8E4M3) &&
-      UseAvx512()) {
+  if (UseAvx512() &&
+      ((n == 1 && (type == WeightType::kInt8 || type == WeightType::kInt4 ||
+                   type == WeightType::kFp8E4M3)) ||
+       (type == WeightType::kMxfp4 && n <= DirectProductRows(type)))) {
     return KernelPath::kAvx512;
   }
   return VectorPath();

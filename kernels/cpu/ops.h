@@ -57,8 +57,9 @@ int64_t Bf16ProductRows();
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
-// UseAvx512Bf16(); AVX-512 for one row
-// against int8, int4, fp8 or mxfp4 weights where UseAvx512(); else AVX2
+// UseAvx512Bf16(); AVX-512 where UseAvx512() for one row against int8,
+// int4 or fp8 weights and for up to DirectProductRows(kMxfp4) rows against
+// mxfp4 weights; else AVX2
 // where UseAvx2(), else scalar. MatMulTransposed and
 // MatMulBatch take it.
 KernelPath ProductPath(

@@ -170,11 +170,17 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
   for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
     EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
   }
-  for (WeightType t : {WeightType::kInt8, WeightType::kInt4, WeightType::kMxfp4,
-                       WeightType::kFp8E4M3}) {
+  for (WeightType t :
+       {WeightType::kInt8, WeightType::kInt4, WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
     EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
   }
+  // mxfp4's few-row products take the one-row path's kernel.
+  const int64_t few = DirectProductRows(WeightType::kMxfp4);
+  for (int64_t n : {int64_t{1}, int64_t{2}, few}) {
+    EXPECT_EQ(ProductPath(WeightType::kMxfp4, n), best) << n;
+  }
+  EXPECT_EQ(ProductPath(WeightType::kMxfp4, few + 1), VectorPath());
   const char* expected = std::getenv("RINGMOE_EXPECT_KERNEL_PATH");
   if (expected == nullptr || *expected == '\0') {
     GTEST_SKIP() << "best path here: " << KernelPathName(best)
@@ -683,6 +689,63 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
           RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
           ProductTolerance(cols))
           << rows << "x" << cols << " group " << group;
+    }
+  }
+}
+
+// The AVX-512 mxfp4 products of a few activation rows (where the CPU has
+// them), in three levels and in one (ActivationPrecision::kInt8), on a
+// thread pool: against the double reference of their quantized
+// activations, against the AVX2 path's, and each row bitwise the product
+// of that row alone (the one-row path): activation rows in groups of one
+// to four (as many as fit L1), in tiles and streams, weight rows in one
+// block and in several, columns around the 16-block and 4-block steps.
+TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
+  if (!UseAvx512()) GTEST_SKIP() << "the CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(67);
+  ThreadPool pool(3);
+  for (const ActivationPrecision precision :
+       {ActivationPrecision::kF32, ActivationPrecision::kInt8}) {
+    for (const int64_t n : {2, 3, 4, 5, 7, 8}) {
+      for (const int64_t cols :
+           {1, 33, 64, 65, 127, 129, 511, 513, 700, 2880, 8253}) {
+        // At gpt-oss's width, more weight rows than a block of them (64 at
+        // most) holds.
+        const int64_t rows = 9 + (cols + n) % 23 + (cols == 2880 ? 140 : 0);
+        const TestMatrix m = MakeMatrix(rng, WeightType::kMxfp4, rows, cols);
+        const auto x = RandomVector(rng, n * cols);
+        ASSERT_EQ(ProductPath(WeightType::kMxfp4, n, precision),
+                  KernelPath::kAvx512);
+        std::vector<float> y(n * rows, NAN), y_avx2(n * rows, NAN);
+        const MatMulJob job{x.data(), n, m.w, y.data(), precision};
+        MatMulBatch({&job, 1}, &pool);
+        SetForceAvx2(true);
+        const MatMulJob job_avx2{x.data(), n, m.w, y_avx2.data(), precision};
+        MatMulBatch({&job_avx2, 1}, &pool);
+        SetForceAvx2(false);
+        const std::vector<double> want =
+            precision == ActivationPrecision::kInt8
+                ? ReferenceProduct(QuantizedActivations(x, n, cols, 127.f), n,
+                                   m)
+                : ReferenceProduct(ThreeLevelActivations(x, n, cols), n, m);
+        const std::string where =
+            std::to_string(n) + "x" + std::to_string(rows) + "x" +
+            std::to_string(cols) + " " + ActivationPrecisionName(precision);
+        EXPECT_LE(RelativeError(y, want), ProductTolerance(cols)) << where;
+        EXPECT_LE(
+            RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
+            ProductTolerance(cols))
+            << where;
+        for (int64_t a = 0; a < n; ++a) {
+          std::vector<float> alone(rows, NAN);
+          const MatMulJob one{x.data() + a * cols, 1, m.w, alone.data(),
+                              precision};
+          MatMulBatch({&one, 1}, nullptr);
+          ASSERT_EQ(alone, std::vector<float>(y.begin() + a * rows,
+                                              y.begin() + (a + 1) * rows))
+              << where << ", row " << a;
+        }
+      }
     }
   }
 }
