@@ -1,4 +1,5 @@
-// AVX-512 products for one activation row (batch-1 decode). This
+// AVX-512 products for one activation row (batch-1 decode), and for mxfp4
+// up to DirectProductRows (batched decode of gpt-oss's experts). This
 // translation unit alone is compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni; ops.cc calls into it only when UseAvx512() holds.
 //
@@ -9,9 +10,10 @@
 // as the AVX2 path does. bf16
 // was tried (32 weights per load, shift and mask, two FMAs) and was no
 // faster than the AVX2 path, slower on weights not 64-byte aligned
-// (docs/PERFORMANCE.md). Rows are read as in avx2_quantized.cc: one after
-// another, one prefetched sequential stream per thread, unless the
-// activations outgrow L1 (see StreamActivationBytes in isa_unit-inl.h).
+// (docs/PERFORMANCE.md). One row's weight rows are read as in
+// avx2_quantized.cc: one after another, one prefetched sequential stream
+// per thread, unless the activations outgrow L1 (see StreamActivationBytes
+// in isa_unit-inl.h).
 // Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
@@ -315,13 +317,11 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
 }
 
 // Rows [rb, re) of mxfp4 weights against n activation rows quantized in
-// `levels` levels. The activation rows go in groups of up to four that fit
-// the L1 data cache together, each group over a block of weight rows that
-// stays in L2 meanwhile, so each weight is read from memory once and each
-// group's activations from L1 (against all n rows at once, a row's
-// activations were evicted before the next weight row needed them: a
-// third slower). A group of one row takes the rows one after another while
-// they fit StreamActivationBytes, in tiles of four beyond (ForEachRowTile).
+// `levels` levels: one row streams its weight rows one after another while
+// its activations fit StreamActivationBytes, four at a time beyond
+// (ForEachRowTile); more go in groups of up to kMxfp4ActivationGroup that
+// fit L1 over blocks of weight rows (Mxfp4BlockRows), a group of one as
+// one row does.
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                int64_t re, float* y, int levels) {
   const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
@@ -342,48 +342,41 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   const int64_t group = Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
                                        kMxfp4ActivationGroup);
   // A weight row's bytes and exponents; one activation row needs no blocks.
-  const int64_t weight_row_bytes = blocks * 17;
-  const int64_t block_rows =
-      n == 1 ? re - rb
-             : Clamp<int64_t>(L2CacheBytes() / 4 / weight_row_bytes, 4, 64);
+  const int64_t block_rows = n == 1 ? re - rb : Mxfp4BlockRows(blocks * 17);
   const auto* data = static_cast<const uint8_t*>(w.data);
-  const auto tile = [&](auto levels_constant, auto rows, auto activations,
-                        int64_t r, int64_t a) {
-    const Mxfp4Activations xa{spans + a * num_spans, scales + a * padded_blocks,
-                              num_spans, padded_blocks};
-    Mxfp4Tile<decltype(levels_constant)::value, decltype(rows)::value,
-              decltype(activations)::value>(data, blocks, w.exponents, xa, r,
-                                            y + a * w.rows, w.rows);
-  };
   const auto run = [&](auto levels_constant) {
-    using One = std::integral_constant<int, 1>;
-    const auto rows_against = [&](int64_t r0, int64_t r1, int64_t a,
-                                  auto activations) {
-      for (int64_t r = r0; r < r1; ++r) {
-        tile(levels_constant, One(), activations, r, a);
-      }
+    constexpr int L = decltype(levels_constant)::value;
+    const auto tile = [&](auto rows, auto activations, int64_t r, int64_t a) {
+      const Mxfp4Activations xa{spans + a * num_spans,
+                                scales + a * padded_blocks, num_spans,
+                                padded_blocks};
+      Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
+          data, blocks, w.exponents, xa, r, y + a * w.rows, w.rows);
     };
+    using One = std::integral_constant<int, 1>;
     for (int64_t r0 = rb; r0 < re; r0 += block_rows) {
       const int64_t r1 = Min<int64_t>(re, r0 + block_rows);
-      for (int64_t a = 0; a < n; a += group) {
-        switch (Min<int64_t>(group, n - a)) {
+      ForEachEvenGroup(n, group, [&](int64_t a, int64_t size) {
+        const auto each_row = [&](auto activations) {
+          for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, a);
+        };
+        switch (size) {
           case 1:
             ForEachRowTile(activation_bytes, r0, r1, [&](int64_t r, auto rows) {
-              tile(levels_constant, rows, One(), r, a);
+              tile(rows, One(), r, a);
             });
             break;
           case 2:
-            rows_against(r0, r1, a, std::integral_constant<int, 2>());
+            each_row(std::integral_constant<int, 2>());
             break;
           case 3:
-            rows_against(r0, r1, a, std::integral_constant<int, 3>());
+            each_row(std::integral_constant<int, 3>());
             break;
           default:
-            rows_against(r0, r1, a,
-                         std::integral_constant<int, kMxfp4ActivationGroup>());
+            each_row(std::integral_constant<int, kMxfp4ActivationGroup>());
             break;
         }
-      }
+      });
     }
   };
   if (levels == 1) return run(std::integral_constant<int, 1>());
