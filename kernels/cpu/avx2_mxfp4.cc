@@ -281,36 +281,33 @@ void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
   const int64_t activation_bytes =
       xq.num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
   if (!alone) {
-    // Activation rows in groups of up to three (the tiles' registers hold
-    // no more) that fit L1, over blocks of weight rows (Mxfp4BlockRows):
-    // each weight row read from memory once.
-    const int64_t group =
-        Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1, 3);
-    const int64_t block_rows = Mxfp4BlockRows(rows.blocks * 17);
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += block_rows) {
-      const int64_t r1 = Min<int64_t>(row_end, r0 + block_rows);
-      ForEachEvenGroup(n, group, [&](int64_t j, int64_t size) {
-        const Mxfp4Activations xj{
-            xq.spans + j * xq.num_spans, xq.scales + j * xq.padded_blocks,
-            xq.offsets + j * xq.padded_blocks, xq.num_spans, xq.padded_blocks};
-        for (int64_t r = r0; r < r1; ++r) {
-          switch (size) {
-            case 1:
-              Mxfp4Tile<L, 1, 1, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
-            case 2:
-              Mxfp4Tile<L, 1, 2, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
-            default:
-              Mxfp4Tile<L, 1, 3, kPrefetchLines>(rows, r, 1, xj,
-                                                 y + j * ldy + r, ldy);
-              break;
+    // Groups of up to three activation rows (the tiles' registers hold no
+    // more) that fit L1.
+    ForEachRowBlockAndGroup(
+        row_begin, row_end, Mxfp4BlockRows(rows.blocks), n,
+        Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1, 3),
+        [&](int64_t r0, int64_t r1, int64_t j, int64_t size) {
+          const Mxfp4Activations xj{xq.spans + j * xq.num_spans,
+                                    xq.scales + j * xq.padded_blocks,
+                                    xq.offsets + j * xq.padded_blocks,
+                                    xq.num_spans, xq.padded_blocks};
+          for (int64_t r = r0; r < r1; ++r) {
+            switch (size) {
+              case 1:
+                Mxfp4Tile<L, 1, 1, kPrefetchLines>(rows, r, 1, xj,
+                                                   y + j * ldy + r, ldy);
+                break;
+              case 2:
+                Mxfp4Tile<L, 1, 2, kPrefetchLines>(rows, r, 1, xj,
+                                                   y + j * ldy + r, ldy);
+                break;
+              default:
+                Mxfp4Tile<L, 1, 3, kPrefetchLines>(rows, r, 1, xj,
+                                                   y + j * ldy + r, ldy);
+                break;
+            }
           }
-        }
-      });
-    }
+        });
     return;
   }
   if (activation_bytes <= StreamActivationBytes()) {

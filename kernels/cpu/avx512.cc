@@ -320,8 +320,8 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
 // `levels` levels: one row streams its weight rows one after another while
 // its activations fit StreamActivationBytes, four at a time beyond
 // (ForEachRowTile); more go in groups of up to kMxfp4ActivationGroup that
-// fit L1 over blocks of weight rows (Mxfp4BlockRows), a group of one as
-// one row does.
+// fit L1 over blocks of weight rows (ForEachRowBlockAndGroup), a group of
+// one as one row does.
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                int64_t re, float* y, int levels) {
   const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
@@ -339,10 +339,6 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   }
   const int64_t activation_bytes =
       num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
-  const int64_t group = Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
-                                       kMxfp4ActivationGroup);
-  // A weight row's bytes and exponents; one activation row needs no blocks.
-  const int64_t block_rows = n == 1 ? re - rb : Mxfp4BlockRows(blocks * 17);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto run = [&](auto levels_constant) {
     constexpr int L = decltype(levels_constant)::value;
@@ -354,30 +350,32 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
           data, blocks, w.exponents, xa, r, y + a * w.rows, w.rows);
     };
     using One = std::integral_constant<int, 1>;
-    for (int64_t r0 = rb; r0 < re; r0 += block_rows) {
-      const int64_t r1 = Min<int64_t>(re, r0 + block_rows);
-      ForEachEvenGroup(n, group, [&](int64_t a, int64_t size) {
-        const auto each_row = [&](auto activations) {
-          for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, a);
-        };
-        switch (size) {
-          case 1:
-            ForEachRowTile(activation_bytes, r0, r1, [&](int64_t r, auto rows) {
-              tile(rows, One(), r, a);
-            });
-            break;
-          case 2:
-            each_row(std::integral_constant<int, 2>());
-            break;
-          case 3:
-            each_row(std::integral_constant<int, 3>());
-            break;
-          default:
-            each_row(std::integral_constant<int, kMxfp4ActivationGroup>());
-            break;
-        }
-      });
-    }
+    // One activation row needs no blocks of weight rows.
+    ForEachRowBlockAndGroup(
+        rb, re, n == 1 ? re - rb : Mxfp4BlockRows(blocks), n,
+        Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
+                       kMxfp4ActivationGroup),
+        [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
+          const auto each_row = [&](auto activations) {
+            for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, a);
+          };
+          switch (size) {
+            case 1:
+              ForEachRowTile(
+                  activation_bytes, r0, r1,
+                  [&](int64_t r, auto rows) { tile(rows, One(), r, a); });
+              break;
+            case 2:
+              each_row(std::integral_constant<int, 2>());
+              break;
+            case 3:
+              each_row(std::integral_constant<int, 3>());
+              break;
+            default:
+              each_row(std::integral_constant<int, kMxfp4ActivationGroup>());
+              break;
+          }
+        });
   };
   if (levels == 1) return run(std::integral_constant<int, 1>());
   run(std::integral_constant<int, kMxfp4Levels>());

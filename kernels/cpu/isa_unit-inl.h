@@ -84,29 +84,36 @@ void ForEachStreamGroup(int64_t rb, int64_t re, const GroupFn& group) {
     group(r, int64_t{1}, std::integral_constant<int, 1>());
 }
 
-// Activation rows [0, n) in ceil(n / max_group) groups as even as can be
-// (8 rows in groups of at most 3: 3, 3 and 2; 4 rows: 2 and 2), for the
-// few-row tiles, which share each weight's widening across a group and
-// are slowest alone: `fn(first, size)`.
+// Few-row products over weight rows [rb, re) and activation rows [0, n):
+// the activation rows in ceil(n / max_group) groups as even as can be (8
+// rows in groups of at most 3: 3, 3 and 2; 4 rows: 2 and 2), since the
+// tiles share each weight's widening across a group and are slowest for a
+// row alone, each group over a block of `block_rows` weight rows before the
+// next block: `fn(r0, r1, first, size)` computes weight rows [r0, r1)
+// against activation rows [first, first + size). With groups that fit the
+// L1 data cache together and blocks that stay in L2, each weight is read
+// from memory once and each group's activations from L1. (mxfp4 against
+// all activation rows at once per weight row: a row's activations were
+// evicted before the next weight row needed them, a third slower.)
 template <typename GroupFn>
-void ForEachEvenGroup(int64_t n, int64_t max_group, const GroupFn& fn) {
+void ForEachRowBlockAndGroup(int64_t rb, int64_t re, int64_t block_rows,
+                             int64_t n, int64_t max_group, const GroupFn& fn) {
   const int64_t groups = (n + max_group - 1) / max_group;
-  int64_t first = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t size = n / groups + (g < n % groups ? 1 : 0);
-    fn(first, size);
-    first += size;
+  for (int64_t r0 = rb; r0 < re; r0 += block_rows) {
+    const int64_t r1 = Min(re, r0 + block_rows);
+    int64_t first = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t size = n / groups + (g < n % groups ? 1 : 0);
+      fn(r0, r1, first, size);
+      first += size;
+    }
   }
 }
 
-// Few-row mxfp4 products take their activation rows in groups that fit the
-// L1 data cache together, each group over a block of this many weight rows
-// (of `row_bytes` each) that stays in L2 while the groups pass over it:
-// each weight is read from memory once, each group's activations from L1.
-// (Against all rows at once, a row's activations were evicted before the
-// next weight row needed them: a third slower.)
-inline int64_t Mxfp4BlockRows(int64_t row_bytes) {
-  return Clamp<int64_t>(L2CacheBytes() / 4 / row_bytes, 4, 64);
+// ForEachRowBlockAndGroup's block of mxfp4 weight rows of `blocks` blocks
+// (16 bytes and an exponent each): a quarter of L2, 4 to 64 rows.
+inline int64_t Mxfp4BlockRows(int64_t blocks) {
+  return Clamp<int64_t>(L2CacheBytes() / 4 / (blocks * 17), 4, 64);
 }
 
 // GetWeightPrefetch(type) == WeightPrefetch::kSoftware (cpu_features.h),
