@@ -12,14 +12,15 @@ set -uo pipefail
 
 # The mangled form of a namespace's entities: _ZN7ringmoe7kernels4avx2...
 # for its functions and variables (_ZNK... for const member functions),
-# _ZZN... for what is local to one of its functions (lambdas, statics), and
+# _ZZN... for what is local to one of its functions (lambdas, statics;
+# _ZZZN... for what is local to one of those, a lambda's lambda), and
 # _ZGV/_ZTH/_ZTW/_ZTV/_ZTI/_ZTS for guard variables, thread-local
 # wrappers, vtables and type information of either.
 mangled_prefix() {
   local prefix='' part
   IFS=':' read -ra parts <<<"${1//::/:}"
   for part in "${parts[@]}"; do prefix+="${#part}$part"; done
-  echo "_Z(GV|TH|TW|TV|TI|TS)?Z?N[KVr]*$prefix"
+  echo "_Z(GV|TH|TW|TV|TI|TS)?Z*N[KVr]*$prefix"
 }
 
 failures=0
