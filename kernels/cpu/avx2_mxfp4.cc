@@ -82,6 +82,23 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
   for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
 }
 
+Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
+                                     int levels) {
+  Mxfp4QuantizedRows q;
+  q.blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
+  q.num_spans = (q.blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
+  q.padded_blocks = (q.blocks + 15) / 16 * 16;
+  q.spans = Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * q.num_spans);
+  q.scales =
+      Scratch<float>(ScratchSlot::kActivationScales, n * q.padded_blocks);
+  for (int64_t j = 0; j < n; ++j) {
+    QuantizeMxfp4Activations(x + j * cols, cols, q.blocks, levels,
+                             q.spans + j * q.num_spans,
+                             q.scales + j * q.padded_blocks);
+  }
+  return q;
+}
+
 namespace {
 
 struct Mxfp4Rows {
@@ -330,25 +347,18 @@ void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, bool alone,
                      int levels) {
-  const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
-  const int64_t num_spans =
-      (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
-  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
-  Mxfp4Span* spans =
-      Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * num_spans);
-  float* scales =
-      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  const Mxfp4QuantizedRows q = QuantizeMxfp4Rows(x, n, w.cols, levels);
   float* offsets =
-      Scratch<float>(ScratchSlot::kMxfp4BlockOffsets, n * padded_blocks);
+      Scratch<float>(ScratchSlot::kMxfp4BlockOffsets, n * q.padded_blocks);
   for (int64_t j = 0; j < n; ++j) {
-    QuantizeMxfp4Activations(x + j * w.cols, w.cols, blocks, levels,
-                             spans + j * num_spans, scales + j * padded_blocks);
-    ArrangeBlocks(spans + j * num_spans, num_spans, padded_blocks,
-                  scales + j * padded_blocks, offsets + j * padded_blocks);
+    ArrangeBlocks(q.spans + j * q.num_spans, q.num_spans, q.padded_blocks,
+                  q.scales + j * q.padded_blocks,
+                  offsets + j * q.padded_blocks);
   }
-  const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), blocks,
+  const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), q.blocks,
                        w.exponents};
-  const Mxfp4Activations xq{spans, scales, offsets, num_spans, padded_blocks};
+  const Mxfp4Activations xq{q.spans, q.scales, offsets, q.num_spans,
+                            q.padded_blocks};
   if (levels == 1) {
     return Mxfp4Products<1>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
   }

@@ -186,18 +186,9 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
 // registers.
 constexpr int kMxfp4ActivationGroup = 4;
 
-// Activation rows quantized for mxfp4 products (QuantizeMxfp4Activations):
-// row a's spans at spans + a * num_spans, its block scales at scales + a *
-// padded_blocks (a multiple of 16, zero past the last block).
-struct Mxfp4Activations {
-  const Mxfp4Span* spans;
-  const float* scales;
-  int64_t num_spans;
-  int64_t padded_blocks;
-};
-
-// Rows r0..r0 + R - 1 of mxfp4 weights against N activation rows quantized
-// in L levels (kMxfp4Levels, or 1 for ActivationPrecision::kInt8), y[a *
+// Rows r0..r0 + R - 1 of mxfp4 weights against the first N activation rows
+// of x, quantized in L levels (kMxfp4Levels, or 1 for
+// ActivationPrecision::kInt8), y[a *
 // ldy + r0 + i]: a span's 64 weight bytes are split into nibbles and looked
 // up (vpshufb) as 2 * e2m1 + 12 once for all N rows, then meet each row's
 // activation levels in two dpbusd each, shifting the sum by 8 before each
@@ -208,8 +199,10 @@ struct Mxfp4Activations {
 // formed alike whatever R and N: a batch's rows come out the same in any
 // grouping.
 template <int L, int R, int N>
-void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
-               const Mxfp4Activations& x, int64_t r0, float* y, int64_t ldy) {
+void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
+               const avx2::Mxfp4QuantizedRows& x, int64_t r0, float* y,
+               int64_t ldy) {
+  const int64_t blocks = x.blocks;
   const int64_t row_bytes = blocks * 16;
   const uint8_t* row = w + r0 * row_bytes;
   const uint8_t* e = exponents + r0 * blocks;
@@ -324,30 +317,20 @@ void Mxfp4Tile(const uint8_t* w, int64_t blocks, const uint8_t* exponents,
 // one as one row does.
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                int64_t re, float* y, int levels) {
-  const int64_t blocks = (w.cols + kMxfp4Block - 1) / kMxfp4Block;
-  const int64_t num_spans =
-      (blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
-  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
-  Mxfp4Span* spans =
-      Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * num_spans);
-  float* scales =
-      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
-  for (int64_t a = 0; a < n; ++a) {
-    avx2::QuantizeMxfp4Activations(x + a * w.cols, w.cols, blocks, levels,
-                                   spans + a * num_spans,
-                                   scales + a * padded_blocks);
-  }
+  const avx2::Mxfp4QuantizedRows q =
+      avx2::QuantizeMxfp4Rows(x, n, w.cols, levels);
+  const int64_t blocks = q.blocks;
   const int64_t activation_bytes =
-      num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
+      q.num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto run = [&](auto levels_constant) {
     constexpr int L = decltype(levels_constant)::value;
     const auto tile = [&](auto rows, auto activations, int64_t r, int64_t a) {
-      const Mxfp4Activations xa{spans + a * num_spans,
-                                scales + a * padded_blocks, num_spans,
-                                padded_blocks};
+      const avx2::Mxfp4QuantizedRows xa{q.spans + a * q.num_spans,
+                                        q.scales + a * q.padded_blocks, blocks,
+                                        q.num_spans, q.padded_blocks};
       Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
-          data, blocks, w.exponents, xa, r, y + a * w.rows, w.rows);
+          data, w.exponents, xa, r, y + a * w.rows, w.rows);
     };
     using One = std::integral_constant<int, 1>;
     // One activation row needs no blocks of weight rows.

@@ -93,6 +93,20 @@ struct alignas(64) Mxfp4Span {
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
                               int levels, Mxfp4Span* spans, float* scales);
 
+// n activation rows of `cols` quantized by QuantizeMxfp4Activations into
+// the calling thread's scratch (ScratchSlot::kMxfp4Spans and
+// kActivationScales): row j's spans at spans + j * num_spans, its block
+// scales at scales + j * padded_blocks (blocks rounded up to 16).
+struct Mxfp4QuantizedRows {
+  Mxfp4Span* spans;
+  float* scales;
+  int64_t blocks;
+  int64_t num_spans;
+  int64_t padded_blocks;
+};
+Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
+                                     int levels);
+
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
 // weight read once from memory and widened in registers (int8, int4 and
 // mxfp4: multiplied as integers against quantized activations, as ops.h's
