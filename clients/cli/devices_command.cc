@@ -39,13 +39,18 @@ void PrintCpu() {
   std::printf("  absent: %s\n", absent.empty() ? "none" : absent.c_str());
   std::printf("  kernel paths:\n");
   std::printf("    products, 1 activation row: %s\n", ProductPaths(1).c_str());
-  // mxfp4's integer products (AVX-512 where the CPU has it) take up to
-  // DirectProductRows(kMxfp4) rows; every other path is the same from 2 on.
-  const int64_t few = kernels::DirectProductRows(kernels::WeightType::kMxfp4);
-  std::printf("    products, 2-%lld activation rows: %s\n",
-              static_cast<long long>(few), ProductPaths(2).c_str());
-  std::printf("    products, %lld+ activation rows: %s\n",
-              static_cast<long long>(few + 1), ProductPaths(few + 1).c_str());
+  // Where the paths change with the row count: mxfp4's integer products
+  // (AVX-512 where the CPU has it) end after DirectProductRows(kMxfp4)
+  // rows, bf16's AVX-512 products after DirectProductRows(kBF16).
+  const long long few = kernels::DirectProductRows(kernels::WeightType::kMxfp4);
+  const long long direct =
+      kernels::DirectProductRows(kernels::WeightType::kBF16);
+  std::printf("    products, 2-%lld activation rows: %s\n", few,
+              ProductPaths(2).c_str());
+  std::printf("    products, %lld-%lld activation rows: %s\n", few + 1, direct,
+              ProductPaths(few + 1).c_str());
+  std::printf("    products, %lld+ activation rows: %s\n", direct + 1,
+              ProductPaths(direct + 1).c_str());
   std::printf(
       "    bf16 products of %lld+ rows, --activation_precision=bf16: %s\n",
       static_cast<long long>(kernels::Bf16ProductRows()),

@@ -186,6 +186,12 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, int levels);
 
+// The same for n activation rows (2 to DirectProductRows(kBF16); one too,
+// as a product of more) against bf16 weights, each weight widened once for
+// up to eight of them. Each output's sum is formed alike whatever n.
+void MatMulRowsBf16(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y);
+
 }  // namespace avx512
 
 namespace avx512bf16 {

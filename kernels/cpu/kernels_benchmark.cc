@@ -244,8 +244,8 @@ BENCHMARK(BM_MatMulInt8Activations)
     }) -> UseRealTime() -> MinTime(0.3);
 
 // BM_MatMul's cases that take the AVX-512 path where the CPU has it (one
-// activation row; mxfp4 up to DirectProductRows) on the AVX2 path, to
-// compare the two in one run.
+// activation row; bf16 and mxfp4 at few rows) on the AVX2 path, to compare
+// the two in one run.
 void BM_MatMulAvx2(benchmark::State& state) {
   SetForceAvx2(true);
   BM_MatMul(state);
@@ -254,18 +254,20 @@ void BM_MatMulAvx2(benchmark::State& state) {
 BENCHMARK(BM_MatMulAvx2)
     ->Apply([](auto* b) {
       AddMatMulArgs(b, {1});
-      AddMatMulArgs(b, {2, 3, 4, 8}, {WeightType::kMxfp4});
+      AddMatMulArgs(b, {2, 3, 4, 8}, {WeightType::kBF16, WeightType::kMxfp4});
     }) -> UseRealTime() -> MinTime(0.3);
 
 // One matrix small enough that each thread's rows stay in its L2 cache:
 // the kernels' speed without memory's limit, which has to exceed the read
-// bandwidth for BM_MatMul to reach it. mxfp4 also at gpt-oss's width
-// (2880) against the few activation rows of batched decode.
+// bandwidth for BM_MatMul to reach it. mxfp4 (at gpt-oss's width, 2880)
+// and bf16 also against the few activation rows of batched decode.
 void AddInCacheArgs(benchmark::internal::Benchmark* b) {
   for (int type = 0; type <= static_cast<int>(WeightType::kMxfp4); ++type)
     b->Args({type, 512, 1024, 1});
   for (int64_t n : {1, 2, 4, 8})
     b->Args({static_cast<int64_t>(WeightType::kMxfp4), 512, 2880, n});
+  for (int64_t n : {2, 4, 8})
+    b->Args({static_cast<int64_t>(WeightType::kBF16), 512, 1024, n});
 }
 void BM_MatMulInCache(benchmark::State& state) { MatMul(state, 0); }
 BENCHMARK(BM_MatMulInCache)->Apply(AddInCacheArgs)->UseRealTime()->MinTime(0.3);

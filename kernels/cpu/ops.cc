@@ -83,6 +83,9 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
         return avx512::MatMulRowsMxfp4(p.x, p.n, p.w, row_begin, row_end, p.y,
                                        p.mxfp4_levels);
       }
+      if (p.w.type == WeightType::kBF16) {
+        return avx512::MatMulRowsBf16(p.x, p.n, p.w, row_begin, row_end, p.y);
+      }
       return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y,
                                p.mxfp4_levels);
     case KernelPath::kAvx2:
@@ -156,19 +159,37 @@ int64_t Mxfp4IntegerProductRows() {
   return UseAvx2() ? DirectProductRows(WeightType::kMxfp4) : 0;
 }
 
+namespace {
+
+// Whether avx512.cc has a product of n activation rows of `type`: one row
+// of the quantized formats; mxfp4 up to DirectProductRows; bf16 from 2 rows
+// to DirectProductRows (one row of bf16 is bound by memory on the AVX2
+// path already).
+bool HasAvx512Product(WeightType type, int64_t n) {
+  switch (type) {
+    case WeightType::kInt8:
+    case WeightType::kInt4:
+    case WeightType::kFp8E4M3:
+      return n == 1;
+    case WeightType::kMxfp4:
+      return n <= DirectProductRows(type);
+    case WeightType::kBF16:
+      return n >= 2 && n <= DirectProductRows(type);
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {
   if (type == WeightType::kBF16 && precision != ActivationPrecision::kF32 &&
       n >= Bf16ProductRows() && UseAvx512Bf16()) {
     return KernelPath::kAvx512Bf16;
   }
-  if (UseAvx512() &&
-      ((n == 1 && (type == WeightType::kInt8 || type == WeightType::kInt4 ||
-                   type == WeightType::kFp8E4M3)) ||
-       (type == WeightType::kMxfp4 && n <= DirectProductRows(type)))) {
-    return KernelPath::kAvx512;
-  }
-  return VectorPath();
+  return UseAvx512() && HasAvx512Product(type, n) ? KernelPath::kAvx512
+                                                  : VectorPath();
 }
 
 KernelPath ProductPath(const MatMulJob& job) {

@@ -58,9 +58,10 @@ int64_t Bf16ProductRows();
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
 // UseAvx512Bf16(); AVX-512 where UseAvx512() for one row against int8,
-// int4 or fp8 weights and for up to DirectProductRows(kMxfp4) rows against
-// mxfp4 weights; else AVX2
-// where UseAvx2(), else scalar. MatMulTransposed and
+// int4 or fp8 weights, for up to DirectProductRows(kMxfp4) rows against
+// mxfp4 weights and for 2 to DirectProductRows(kBF16) rows against bf16
+// weights (float32 activations: each weight widened once for up to 8
+// rows); else AVX2 where UseAvx2(), else scalar. MatMulTransposed and
 // MatMulBatch take it.
 KernelPath ProductPath(
     WeightType type, int64_t n,

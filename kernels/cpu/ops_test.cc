@@ -170,6 +170,13 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
   for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
     EXPECT_EQ(ProductPath(t, 1), VectorPath()) << WeightTypeName(t);
   }
+  // bf16's products of 2 to DirectProductRows rows have an AVX-512 kernel.
+  const int64_t direct = DirectProductRows(WeightType::kBF16);
+  for (int64_t n : {int64_t{2}, int64_t{9}, direct}) {
+    EXPECT_EQ(ProductPath(WeightType::kBF16, n), best) << n;
+    EXPECT_EQ(ProductPath(WeightType::kF16, n), VectorPath()) << n;
+  }
+  EXPECT_EQ(ProductPath(WeightType::kBF16, direct + 1), VectorPath());
   for (WeightType t :
        {WeightType::kInt8, WeightType::kInt4, WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
@@ -745,6 +752,55 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
                                               y.begin() + (a + 1) * rows))
               << where << ", row " << a;
         }
+      }
+    }
+  }
+}
+
+// The AVX-512 bf16 products of 2 to DirectProductRows activation rows
+// (where the CPU has them) on a thread pool: against the double reference
+// of float32 activations, against the AVX2 path, and each row bitwise the
+// same in a batch of any size that takes the path (a share of one row
+// with batch_rows n): activation rows in one group of 2-8 and in several
+// (9-32), tiles of four and three weight rows with every remainder, weight
+// rows in one block and in several, columns on both sides of 32-column
+// chunks.
+TEST(Avx512Bf16Test, FewRowsMatchReferenceAvx2AndAnyBatch) {
+  if (!UseAvx512()) GTEST_SKIP() << "the CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(71);
+  ThreadPool pool(3);
+  for (const int64_t n : {2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 32}) {
+    for (const int64_t cols :
+         {1, 17, 31, 32, 33, 63, 64, 65, 127, 700, 2880, 4097}) {
+      // At the widest, more weight rows than a block of them holds.
+      const int64_t rows = 5 + (cols + n) % 19 + (cols == 4097 ? 60 : 0);
+      const TestMatrix m = MakeMatrix(rng, WeightType::kBF16, rows, cols);
+      const auto x = RandomVector(rng, n * cols);
+      ASSERT_EQ(ProductPath(WeightType::kBF16, n), KernelPath::kAvx512);
+      std::vector<float> y(n * rows, NAN), y_avx2(n * rows, NAN);
+      const MatMulJob job{x.data(), n, m.w, y.data()};
+      MatMulBatch({&job, 1}, &pool);
+      SetForceAvx2(true);
+      const MatMulJob job_avx2{x.data(), n, m.w, y_avx2.data()};
+      MatMulBatch({&job_avx2, 1}, &pool);
+      SetForceAvx2(false);
+      const std::string where = std::to_string(n) + "x" + std::to_string(rows) +
+                                "x" + std::to_string(cols);
+      EXPECT_LE(RelativeError(y, ReferenceProduct(x, n, m)),
+                ProductTolerance(cols))
+          << where;
+      EXPECT_LE(
+          RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
+          ProductTolerance(cols))
+          << where;
+      for (int64_t a = 0; a < n; ++a) {
+        std::vector<float> alone(rows, NAN);
+        MatMulJob one{x.data() + a * cols, 1, m.w, alone.data()};
+        one.batch_rows = 2 + a % 31;
+        MatMulBatch({&one, 1}, a % 2 == 0 ? &pool : nullptr);
+        ASSERT_EQ(alone, std::vector<float>(y.begin() + a * rows,
+                                            y.begin() + (a + 1) * rows))
+            << where << ", row " << a << " in a batch of " << one.batch_rows;
       }
     }
   }

@@ -18,6 +18,7 @@ enum class ScratchSlot : int {
   kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
   kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
   kMxfp4BlockOffsets,  // AVX2 mxfp4 products: the spans' offsets per block
+  kSplitActivations,   // AVX-512 bf16 products: columns split by parity
   kWeightPanel,        // prefill products: weight rows widened to float
   kActivationPanel,    // prefill products: activations packed in groups
   kAttentionKeys,      // decode attention: key row pointers
