@@ -1,5 +1,6 @@
-// AVX-512 products for one activation row (batch-1 decode), and for mxfp4
-// up to DirectProductRows (batched decode of gpt-oss's experts). This
+// AVX-512 products for one activation row (batch-1 decode), for mxfp4 up
+// to DirectProductRows (batched decode of gpt-oss's experts) and for bf16
+// from 2 to DirectProductRows rows (batched decode, small prefills). This
 // translation unit alone is compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni; ops.cc calls into it only when UseAvx512() holds.
 //
@@ -7,10 +8,11 @@
 // several vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for
 // int4 and mxfp4) halve that, on activations quantized (int8, int4, and
 // mxfp4's three int8 levels, Mxfp4Span in isa.h) or scaled (fp8) exactly
-// as the AVX2 path does. bf16
-// was tried (32 weights per load, shift and mask, two FMAs) and was no
-// faster than the AVX2 path, slower on weights not 64-byte aligned
-// (docs/PERFORMANCE.md). One row's weight rows are read as in
+// as the AVX2 path does. bf16 at one row was tried (32 weights per load,
+// shift and mask, two FMAs) and was no faster than the AVX2 path, bound by
+// memory as it is, slower on weights not 64-byte aligned
+// (docs/PERFORMANCE.md); at 2+ rows the same widening is shared by all of
+// them (Bf16Tile). One row's weight rows are read as in
 // avx2_quantized.cc: one after another, one prefetched sequential stream
 // per thread, unless the activations outgrow L1 (see StreamActivationBytes
 // in isa_unit-inl.h).
