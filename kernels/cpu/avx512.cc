@@ -501,8 +501,8 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
 // weights (the AVX2 path spends two shuffles and two shifts per 16, and
 // repeats them for every group of three activation rows), against
 // activations laid out to match (SplitByColumnParity). A tile of R weight
-// rows and N activation rows widens each weight once for all N: the AVX2
-// tiles were compute-bound at 0.4-0.5 of the FMA peak at 4-8 rows.
+// rows and N activation rows widens each weight once for all N (the AVX2
+// tiles were bound by that vector work at 4-8 rows, docs/PERFORMANCE.md).
 
 // x's n rows of `cols` as rows of ldx = 32 · ceil(cols / 32) floats, each
 // 32 columns as their 16 even columns then their 16 odd ones, zeros past
@@ -558,8 +558,8 @@ void Bf16Tile(const uint16_t* w, int64_t cols, const float* xs, int64_t ldx,
       __m512 x_even = _mm512_load_ps(xs + a * ldx + k);
       __m512 x_odd = _mm512_load_ps(xs + a * ldx + k + 16);
       // Kept in registers: GCC otherwise folds each load into all R FMAs
-      // that use it, and the tile became bound by loads (0.5-0.55 of the
-      // FMA peak at 8 rows against 0.7 this way).
+      // that use it, R loads where one does, and the tile was bound by
+      // loads (docs/PERFORMANCE.md).
       asm("" : "+v"(x_even), "+v"(x_odd));
       RINGMOE_UNROLL
       for (int i = 0; i < R; ++i) {
@@ -570,9 +570,9 @@ void Bf16Tile(const uint16_t* w, int64_t cols, const float* xs, int64_t ldx,
   };
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) {
-    // The next tile's rows at the same columns: one tile's time ahead
-    // measured 15-30% faster at 2-8 activation rows than each row's own
-    // line kLongRowPrefetchLines ahead.
+    // The next tile's rows at the same columns, one tile's time ahead:
+    // faster from memory than each row's own line kLongRowPrefetchLines
+    // ahead (docs/PERFORMANCE.md).
     RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) prefetch.TileRow<N>(row + (R + i) * cols + k);
     chunk(k, [](const uint16_t* p) { return _mm512_loadu_si512(p); });
