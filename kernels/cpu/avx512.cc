@@ -591,6 +591,15 @@ void Bf16Tile(const uint16_t* w, int64_t cols, const float* xs, int64_t ldx,
   }
 }
 
+// fn(std::integral_constant<int, count>()) for a run-time count in [1, kMax].
+template <int kMax, typename Fn>
+void WithCount(int64_t count, const Fn& fn) {
+  if constexpr (kMax > 1) {
+    if (count < kMax) return WithCount<kMax - 1>(count, fn);
+  }
+  fn(std::integral_constant<int, kMax>());
+}
+
 // Activation rows per Bf16Tile: 8 rows and 3 weight rows are 24
 // accumulators, 6 widened weights and 2 activations, the 32 registers.
 constexpr int kBf16ActivationGroup = 8;
@@ -624,24 +633,7 @@ void Bf16Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
           for (; r < r1; ++r)
             Bf16Tile<1, N>(data, cols, xa, ldx, r, ya, w.rows);
         };
-        switch (size) {
-          case 1:
-            return rows_of(std::integral_constant<int, 1>());
-          case 2:
-            return rows_of(std::integral_constant<int, 2>());
-          case 3:
-            return rows_of(std::integral_constant<int, 3>());
-          case 4:
-            return rows_of(std::integral_constant<int, 4>());
-          case 5:
-            return rows_of(std::integral_constant<int, 5>());
-          case 6:
-            return rows_of(std::integral_constant<int, 6>());
-          case 7:
-            return rows_of(std::integral_constant<int, 7>());
-          default:
-            return rows_of(std::integral_constant<int, 8>());
-        }
+        WithCount<kBf16ActivationGroup>(size, rows_of);
       });
 }
 

@@ -700,6 +700,33 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
   }
 }
 
+// x[n, w.cols] · wᵀ through MatMulBatch on `pool`, on this CPU's path and
+// on the AVX2 path (forced), at `precision`: {y, y_avx2}.
+std::pair<std::vector<float>, std::vector<float>> ProductHereAndOnAvx2(
+    const std::vector<float>& x, int64_t n, const Matrix& w,
+    ActivationPrecision precision, ThreadPool* pool) {
+  std::vector<float> y(n * w.rows, NAN), y_avx2(n * w.rows, NAN);
+  const MatMulJob job{x.data(), n, w, y.data(), precision};
+  MatMulBatch({&job, 1}, pool);
+  SetForceAvx2(true);
+  const MatMulJob job_avx2{x.data(), n, w, y_avx2.data(), precision};
+  MatMulBatch({&job_avx2, 1}, pool);
+  SetForceAvx2(false);
+  return {std::move(y), std::move(y_avx2)};
+}
+
+// y within ProductTolerance(cols) of the reference `want` and of the AVX2
+// path's y_avx2.
+void ExpectNearReferenceAndAvx2(const std::vector<float>& y,
+                                const std::vector<float>& y_avx2,
+                                const std::vector<double>& want, int64_t cols,
+                                const std::string& where) {
+  EXPECT_LE(RelativeError(y, want), ProductTolerance(cols)) << where;
+  EXPECT_LE(RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
+            ProductTolerance(cols))
+      << where;
+}
+
 // The AVX-512 mxfp4 products of a few activation rows (where the CPU has
 // them), in three levels and in one (ActivationPrecision::kInt8), on a
 // thread pool: against the double reference of their quantized
@@ -723,13 +750,8 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
         const auto x = RandomVector(rng, n * cols);
         ASSERT_EQ(ProductPath(WeightType::kMxfp4, n, precision),
                   KernelPath::kAvx512);
-        std::vector<float> y(n * rows, NAN), y_avx2(n * rows, NAN);
-        const MatMulJob job{x.data(), n, m.w, y.data(), precision};
-        MatMulBatch({&job, 1}, &pool);
-        SetForceAvx2(true);
-        const MatMulJob job_avx2{x.data(), n, m.w, y_avx2.data(), precision};
-        MatMulBatch({&job_avx2, 1}, &pool);
-        SetForceAvx2(false);
+        const auto [y, y_avx2] =
+            ProductHereAndOnAvx2(x, n, m.w, precision, &pool);
         const std::vector<double> want =
             precision == ActivationPrecision::kInt8
                 ? ReferenceProduct(QuantizedActivations(x, n, cols, 127.f), n,
@@ -738,11 +760,7 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
         const std::string where =
             std::to_string(n) + "x" + std::to_string(rows) + "x" +
             std::to_string(cols) + " " + ActivationPrecisionName(precision);
-        EXPECT_LE(RelativeError(y, want), ProductTolerance(cols)) << where;
-        EXPECT_LE(
-            RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
-            ProductTolerance(cols))
-            << where;
+        ExpectNearReferenceAndAvx2(y, y_avx2, want, cols, where);
         for (int64_t a = 0; a < n; ++a) {
           std::vector<float> alone(rows, NAN);
           const MatMulJob one{x.data() + a * cols, 1, m.w, alone.data(),
@@ -777,22 +795,12 @@ TEST(Avx512Bf16Test, FewRowsMatchReferenceAvx2AndAnyBatch) {
       const TestMatrix m = MakeMatrix(rng, WeightType::kBF16, rows, cols);
       const auto x = RandomVector(rng, n * cols);
       ASSERT_EQ(ProductPath(WeightType::kBF16, n), KernelPath::kAvx512);
-      std::vector<float> y(n * rows, NAN), y_avx2(n * rows, NAN);
-      const MatMulJob job{x.data(), n, m.w, y.data()};
-      MatMulBatch({&job, 1}, &pool);
-      SetForceAvx2(true);
-      const MatMulJob job_avx2{x.data(), n, m.w, y_avx2.data()};
-      MatMulBatch({&job_avx2, 1}, &pool);
-      SetForceAvx2(false);
+      const auto [y, y_avx2] =
+          ProductHereAndOnAvx2(x, n, m.w, ActivationPrecision::kF32, &pool);
       const std::string where = std::to_string(n) + "x" + std::to_string(rows) +
                                 "x" + std::to_string(cols);
-      EXPECT_LE(RelativeError(y, ReferenceProduct(x, n, m)),
-                ProductTolerance(cols))
-          << where;
-      EXPECT_LE(
-          RelativeError(y, std::vector<double>(y_avx2.begin(), y_avx2.end())),
-          ProductTolerance(cols))
-          << where;
+      ExpectNearReferenceAndAvx2(y, y_avx2, ReferenceProduct(x, n, m), cols,
+                                 where);
       for (int64_t a = 0; a < n; ++a) {
         std::vector<float> alone(rows, NAN);
         MatMulJob one{x.data() + a * cols, 1, m.w, alone.data()};
