@@ -6,16 +6,16 @@
 //
 // int8, int4, mxfp4 and fp8: at one activation row their AVX2 kernels do
 // several vector µops per 8 weight bytes, and 512-bit vectors (with VNNI for
-// int4 and mxfp4) halve that, on activations quantized (int8, int4, and
-// mxfp4's three int8 levels, Mxfp4Span in isa.h) or scaled (fp8) exactly
+// int8, int4 and mxfp4) halve that, on activations quantized (int8, int4,
+// and mxfp4's three int8 levels, Mxfp4Span in isa.h) or scaled (fp8) exactly
 // as the AVX2 path does. bf16 at one row was tried (32 weights per load,
 // shift and mask, two FMAs) and was no faster than the AVX2 path, bound by
 // memory as it is, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md); at 2+ rows the same widening is shared by all of
-// them (Bf16Tile). One row's weight rows are read as in
-// avx2_quantized.cc: one after another, one prefetched sequential stream
-// per thread, unless the activations outgrow L1 (see StreamActivationBytes
-// in isa_unit-inl.h).
+// them (Bf16Tile). One row's int8 and int4 weight rows are read as in
+// avx2_quantized.cc, as three prefetched sequential streams per thread
+// unless the activations outgrow L1 (ForEachOneRowTile); mxfp4's and fp8's
+// as one.
 // Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
@@ -35,61 +35,192 @@ using avx2::Mxfp4Span;
 
 namespace {
 
-// Prefetches the line `ahead` bytes past `p` plus kLongRowPrefetchLines in
-// each of R rows `stride` apart, or for a single row the one
-// kStreamPrefetchBytes ahead of its stream.
-template <int R>
+// Prefetches, in each of R rows `stride` bytes apart, the line `ahead`
+// bytes past `p` plus kLongRowPrefetchLines; where the rows are pieces of
+// sequential streams (a single row, or kStreams: ForEachOneRowTile's
+// stream groups) the one kStreamPrefetchBytes ahead of each stream instead.
+template <int R, bool kStreams = false>
 inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
                          int64_t stride, int64_t ahead) {
-  if (R == 1) {
-    prefetch.Stream(static_cast<const char*>(p) + ahead);
-    return;
-  }
   for (int i = 0; i < R; ++i) {
-    prefetch.TileRow<1>(static_cast<const char*>(p) + i * stride +
-                        64 * kLongRowPrefetchLines + ahead);
+    const char* at = static_cast<const char*>(p) + i * stride + ahead;
+    if (R == 1 || kStreams) {
+      prefetch.Stream(at);
+    } else {
+      prefetch.TileRow<1>(at + 64 * kLongRowPrefetchLines);
+    }
   }
 }
 
-// int8 against int16 activations (avx2::QuantizeActivationsInt16): one block
-// of 32 weights is one vpmovsxbw and one vpmaddwd into 16 exact int32
-// lanes, then one convert and one FMA with the product of the two block
-// scales (the same float product as the AVX2 path's). Two accumulators per
-// row keep FMA latency off the critical path.
-template <int G, int R>
+// Rows [rb, re) against one activation row of `activation_bytes`, as the
+// AVX2 one-row products read them: while the activations fit
+// StreamActivationBytes(), as ForEachStreamGroup's kStreamSegments streams
+// (a core keeps more of memory's latency covered across several streams
+// than in one); longer, in ForEachRowTile's tiles. `tile(r0, stride,
+// std::integral_constant<int, R>(), std::bool_constant<kStreams>())`
+// computes rows r0 + i * stride, i < R, each row's sum formed alike
+// whatever the grouping.
+template <typename TileFn>
+void ForEachOneRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
+                       const TileFn& tile) {
+  if (activation_bytes <= StreamActivationBytes()) {
+    ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+      tile(r0, stride, rows, std::true_type());
+    });
+    return;
+  }
+  ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
+    tile(r0, int64_t{1}, rows, std::false_type());
+  });
+}
+
+// 16 blocks of 32 columns at once, b0.. b0 + count - 1 (count ≤ 16) of a
+// row: lane k holds block b0 + k's weight scale (f16, one per group of G =
+// 32 or 64 columns, `s` the row's) times its activation scale (x_scales,
+// one per block, zero from the row's last block up to a multiple of 16).
+template <int G>
+inline __m512 SixteenBlockScales(const uint16_t* s, int64_t b0, int count,
+                                 const float* x_scales) {
+  __m512 weight_scales;
+  if (G == 32) {
+    weight_scales = _mm512_cvtph_ps(
+        count == 16
+            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b0))
+            : _mm256_maskz_loadu_epi16(_cvtu32_mask16((1u << count) - 1),
+                                       s + b0));
+  } else {
+    const __m256 groups = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(
+        static_cast<__mmask8>((1u << ((count + 1) / 2)) - 1), s + b0 / 2));
+    weight_scales = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+        _mm512_castps256_ps512(groups));
+  }
+  return _mm512_mul_ps(weight_scales, _mm512_loadu_ps(x_scales + b0));
+}
+
+// The lanes of vector j of a span of 16 blocks whose 64-byte vectors hold
+// kBlocks blocks each (int32 lane l covers that vector's bytes 4l..4l+3):
+// block kBlocks * j + l * kBlocks / 16, for _mm512_permutexvar_ps of
+// SixteenBlockScales.
+template <int kBlocks>
+inline __m512i BlockOfLane(int j) {
+  return _mm512_add_epi32(
+      _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                          12, 13, 14, 15),
+                        kBlocks == 2 ? 3 : 2),
+      _mm512_set1_epi32(kBlocks * j));
+}
+
+// int8 against int16 activations (avx2::QuantizeActivationsInt16), 64
+// weights (two blocks of 32) per two vpdpbusd: each q is split into its
+// high byte h = q >> 8 (signed) and low byte l = q & 255 (unsigned), q =
+// 256 h + l, so that each meets the weights as bytes, h the weights plus
+// 128 (unsigned) and l the weights themselves (signed). Starting from
+// -128 Σ h per int32 lane (its four columns, computed with the levels):
+//   (-128 Σ h + Σ (w + 128) h) · 256 + Σ l w = Σ w q
+// exactly (at most 2^24 in magnitude), then one convert and one FMA with
+// each block's weight scale times its activation scale (SixteenBlockScales,
+// one permute per vector). Seven vector µops per 64 weights, where
+// vpmovsxbw + vpmaddwd took eight beside a scalar scale product per block
+// (docs/PERFORMANCE.md).
+struct alignas(64) Int16Levels {
+  int8_t high[64];
+  uint8_t low[64];
+  int32_t start[16];  // -128 Σ high over each lane's four columns
+};
+
+// Splits `blocks` blocks of 32 int16 activations into (blocks + 1) / 2
+// Int16Levels (an odd last block paired with zeros).
+void SplitInt16Levels(const int16_t* q, int64_t blocks, Int16Levels* out) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t p = 0; p < (blocks + 1) / 2; ++p) {
+    __m256i high[2], low[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i v = 2 * p + h < blocks
+                            ? _mm512_loadu_si512(q + 32 * (2 * p + h))
+                            : _mm512_setzero_si512();
+      high[h] = _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8));
+      low[h] = _mm512_cvtepi16_epi8(v);
+    }
+    const __m512i high_bytes =
+        _mm512_inserti64x4(_mm512_castsi256_si512(high[0]), high[1], 1);
+    _mm512_store_si512(out[p].high, high_bytes);
+    _mm512_store_si512(
+        out[p].low,
+        _mm512_inserti64x4(_mm512_castsi256_si512(low[0]), low[1], 1));
+    _mm512_store_si512(
+        out[p].start,
+        _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_slli_epi32(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, high_bytes),
+                7)));
+  }
+}
+
+// Rows r0 + i * stride (i < R) of int8 weights with f16 scales per group of
+// G (32 or 64) against one activation row's Int16Levels and block scales
+// (x_scales, zero from `blocks` up to a multiple of 16).
+template <int G, int R, bool kStreams>
 void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
-              int64_t groups, const int16_t* q, const float* q_scale,
-              int64_t blocks, int64_t r0, float* y) {
-  constexpr int kBlocksPerGroup = G / 32;
+              int64_t groups, const Int16Levels* x, const float* x_scales,
+              int64_t blocks, int64_t r0, int64_t stride, float* y) {
   const int8_t* row = w + r0 * row_bytes;
   const uint16_t* ws = scales + r0 * groups;
-  const auto block = [&](int i, int64_t b, __m512 acc) {
-    const __m512i dot = _mm512_madd_epi16(
-        _mm512_cvtepi8_epi16(_mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(row + i * row_bytes + 32 * b))),
-        _mm512_loadu_si512(q + 32 * b));
-    return _mm512_fmadd_ps(
-        _mm512_cvtepi32_ps(dot),
-        _mm512_set1_ps(_cvtsh_ss(ws[i * groups + b / kBlocksPerGroup]) *
-                       q_scale[b]),
-        acc);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const auto pair = [&](__m512i wv, const Int16Levels& xp, __m512 scale,
+                        __m512 acc) {
+    __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start),
+                                      _mm512_xor_si512(wv, bias),
+                                      _mm512_load_si512(xp.high));
+    dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
+                              _mm512_load_si512(xp.low), wv);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
   };
   const WeightPrefetcher prefetch(WeightType::kInt8);
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    PrefetchRows<R>(prefetch, row + 32 * b, row_bytes, 0);
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
+    __m512 combined[R];
     for (int i = 0; i < R; ++i) {
-      acc[i][0] = block(i, b, acc[i][0]);
-      acc[i][1] = block(i, b + 1, acc[i][1]);
+      combined[i] =
+          SixteenBlockScales<G>(ws + i * stride * groups, b0, count, x_scales);
+    }
+    const Int16Levels* xp = x + b0 / 2;
+    const int8_t* at = row + 32 * b0;
+    if (count == 16) {
+      RINGMOE_UNROLL
+      for (int j = 0; j < 8; ++j) {
+        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, stride * row_bytes, 0);
+        const __m512i lanes = BlockOfLane<2>(j);
+        for (int i = 0; i < R; ++i) {
+          acc[i][j % 2] = pair(
+              _mm512_loadu_si512(at + i * stride * row_bytes + 64 * j), xp[j],
+              _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
+        }
+      }
+      continue;
+    }
+    // The row's last blocks, into one accumulator (an index known only at
+    // run time would keep the accumulators in memory); an odd last block's
+    // vector holds 32 weight bytes.
+    for (int j = 0; 2 * j < count; ++j) {
+      const __mmask64 bytes =
+          _cvtu64_mask64(2 * j + 1 < count ? ~uint64_t{0} : ~uint64_t{0} >> 32);
+      const __m512i lanes = BlockOfLane<2>(j);
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] =
+            pair(_mm512_maskz_loadu_epi8(bytes,
+                                         at + i * stride * row_bytes + 64 * j),
+                 xp[j], _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
+      }
     }
   }
-  if (b < blocks) {
-    for (int i = 0; i < R; ++i) acc[i][0] = block(i, b, acc[i][0]);
+  for (int i = 0; i < R; ++i) {
+    y[r0 + i * stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
   }
-  for (int i = 0; i < R; ++i)
-    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
 // fp8 products read 64 weights per load and unpack them in place: within
@@ -213,11 +344,8 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // The lanes of span j of 16 blocks take block 4j + lane / 4's scale.
   __m512i scale_lane[kMxfp4BlocksPerSpan];
-  for (int j = 0; j < kMxfp4BlocksPerSpan; ++j) {
-    scale_lane[j] = _mm512_add_epi32(
-        _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-        _mm512_set1_epi32(kMxfp4BlocksPerSpan * j));
-  }
+  for (int j = 0; j < kMxfp4BlocksPerSpan; ++j)
+    scale_lane[j] = BlockOfLane<kMxfp4BlocksPerSpan>(j);
   struct Codes {
     __m512i lo, hi;
   };
@@ -366,112 +494,104 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   run(std::integral_constant<int, kMxfp4Levels>());
 }
 
-// Two consecutive Int8Chunks with each field joined, so that 64 bytes of
-// int4 weights meet their activations in single 512-bit loads.
-struct alignas(64) Int8ChunkPair {
+// int4 against int8 activations (avx2::QuantizeActivationsInt8): two
+// consecutive Int8Chunks joined so that 64 bytes of weights meet their
+// activations in single 512-bit loads. The weights are split into nibbles
+// (codes 8 above the values, see avx2_quantized.cc) and multiplied as bytes
+// by two vpdpbusd starting from the negated offsets (each int32 lane ends
+// with the same integer as the AVX2 path's vpmaddubsw + vpmaddwd less its
+// offset), then converted and scaled per lane by one permute of
+// SixteenBlockScales: eight vector µops per 128 weights.
+struct alignas(64) NibblePair {
   int8_t even[64];
   int8_t odd[64];
-  int32_t offset[16];
-  float scale[16];
+  int32_t start[16];  // -8 Σ activations over each lane's eight columns
 };
 
-// Joins `count` chunks into (count + 1) / 2 pairs; an odd last chunk is
-// paired with zeros (whose products, offsets and scales are zero).
-void PairChunks(const Int8Chunk* chunks, int64_t count, Int8ChunkPair* out) {
+// Joins `count` chunks into (count + 1) / 2 pairs (an odd last chunk paired
+// with zeros) and writes each block's activation scale to block_scales,
+// zero from block 2 * count up to a multiple of 16.
+void PairChunks(const Int8Chunk* chunks, int64_t count, NibblePair* out,
+                float* block_scales) {
   const Int8Chunk zero{};
   for (int64_t p = 0; p < (count + 1) / 2; ++p) {
     for (int h = 0; h < 2; ++h) {
       const Int8Chunk& c = 2 * p + h < count ? chunks[2 * p + h] : zero;
       std::memcpy(out[p].even + 32 * h, c.even, sizeof(c.even));
       std::memcpy(out[p].odd + 32 * h, c.odd, sizeof(c.odd));
-      std::memcpy(out[p].offset + 8 * h, c.offset, sizeof(c.offset));
-      std::memcpy(out[p].scale + 8 * h, c.scale, sizeof(c.scale));
+      for (int l = 0; l < 8; ++l) out[p].start[8 * h + l] = -c.offset[l];
     }
   }
+  const int64_t blocks = 2 * count;
+  for (int64_t b = 0; b < blocks; ++b)
+    block_scales[b] = chunks[b / 2].scale[4 * (b % 2)];
+  for (int64_t b = blocks; b < (blocks + 15) / 16 * 16; ++b)
+    block_scales[b] = 0.f;
 }
 
-// int4 against int8 activations: 64 weight bytes are split into nibbles
-// and multiplied as bytes by two vpdpbusd (each int32 lane sums the same
-// four bytes' products as the AVX2 path's vpmaddubsw + vpmaddwd, so the
-// integers are identical), then offset, converted and scaled per lane.
-// The codes are the nibbles, 8 above the values (see avx2_quantized.cc),
-// with f16 scales per group of 32 or 64.
-
-// A pair's kGroupsPerPair = 128 / G scales, in the low lanes.
-template <int G>
-inline __m128 PairScales(const uint16_t* s) {
-  return _mm_cvtph_ps(G == 32
-                          ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s))
-                          : _mm_cvtsi32_si128(Halves32(s)));
-}
-
-// int4 against int8 activations in Int8ChunkPairs, 128 weights per two
-// dpbusd (VNNI), one convert and one FMA with the pair's scales.
-template <int G, int R>
+// Rows r0 + i * stride (i < R) of int4 weights (row_bytes each, 16 per
+// block of 32) with f16 scales per group of G (32 or 64) against one
+// activation row's NibblePairs and block scales.
+template <int G, int R, bool kStreams>
 void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
-                int64_t groups, const Int8ChunkPair* x, int64_t r0, float* y) {
-  constexpr int kGroupsPerPair = 128 / G;
-  const int64_t full = row_bytes / 64;
-  const __mmask64 tail_bytes =
-      _cvtu64_mask64((uint64_t{1} << (row_bytes % 64)) - 1);
-  const __mmask16 tail_groups =
-      _cvtu32_mask16((1u << (groups - full * kGroupsPerPair)) - 1);
-  // Int32 lane l covers bytes 4l..4l+3, columns 8l..8l+7: group 8l / G.
-  const __m512i scale_lane =
-      G == 32
-          ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
-          : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+                int64_t groups, const NibblePair* x, const float* x_scales,
+                int64_t r0, int64_t stride, float* y) {
+  const int64_t blocks = row_bytes / 16;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const uint8_t* row = w + r0 * row_bytes;
   const uint16_t* ws = scales + r0 * groups;
-  // `pair_scales` holds pair p's kGroupsPerPair weight scales first.
-  const auto pair = [&](int64_t p, __m512i wv, __m512 pair_scales, __m512 acc) {
-    const Int8ChunkPair& xp = x[p];
+  const auto pair = [&](__m512i wv, const NibblePair& xp, __m512 scale,
+                        __m512 acc) {
     const __m512i lo = _mm512_and_si512(wv, nibble);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
-    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+    __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start), lo,
                                       _mm512_load_si512(xp.even));
     dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
-    dot = _mm512_sub_epi32(dot, _mm512_load_si512(xp.offset));
-    const __m512 s = _mm512_permutexvar_ps(scale_lane, pair_scales);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                           _mm512_mul_ps(s, _mm512_load_ps(xp.scale)), acc);
-  };
-  // Masked loads of every pair's scales ran at three quarters of the speed
-  // of these plain ones; only the row's last, partial pair needs one.
-  const auto full_pair = [&](int i, int64_t p, __m512 acc) {
-    return pair(p, _mm512_loadu_si512(row + i * row_bytes + 64 * p),
-                _mm512_castps128_ps512(
-                    PairScales<G>(ws + i * groups + kGroupsPerPair * p)),
-                acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
   };
   const WeightPrefetcher prefetch(WeightType::kInt4);
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + 2 <= full; p += 2) {
-    PrefetchRows<R>(prefetch, row + 64 * p, row_bytes, 0);
-    PrefetchRows<R>(prefetch, row + 64 * p, row_bytes, 64);
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
+    __m512 combined[R];
     for (int i = 0; i < R; ++i) {
-      acc[i][0] = full_pair(i, p, acc[i][0]);
-      acc[i][1] = full_pair(i, p + 1, acc[i][1]);
+      combined[i] =
+          SixteenBlockScales<G>(ws + i * stride * groups, b0, count, x_scales);
+    }
+    const NibblePair* xp = x + b0 / 4;
+    const uint8_t* at = row + 16 * b0;
+    if (count == 16) {
+      RINGMOE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, stride * row_bytes, 0);
+        const __m512i lanes = BlockOfLane<4>(j);
+        for (int i = 0; i < R; ++i) {
+          acc[i][j % 2] = pair(
+              _mm512_loadu_si512(at + i * stride * row_bytes + 64 * j), xp[j],
+              _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
+        }
+      }
+      continue;
+    }
+    // The row's last blocks, into one accumulator (see Int8Tile); the last
+    // vector holds 16 bytes per block left.
+    for (int j = 0; 4 * j < count; ++j) {
+      const __mmask64 bytes =
+          _cvtu64_mask64(~uint64_t{0} >> (64 - 16 * Min(4, count - 4 * j)));
+      const __m512i lanes = BlockOfLane<4>(j);
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] =
+            pair(_mm512_maskz_loadu_epi8(bytes,
+                                         at + i * stride * row_bytes + 64 * j),
+                 xp[j], _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
+      }
     }
   }
-  if (p < full) {
-    for (int i = 0; i < R; ++i) acc[i][0] = full_pair(i, p, acc[i][0]);
+  for (int i = 0; i < R; ++i) {
+    y[r0 + i * stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
   }
-  if (row_bytes % 64 != 0) {
-    for (int i = 0; i < R; ++i) {
-      acc[i][1] = pair(
-          full,
-          _mm512_maskz_loadu_epi8(tail_bytes, row + i * row_bytes + 64 * full),
-          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-              tail_groups, ws + i * groups + kGroupsPerPair * full)),
-          acc[i][1]);
-    }
-  }
-  for (int i = 0; i < R; ++i)
-    y[r0 + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
 // Rows [rb, re) of int4 weights against one activation row, quantized to
@@ -483,15 +603,17 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   const int64_t chunks = (row_bytes + 31) / 32;
   const int64_t num_pairs = (chunks + 1) / 2;
   Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
-  Int8ChunkPair* pairs =
-      Scratch<Int8ChunkPair>(ScratchSlot::kChunkPairs, num_pairs);
+  NibblePair* pairs = Scratch<NibblePair>(ScratchSlot::kChunkPairs, num_pairs);
+  float* block_scales = Scratch<float>(ScratchSlot::kActivationScales,
+                                       (2 * chunks + 15) / 16 * 16);
   avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
-  PairChunks(xq, chunks, pairs);
-  ForEachRowTile(num_pairs * static_cast<int64_t>(sizeof(Int8ChunkPair)), rb,
-                 re, [&](int64_t r, auto rows) {
-                   NibbleTile<G, decltype(rows)::value>(data, row_bytes, scales,
-                                                        groups, pairs, r, y);
-                 });
+  PairChunks(xq, chunks, pairs, block_scales);
+  ForEachOneRowTile(
+      num_pairs * static_cast<int64_t>(sizeof(NibblePair)), rb, re,
+      [&](int64_t r, int64_t stride, auto rows, auto streams) {
+        NibbleTile<G, decltype(rows)::value, decltype(streams)::value>(
+            data, row_bytes, scales, groups, pairs, block_scales, r, stride, y);
+      });
 }
 
 // bf16 weights against 2 to DirectProductRows(kBF16) float32 activation
@@ -647,23 +769,32 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
   switch (w.type) {
     case WeightType::kInt8: {
       const int64_t blocks = (cols + 31) / 32;
+      const int64_t padded_blocks = (blocks + 15) / 16 * 16;
       int16_t* q =
           Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
-      float* q_scale = Scratch<float>(ScratchSlot::kActivationScales, blocks);
+      float* q_scale =
+          Scratch<float>(ScratchSlot::kActivationScales, padded_blocks);
       avx2::QuantizeActivationsInt16(x, 1, cols, q, q_scale);
+      for (int64_t b = blocks; b < padded_blocks; ++b) q_scale[b] = 0.f;
+      Int16Levels* levels =
+          Scratch<Int16Levels>(ScratchSlot::kInt16Levels, (blocks + 1) / 2);
+      SplitInt16Levels(q, blocks, levels);
       const auto* data = static_cast<const int8_t*>(w.data);
       const int64_t row_bytes = groups * w.group_size;
-      ForEachRowTile(blocks * 32 * 2, row_begin, row_end,
-                     [&](int64_t r, auto rows) {
-                       constexpr int R = decltype(rows)::value;
-                       if (w.group_size == 64) {
-                         Int8Tile<64, R>(data, row_bytes, w.scales, groups, q,
-                                         q_scale, blocks, r, y);
-                       } else {
-                         Int8Tile<32, R>(data, row_bytes, w.scales, groups, q,
-                                         q_scale, blocks, r, y);
-                       }
-                     });
+      ForEachOneRowTile(
+          (blocks + 1) / 2 * static_cast<int64_t>(sizeof(Int16Levels)),
+          row_begin, row_end,
+          [&](int64_t r, int64_t stride, auto rows, auto streams) {
+            constexpr int R = decltype(rows)::value;
+            constexpr bool kStreams = decltype(streams)::value;
+            if (w.group_size == 64) {
+              Int8Tile<64, R, kStreams>(data, row_bytes, w.scales, groups,
+                                        levels, q_scale, blocks, r, stride, y);
+            } else {
+              Int8Tile<32, R, kStreams>(data, row_bytes, w.scales, groups,
+                                        levels, q_scale, blocks, r, stride, y);
+            }
+          });
       break;
     }
     case WeightType::kInt4:

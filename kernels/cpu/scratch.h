@@ -13,6 +13,7 @@ enum class ScratchSlot : int {
   kActivationsInt8,    // int4 products: activations as Int8Chunk
   kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,   // int8 products: activations as int16
+  kInt16Levels,        // AVX-512 int8 products: the int16 split in bytes
   kActivationScales,   // int8, int4 and mxfp4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
   kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
