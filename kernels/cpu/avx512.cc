@@ -12,10 +12,9 @@
 // shift and mask, two FMAs) and was no faster than the AVX2 path, bound by
 // memory as it is, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md); at 2+ rows the same widening is shared by all of
-// them (Bf16Tile). One row's int8 and int4 weight rows are read as in
+// them (Bf16Tile). One row's int8, int4 and mxfp4 weight rows are read as in
 // avx2_quantized.cc, as three prefetched sequential streams per thread
-// unless the activations outgrow L1 (ForEachOneRowTile); mxfp4's and fp8's
-// as one.
+// unless the activations outgrow L1 (ForEachOneRowTile); fp8's as one.
 // Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
@@ -331,10 +330,10 @@ constexpr int kMxfp4ActivationGroup = 4;
 // taken 16 blocks at a time. Each (weight row, activation row) sum is
 // formed alike whatever R and N: a batch's rows come out the same in any
 // grouping.
-template <int L, int R, int N>
+template <int L, int R, int N, bool kStreams>
 void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
-               const avx2::Mxfp4QuantizedRows& x, int64_t r0, float* y,
-               int64_t ldy) {
+               const avx2::Mxfp4QuantizedRows& x, int64_t r0, int64_t stride,
+               float* y, int64_t ldy) {
   const int64_t blocks = x.blocks;
   const int64_t row_bytes = blocks * 16;
   const uint8_t* row = w + r0 * row_bytes;
@@ -370,7 +369,8 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
   const auto prefetch_lines = [&](int64_t b0) {
     for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
       if (N == 1) {
-        PrefetchRows<R>(prefetch, row + 16 * b0, row_bytes, 64 * line);
+        PrefetchRows<R, kStreams>(prefetch, row + 16 * b0, stride * row_bytes,
+                                  64 * line);
       } else {
         // One row at a time: the rows are one sequential stream.
         prefetch.TileRow<N>(row + 16 * b0 +
@@ -388,7 +388,8 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
     const __mmask16 exponent_lanes = _cvtu32_mask16((1u << count) - 1);
     __m512 scales[R][N];
     for (int i = 0; i < R; ++i) {
-      const __m512 weight_scales = E8m0x16(e + i * blocks + b0, exponent_lanes);
+      const __m512 weight_scales =
+          E8m0x16(e + i * stride * blocks + b0, exponent_lanes);
       for (int a = 0; a < N; ++a) {
         scales[i][a] = _mm512_mul_ps(
             weight_scales, _mm512_load_ps(x.scales + a * x.padded_blocks + b0));
@@ -401,7 +402,7 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
     const auto spans_of = [&](int j, const auto& load) {
       for (int i = 0; i < R; ++i) {
         const Codes codes =
-            look_up(load(row + i * row_bytes + 16 * b0 + 64 * j));
+            look_up(load(row + i * stride * row_bytes + 16 * b0 + 64 * j));
         for (int a = 0; a < N; ++a) {
           acc[i][a][j % 2] =
               span(codes, x.spans[a * x.num_spans + p0 + j],
@@ -433,18 +434,16 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
   }
   for (int i = 0; i < R; ++i) {
     for (int a = 0; a < N; ++a) {
-      y[a * ldy + r0 + i] =
+      y[a * ldy + r0 + i * stride] =
           _mm512_reduce_add_ps(_mm512_add_ps(acc[i][a][0], acc[i][a][1]));
     }
   }
 }
 
 // Rows [rb, re) of mxfp4 weights against n activation rows quantized in
-// `levels` levels: one row streams its weight rows one after another while
-// its activations fit StreamActivationBytes, four at a time beyond
-// (ForEachRowTile); more go in groups of up to kMxfp4ActivationGroup that
-// fit L1 over blocks of weight rows (ForEachRowBlockAndGroup), a group of
-// one as one row does.
+// `levels` levels: one row as ForEachOneRowTile's streams or tiles; more go in
+// groups of up to kMxfp4ActivationGroup that fit L1 over blocks of weight rows
+// (ForEachRowBlockAndGroup), a group of one as one row does.
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                int64_t re, float* y, int levels) {
   const avx2::Mxfp4QuantizedRows q =
@@ -455,12 +454,14 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto run = [&](auto levels_constant) {
     constexpr int L = decltype(levels_constant)::value;
-    const auto tile = [&](auto rows, auto activations, int64_t r, int64_t a) {
+    const auto tile = [&](auto rows, auto activations, auto streams, int64_t r,
+                          int64_t stride, int64_t a) {
       const avx2::Mxfp4QuantizedRows xa{q.spans + a * q.num_spans,
                                         q.scales + a * q.padded_blocks, blocks,
                                         q.num_spans, q.padded_blocks};
-      Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
-          data, w.exponents, xa, r, y + a * w.rows, w.rows);
+      Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value,
+                decltype(streams)::value>(data, w.exponents, xa, r, stride,
+                                          y + a * w.rows, w.rows);
     };
     using One = std::integral_constant<int, 1>;
     // One activation row needs no blocks of weight rows.
@@ -470,13 +471,16 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                        kMxfp4ActivationGroup),
         [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
           const auto each_row = [&](auto activations) {
-            for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, a);
+            for (int64_t r = r0; r < r1; ++r)
+              tile(One(), activations, std::false_type(), r, 1, a);
           };
           switch (size) {
             case 1:
-              ForEachRowTile(
+              ForEachOneRowTile(
                   activation_bytes, r0, r1,
-                  [&](int64_t r, auto rows) { tile(rows, One(), r, a); });
+                  [&](int64_t r, int64_t stride, auto rows, auto streams) {
+                    tile(rows, One(), streams, r, stride, a);
+                  });
               break;
             case 2:
               each_row(std::integral_constant<int, 2>());
