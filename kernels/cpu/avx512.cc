@@ -110,6 +110,61 @@ inline __m512i BlockOfLane(int j) {
       _mm512_set1_epi32(kBlocks * j));
 }
 
+// The one-row loop of the integer tiles (Int8Tile, NibbleTile): rows
+// r0 + i * stride (i < R), `row` the first and `row_step` bytes apart, of
+// `blocks` blocks of kBlockBytes weight bytes (64 / kBlockBytes blocks per
+// 64-byte vector), 16 blocks at a time. `scales(i, b0, count)` is row i's
+// SixteenBlockScales for blocks b0..b0 + count - 1; `dot(wv, v, scale,
+// acc)` adds the products of weight vector v (its bytes wv, its lanes'
+// scales `scale`) to acc. Whole spans go unrolled into two accumulators
+// per row; the row's last blocks, masked, into the first (an index known
+// only at run time would keep the accumulators in memory). y[i * y_step]
+// = row i's sum.
+template <int kBlockBytes, int R, bool kStreams, typename ScalesFn,
+          typename DotFn>
+void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
+                 WeightType type, const ScalesFn& scales, const DotFn& dot,
+                 float* y, int64_t y_step) {
+  constexpr int kBlocks = 64 / kBlockBytes;
+  const WeightPrefetcher prefetch(type);
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
+    __m512 combined[R];
+    for (int i = 0; i < R; ++i) combined[i] = scales(i, b0, count);
+    const uint8_t* at = row + kBlockBytes * b0;
+    const int64_t v0 = b0 / kBlocks;
+    if (count == 16) {
+      RINGMOE_UNROLL
+      for (int j = 0; j < 16 / kBlocks; ++j) {
+        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, row_step, 0);
+        const __m512i lanes = BlockOfLane<kBlocks>(j);
+        for (int i = 0; i < R; ++i) {
+          acc[i][j % 2] =
+              dot(_mm512_loadu_si512(at + i * row_step + 64 * j), v0 + j,
+                  _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
+        }
+      }
+      continue;
+    }
+    for (int j = 0; kBlocks * j < count; ++j) {
+      const __mmask64 bytes = _cvtu64_mask64(
+          ~uint64_t{0} >>
+          (64 - kBlockBytes * Min(kBlocks, count - kBlocks * j)));
+      const __m512i lanes = BlockOfLane<kBlocks>(j);
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] =
+            dot(_mm512_maskz_loadu_epi8(bytes, at + i * row_step + 64 * j),
+                v0 + j, _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    y[i * y_step] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  }
+}
+
 // int8 against int16 activations (avx2::QuantizeActivationsInt16), 64
 // weights (two blocks of 32) per two vpdpbusd: each q is split into its
 // high byte h = q >> 8 (signed) and low byte l = q & 255 (unsigned), q =
@@ -164,62 +219,24 @@ template <int G, int R, bool kStreams>
 void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t groups, const Int16Levels* x, const float* x_scales,
               int64_t blocks, int64_t r0, int64_t stride, float* y) {
-  const int8_t* row = w + r0 * row_bytes;
   const uint16_t* ws = scales + r0 * groups;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  const auto pair = [&](__m512i wv, const Int16Levels& xp, __m512 scale,
-                        __m512 acc) {
-    __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start),
-                                      _mm512_xor_si512(wv, bias),
-                                      _mm512_load_si512(xp.high));
-    dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
-                              _mm512_load_si512(xp.low), wv);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-  };
-  const WeightPrefetcher prefetch(WeightType::kInt8);
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
-    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
-    __m512 combined[R];
-    for (int i = 0; i < R; ++i) {
-      combined[i] =
-          SixteenBlockScales<G>(ws + i * stride * groups, b0, count, x_scales);
-    }
-    const Int16Levels* xp = x + b0 / 2;
-    const int8_t* at = row + 32 * b0;
-    if (count == 16) {
-      RINGMOE_UNROLL
-      for (int j = 0; j < 8; ++j) {
-        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, stride * row_bytes, 0);
-        const __m512i lanes = BlockOfLane<2>(j);
-        for (int i = 0; i < R; ++i) {
-          acc[i][j % 2] = pair(
-              _mm512_loadu_si512(at + i * stride * row_bytes + 64 * j), xp[j],
-              _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
-        }
-      }
-      continue;
-    }
-    // The row's last blocks, into one accumulator (an index known only at
-    // run time would keep the accumulators in memory); an odd last block's
-    // vector holds 32 weight bytes.
-    for (int j = 0; 2 * j < count; ++j) {
-      const __mmask64 bytes =
-          _cvtu64_mask64(2 * j + 1 < count ? ~uint64_t{0} : ~uint64_t{0} >> 32);
-      const __m512i lanes = BlockOfLane<2>(j);
-      for (int i = 0; i < R; ++i) {
-        acc[i][0] =
-            pair(_mm512_maskz_loadu_epi8(bytes,
-                                         at + i * stride * row_bytes + 64 * j),
-                 xp[j], _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    y[r0 + i * stride] =
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
-  }
+  OneRowSpans<32, R, kStreams>(
+      reinterpret_cast<const uint8_t*>(w + r0 * row_bytes), stride * row_bytes,
+      blocks, WeightType::kInt8,
+      [&](int i, int64_t b0, int count) {
+        return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
+                                     x_scales);
+      },
+      [&](__m512i wv, int64_t v, __m512 scale, __m512 acc) {
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start),
+                                          _mm512_xor_si512(wv, bias),
+                                          _mm512_load_si512(x[v].high));
+        dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
+                                  _mm512_load_si512(x[v].low), wv);
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      },
+      y + r0, stride);
 }
 
 // fp8 products read 64 weights per load and unpack them in place: within
@@ -540,62 +557,23 @@ template <int G, int R, bool kStreams>
 void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
                 int64_t groups, const NibblePair* x, const float* x_scales,
                 int64_t r0, int64_t stride, float* y) {
-  const int64_t blocks = row_bytes / 16;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const uint8_t* row = w + r0 * row_bytes;
   const uint16_t* ws = scales + r0 * groups;
-  const auto pair = [&](__m512i wv, const NibblePair& xp, __m512 scale,
-                        __m512 acc) {
-    const __m512i lo = _mm512_and_si512(wv, nibble);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
-    __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start), lo,
-                                      _mm512_load_si512(xp.even));
-    dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(xp.odd));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-  };
-  const WeightPrefetcher prefetch(WeightType::kInt4);
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
-    const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
-    __m512 combined[R];
-    for (int i = 0; i < R; ++i) {
-      combined[i] =
-          SixteenBlockScales<G>(ws + i * stride * groups, b0, count, x_scales);
-    }
-    const NibblePair* xp = x + b0 / 4;
-    const uint8_t* at = row + 16 * b0;
-    if (count == 16) {
-      RINGMOE_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, stride * row_bytes, 0);
-        const __m512i lanes = BlockOfLane<4>(j);
-        for (int i = 0; i < R; ++i) {
-          acc[i][j % 2] = pair(
-              _mm512_loadu_si512(at + i * stride * row_bytes + 64 * j), xp[j],
-              _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
-        }
-      }
-      continue;
-    }
-    // The row's last blocks, into one accumulator (see Int8Tile); the last
-    // vector holds 16 bytes per block left.
-    for (int j = 0; 4 * j < count; ++j) {
-      const __mmask64 bytes =
-          _cvtu64_mask64(~uint64_t{0} >> (64 - 16 * Min(4, count - 4 * j)));
-      const __m512i lanes = BlockOfLane<4>(j);
-      for (int i = 0; i < R; ++i) {
-        acc[i][0] =
-            pair(_mm512_maskz_loadu_epi8(bytes,
-                                         at + i * stride * row_bytes + 64 * j),
-                 xp[j], _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    y[r0 + i * stride] =
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
-  }
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  OneRowSpans<16, R, kStreams>(
+      w + r0 * row_bytes, stride * row_bytes, row_bytes / 16, WeightType::kInt4,
+      [&](int i, int64_t b0, int count) {
+        return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
+                                     x_scales);
+      },
+      [&](__m512i wv, int64_t v, __m512 scale, __m512 acc) {
+        const __m512i lo = _mm512_and_si512(wv, nibble);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start), lo,
+                                          _mm512_load_si512(x[v].even));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(x[v].odd));
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+      },
+      y + r0, stride);
 }
 
 // Rows [rb, re) of int4 weights against one activation row, quantized to
