@@ -10,21 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "memory_ring/host_buffer.h"
 
 namespace ringmoe::memory_ring {
 namespace {
-
-class HostBuffer : public TierBuffer {
- public:
-  explicit HostBuffer(size_t bytes)
-      : bytes_(new uint8_t[bytes > 0 ? bytes : 1]), size_(bytes) {}
-  uint8_t* data() override { return bytes_.get(); }
-  size_t size() const override { return size_; }
-
- private:
-  std::unique_ptr<uint8_t[]> bytes_;
-  size_t size_;
-};
 
 class CopyEngineTier : public Tier {
  public:
@@ -45,7 +34,12 @@ class CopyEngineTier : public Tier {
   absl::string_view name() const override { return "host_to_device"; }
 
   absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override {
-    return NewHostBuffer(bytes);
+    std::unique_ptr<TierBuffer> buffer = NewHostBuffer(bytes);
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+    }
+    return buffer;
   }
 
   void CopyAsync(std::vector<CopyPiece> pieces, uint8_t* dst, Fence after,
@@ -119,10 +113,6 @@ class CopyEngineTier : public Tier {
 std::unique_ptr<Tier> CreateCopyEngineTier(std::vector<TierBuffer*> sources,
                                            double bytes_per_second) {
   return std::make_unique<CopyEngineTier>(std::move(sources), bytes_per_second);
-}
-
-std::unique_ptr<TierBuffer> NewHostBuffer(size_t bytes) {
-  return std::make_unique<HostBuffer>(bytes);
 }
 
 }  // namespace ringmoe::memory_ring

@@ -21,9 +21,6 @@ namespace ringmoe::memory_ring {
 std::unique_ptr<Tier> CreateCopyEngineTier(std::vector<TierBuffer*> sources,
                                            double bytes_per_second);
 
-// Plain host memory, for sources and compute-tier buffers alike.
-std::unique_ptr<TierBuffer> NewHostBuffer(size_t bytes);
-
 }  // namespace ringmoe::memory_ring
 
 #endif  // RINGMOE_MEMORY_RING_COPY_ENGINE_TIER_H_

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "memory_ring/host_buffer.h"
 
 namespace ringmoe::memory_ring {
 namespace {

@@ -6,39 +6,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "memory_ring/host_buffer.h"
 
 namespace ringmoe::memory_ring {
 namespace {
 
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kChunk = 8 << 20;  // bytes per read request
-
-class HostBuffer : public TierBuffer {
- public:
-  explicit HostBuffer(size_t bytes)
-      : size_(bytes),
-        data_(
-            static_cast<uint8_t*>(std::aligned_alloc(kAlign, RoundUp(bytes)))) {
-  }
-  ~HostBuffer() override { std::free(data_); }
-  uint8_t* data() override { return data_; }
-  size_t size() const override { return size_; }
-  bool ok() const { return data_ != nullptr; }
-  static size_t RoundUp(size_t n) {
-    return std::max<size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign);
-  }
-
- private:
-  size_t size_;
-  uint8_t* data_;
-};
 
 // An open file's descriptors, closed when the last reader lets go (another
 // I/O thread may still be reading through them when one drops them).
@@ -193,8 +173,8 @@ class DiskTier : public Tier {
   absl::string_view name() const override { return "disk_to_host"; }
 
   absl::StatusOr<std::unique_ptr<TierBuffer>> Allocate(size_t bytes) override {
-    auto buffer = std::make_unique<HostBuffer>(bytes);
-    if (!buffer->ok()) {
+    std::unique_ptr<TierBuffer> buffer = NewHostBuffer(bytes);
+    if (buffer == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
     }
@@ -224,7 +204,8 @@ class DiskTier : public Tier {
   };
 
   void Work() {
-    HostBuffer bounce(kChunk + 2 * kAlign);
+    const std::unique_ptr<TierBuffer> bounce =
+        NewHostBuffer(kChunk + 2 * kAlign);
     while (true) {
       Job job;
       {
@@ -235,14 +216,20 @@ class DiskTier : public Tier {
         jobs_.pop_front();
       }
       absl::Status status;
+      if (bounce == nullptr) {
+        status = absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate the ", kChunk + 2 * kAlign,
+                         "-byte read buffer of a disk_to_host I/O thread"));
+      }
       for (const CopyPiece& p : job.pieces) {
+        if (!status.ok()) break;
         if (p.source < 0 || p.source >= static_cast<int>(files_.size())) {
           status = absl::InvalidArgumentError(
               absl::StrCat("no source file ", p.source));
           break;
         }
         status = files_[p.source]->Read(p.offset, p.size,
-                                        job.dst + p.dst_offset, bounce.data());
+                                        job.dst + p.dst_offset, bounce->data());
         if (!status.ok()) break;
       }
       job.done(std::move(status));

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "memory_ring/copy_engine_tier.h"
 #include "memory_ring/fake_tier.h"
+#include "memory_ring/host_buffer.h"
 
 namespace ringmoe::memory_ring {
 namespace {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "memory_ring/copy_engine_tier.h"
+#include "memory_ring/host_buffer.h"
 
 namespace ringmoe::backend {
 namespace {
@@ -49,7 +50,13 @@ absl::StatusOr<Vector> StandInDevice::Upload(const Vector& host) {
 
 absl::StatusOr<std::unique_ptr<memory_ring::TierBuffer>>
 StandInDevice::AllocateStreamingSource(size_t bytes) {
-  return memory_ring::NewHostBuffer(bytes);
+  std::unique_ptr<memory_ring::TierBuffer> buffer =
+      memory_ring::NewHostBuffer(bytes);
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name(), ": cannot allocate ", bytes, " bytes of streaming source"));
+  }
+  return buffer;
 }
 
 absl::StatusOr<std::unique_ptr<memory_ring::Tier>>

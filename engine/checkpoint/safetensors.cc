@@ -383,6 +383,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   if (mapping == MAP_FAILED) {
     return ErrnoError(mmap_errno, absl::StrCat(path, ": mmap failed"));
   }
+#ifdef MADV_HUGEPAGE
+  // Weights kept as stored are read from this mapping: a hint that the
+  // page cache fill it with huge pages where the kernel can
+  // (base/host_memory.h says why); refused or ignored, it changes nothing.
+  ::madvise(mapping, size, MADV_HUGEPAGE);
+#endif
 
   auto file = absl::WrapUnique(new SafetensorsFile());
   file->path_ = path;

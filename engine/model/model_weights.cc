@@ -114,9 +114,7 @@ class Binder {
 
   // Buffers the bound weights point into, for ModelWeights::owned, and
   // where the aligned copies among them come from.
-  std::vector<std::unique_ptr<uint8_t[]>> TakeOwned() {
-    return std::move(owned_);
-  }
+  std::vector<HostMemory> TakeOwned() { return std::move(owned_); }
   absl::flat_hash_map<const void*, const void*> TakeAlignedCopies() {
     return std::move(aligned_copy_of_);
   }
@@ -127,10 +125,10 @@ class Binder {
     RETURN_IF_ERROR(WeightTypeOf(t).status());
     ASSIGN_OR_RETURN(const std::vector<float> values,
                      checkpoint::CopyAsFloat32(t));
-    auto copy = std::make_unique<uint8_t[]>(values.size() * sizeof(float));
-    std::memcpy(copy.get(), values.data(), values.size() * sizeof(float));
-    owned_.push_back(std::move(copy));
-    return model::Vector{reinterpret_cast<const float*>(owned_.back().get()),
+    ASSIGN_OR_RETURN(uint8_t* const copy,
+                     Own(values.size() * sizeof(float), t.name));
+    std::memcpy(copy, values.data(), values.size() * sizeof(float));
+    return model::Vector{reinterpret_cast<const float*>(copy),
                          static_cast<int64_t>(values.size())};
   }
 
@@ -163,7 +161,7 @@ class Binder {
     m.type = backend::WeightType::kFp8E4M3;
     m.rows = rows;
     m.cols = cols;
-    m.block_scales = AlignedFloats(*scales);
+    ASSIGN_OR_RETURN(m.block_scales, AlignedFloats(*scales));
     m.block_rows = static_cast<int32_t>(fp8_.block_rows);
     m.block_cols = static_cast<int32_t>(fp8_.block_cols);
     return m;
@@ -185,10 +183,10 @@ class Binder {
     ASSIGN_OR_RETURN(const TensorView* t, Tensor(stem, {experts, cols, rows}));
     ASSIGN_OR_RETURN(const backend::WeightType type, WeightTypeOf(*t));
     const int64_t bytes = rows * cols * checkpoint::DTypeSize(t->dtype);
-    auto buffer = std::make_unique<uint8_t[]>(t->num_bytes);
+    ASSIGN_OR_RETURN(uint8_t* const buffer, Own(t->num_bytes, stem));
     std::vector<Weight> out(experts);
     for (int64_t e = 0; e < experts; ++e) {
-      uint8_t* dst = buffer.get() + e * bytes;
+      uint8_t* dst = buffer + e * bytes;
       if (type == backend::WeightType::kF32) {
         Transpose<uint32_t>(t->data + e * bytes, cols, rows, dst);
       } else {
@@ -199,7 +197,6 @@ class Binder {
       out[e].rows = rows;
       out[e].cols = cols;
     }
-    owned_.push_back(std::move(buffer));
     return out;
   }
 
@@ -290,21 +287,32 @@ class Binder {
 
   // The tensor's floats in place, or a copy where the file puts them at an
   // offset that is not a multiple of 4 (safetensors does not align them).
-  const float* AlignedFloats(const TensorView& t) {
+  absl::StatusOr<const float*> AlignedFloats(const TensorView& t) {
     if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
       return reinterpret_cast<const float*>(t.data);
     }
-    auto copy = std::make_unique<uint8_t[]>(t.num_bytes);
-    std::memcpy(copy.get(), t.data, t.num_bytes);
-    aligned_copy_of_[copy.get()] = t.data;
-    owned_.push_back(std::move(copy));
-    return reinterpret_cast<const float*>(owned_.back().get());
+    ASSIGN_OR_RETURN(uint8_t* const copy, Own(t.num_bytes, t.name));
+    std::memcpy(copy, t.data, t.num_bytes);
+    aligned_copy_of_[copy] = t.data;
+    return reinterpret_cast<const float*>(copy);
+  }
+
+  // A new buffer of `bytes` for the copy of `tensor`, kept in owned_.
+  absl::StatusOr<uint8_t*> Own(size_t bytes, absl::string_view tensor) {
+    HostMemory buffer = AllocateHostMemory(bytes);
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint ", ckpt_.dir(), ": no host memory for ",
+                       bytes, " bytes of '", tensor, "'"));
+    }
+    owned_.push_back(std::move(buffer));
+    return owned_.back().get();
   }
 
   const checkpoint::Checkpoint& ckpt_;
   Fp8BlockSpec fp8_;
   bool mxfp4_;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_;
+  std::vector<HostMemory> owned_;
   absl::flat_hash_map<const void*, const void*> aligned_copy_of_;
 };
 
@@ -449,15 +457,14 @@ int64_t ConvertedBytes(const Weight& m, backend::WeightType type,
                  static_cast<int64_t>(sizeof(uint16_t)));
 }
 
-// Converts `matrices` into one new buffer and points them into it.
-std::unique_ptr<uint8_t[]> ConvertTogether(const std::vector<Weight*>& matrices,
-                                           backend::WeightType type,
-                                           int32_t group) {
+// Converts `matrices` into one new buffer and points them into it; nullptr
+// (and the matrices as they were) when the host has no memory for it.
+HostMemory ConvertTogether(const std::vector<Weight*>& matrices,
+                           backend::WeightType type, int32_t group) {
   int64_t total = 0;
   for (const Weight* m : matrices) total += ConvertedBytes(*m, type, group);
-  // operator new[] on uint8_t only guarantees 16-byte alignment; the kernels
-  // use unaligned loads, so that suffices.
-  std::unique_ptr<uint8_t[]> buffer(new uint8_t[total]);
+  HostMemory buffer = AllocateHostMemory(total);
+  if (buffer == nullptr) return nullptr;
   uint8_t* p = buffer.get();
   for (Weight* m : matrices) {
     const int64_t data =
@@ -585,7 +592,11 @@ absl::StatusOr<ModelWeights> UploadWeights(
     // so it outlives `host`.
     if (!layer.expert_score_bias.empty()) {
       const size_t bytes = layer.expert_score_bias.size * sizeof(float);
-      auto copy = std::make_unique<uint8_t[]>(bytes);
+      HostMemory copy = AllocateHostMemory(bytes);
+      if (copy == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "no host memory for ", name, "'s expert selection bias"));
+      }
       std::memcpy(copy.get(), layer.expert_score_bias.data, bytes);
       layer.expert_score_bias.data = reinterpret_cast<const float*>(copy.get());
       device.owned.push_back(std::move(copy));
@@ -663,11 +674,22 @@ absl::Status ConvertWeights(const WeightConversion& conversion,
   }
   const bool tied = weights->lm_head.data == weights->embed_tokens.data;
   if (conversion.lm_head) units.push_back({&weights->lm_head});
-  std::vector<std::unique_ptr<uint8_t[]>> buffers(units.size());
+  std::vector<HostMemory> buffers(units.size());
   ParallelFor(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
     buffers[i] = ConvertTogether(units[i], type, conversion.group_size);
   });
-  for (auto& b : buffers) weights->owned.push_back(std::move(b));
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (buffers[i] == nullptr) {
+      int64_t bytes = 0;
+      for (const Weight* m : units[i]) {
+        bytes += ConvertedBytes(*m, type, conversion.group_size);
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no host memory for ", bytes, " bytes of ",
+                       kernels::WeightTypeName(type), " weights"));
+    }
+    weights->owned.push_back(std::move(buffers[i]));
+  }
   if (conversion.lm_head && tied) weights->embed_tokens = weights->lm_head;
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "base/host_memory.h"
 #include "base/thread_pool.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/weight.h"
@@ -74,7 +75,7 @@ struct ModelWeights {
   // mapping: the widened vectors, copies of misaligned scales and converted
   // weights (ConvertWeights; each MLP's three matrices, data and scales,
   // share one buffer so an expert stays a self-contained region).
-  std::vector<std::unique_ptr<uint8_t[]>> owned;
+  std::vector<HostMemory> owned;
   // Checkpoint bytes copied only to align them (float32 block scales at an
   // offset the file does not align): copy -> the mapped bytes it holds, so
   // the memory ring still finds them in the checkpoint's files.

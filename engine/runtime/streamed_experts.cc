@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
 #include "memory_ring/disk_tier.h"
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
         "larger memory budget or use --weight_dtype=auto"));
   }
   s->resident_ = plan->expert_resident;
-  s->CopyResidentIntoMemory(mutable_weights);
+  RETURN_IF_ERROR(s->CopyResidentIntoMemory(mutable_weights));
 
   ASSIGN_OR_RETURN(s->tier_,
                    memory_ring::CreateDiskTier(
@@ -145,11 +146,16 @@ StreamedExperts::~StreamedExperts() {
   ring_.reset();
 }
 
-void StreamedExperts::CopyResidentIntoMemory(
+absl::Status StreamedExperts::CopyResidentIntoMemory(
     model::ModelWeights* weights) const {
-  auto owned_copy = [weights](const void* src, int64_t bytes) -> const void* {
+  int64_t missing_bytes = 0;  // of copies the host had no memory for
+  auto owned_copy = [&](const void* src, int64_t bytes) -> const void* {
     if (src == nullptr || bytes == 0) return src;
-    auto buffer = std::make_unique<uint8_t[]>(bytes);
+    HostMemory buffer = AllocateHostMemory(bytes);
+    if (buffer == nullptr) {
+      missing_bytes += bytes;
+      return src;
+    }
     std::memcpy(buffer.get(), src, bytes);
     weights->owned.push_back(std::move(buffer));
     return weights->owned.back().get();
@@ -185,6 +191,12 @@ void StreamedExperts::CopyResidentIntoMemory(
       if (served_[e] && !Streams(l, e)) copy_mlp(&layer.experts[e]);
     }
   }
+  if (missing_bytes > 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no host memory to copy ", missing_bytes,
+                     " bytes of resident weights out of the checkpoint"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(

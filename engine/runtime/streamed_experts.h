@@ -133,7 +133,8 @@ class StreamedExperts : public moe::ExpertExecutor {
                backend::Backend& backend);
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
   // Copies every matrix that stays resident into owned memory.
-  void CopyResidentIntoMemory(model::ModelWeights* weights) const;
+  // RESOURCE_EXHAUSTED when the host has no memory for them.
+  absl::Status CopyResidentIntoMemory(model::ModelWeights* weights) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;

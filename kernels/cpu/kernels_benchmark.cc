@@ -13,6 +13,8 @@
 // ways.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 #include "base/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_features.h"
@@ -44,21 +47,32 @@ ThreadPool& Pool() {
 // Copies of one quantized matrix, `total_bytes` of them at least: cycling
 // through enough of them reads from memory rather than from the last-level
 // cache. Every copy's bytes differ from the others' (a host merging equal
-// pages would otherwise serve them from one cached page).
+// pages would otherwise serve them from one cached page). Their bytes are
+// host memory as the engine's weights get it (AllocateHostMemory).
 struct WeightCopies {
-  std::vector<std::unique_ptr<uint8_t[]>> data;
+  std::vector<HostMemory> data;
   std::vector<std::unique_ptr<uint16_t[]>> scales;
   std::vector<float> block_scales;  // fp8: shared by every copy
   std::vector<uint8_t> exponents;   // mxfp4: shared by every copy
   std::vector<Matrix> matrices;
 };
 
+// Appends `bytes` of weight memory to out->data.
+void AddData(int64_t bytes, WeightCopies* out) {
+  out->data.push_back(AllocateHostMemory(bytes));
+  if (out->data.back() == nullptr) {
+    std::fprintf(stderr, "no host memory for %lld weight bytes\n",
+                 static_cast<long long>(bytes));
+    std::abort();
+  }
+}
+
 // An mxfp4 matrix as gpt-oss ships its experts: random codes and e8m0
 // exponents near 2^-6.
 Matrix MakeMxfp4(int64_t rows, int64_t cols, std::mt19937* rng,
                  WeightCopies* out) {
   const int64_t blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-  out->data.emplace_back(new uint8_t[rows * blocks * kMxfp4Block / 2]);
+  AddData(rows * blocks * kMxfp4Block / 2, out);
   out->scales.emplace_back(new uint16_t[1]);
   std::uniform_int_distribution<int> byte(0, 255), exponent(118, 124);
   for (int64_t i = 0; i < rows * blocks * kMxfp4Block / 2; ++i) {
@@ -96,7 +110,7 @@ Matrix MakeFp8(int64_t rows, int64_t cols, std::mt19937* rng,
   for (int c = 0; c < 0x7f; ++c) {
     magnitudes[c] = Fp8E4M3ToF32(static_cast<uint8_t>(c));
   }
-  out->data.emplace_back(new uint8_t[rows * cols]);
+  AddData(rows * cols, out);
   out->scales.emplace_back(new uint16_t[1]);
   for (int64_t i = 0; i < rows * cols; ++i) {
     const float v =
@@ -139,7 +153,7 @@ WeightCopies MakeCopies(WeightType type, int64_t rows, int64_t cols,
       out.matrices.push_back(MakeMxfp4(rows, cols, &rng, &out));
       continue;
     }
-    out.data.emplace_back(new uint8_t[data_bytes]);
+    AddData(data_bytes, &out);
     out.scales.emplace_back(new uint16_t[std::max<int64_t>(1, num_scales)]);
     if (c == 0) {
       out.matrices.push_back(QuantizeMatrix(

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/host_memory.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matrix.h"
@@ -51,14 +52,16 @@ double MedianFlopRate(ThreadPool* pool, int repetitions,
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> data(new float[n]);
+  const HostMemory memory = AllocateHostMemory(n * sizeof(float));
+  if (memory == nullptr) return 0;
+  float* const data = reinterpret_cast<float*>(memory.get());
   // Each thread touches (first-use) the slice it will read. Distinct values
   // in every page: pages of one repeated value can be merged by a host
   // (same-page merging) and then read from cache, inflating the ceiling.
   const int64_t slice = (n + threads - 1) / threads;
   auto slice_of = [&](int64_t t, auto fn) {
     const int64_t begin = t * slice, end = std::min(n, begin + slice);
-    if (begin < end) fn(data.get() + begin, begin, end - begin);
+    if (begin < end) fn(data + begin, begin, end - begin);
   };
   ParallelFor(pool, threads, [&](int64_t t) {
     slice_of(t, [](float* p, int64_t first, int64_t m) {
@@ -132,9 +135,10 @@ namespace {
 
 // A matrix of `type` for timing: arbitrary finite weights (what is timed
 // does not depend on their values), first touched by the threads that read
-// it, distinct in every page (see MeasureReadBandwidth).
+// it, distinct in every page (see MeasureReadBandwidth), in host memory as
+// the weights get it; data null when there is none.
 struct TimedMatrix {
-  std::unique_ptr<uint8_t[]> data;
+  HostMemory data;
   std::vector<uint16_t> scales;
   std::vector<float> block_scales;
   std::vector<uint8_t> exponents;
@@ -175,7 +179,8 @@ TimedMatrix MakeTimedMatrix(WeightType type, int64_t rows, int64_t cols,
       break;
   }
   const int64_t bytes = rows * row_bytes;
-  t.data.reset(new uint8_t[bytes]);
+  t.data = AllocateHostMemory(bytes);
+  if (t.data == nullptr) return t;
   uint8_t* data = t.data.get();
   // One finite value in every 16-bit word (for f32, the halves of 1.0f; for
   // the byte formats, codes that are finite in each), and the page's number
@@ -240,6 +245,7 @@ WeightPrefetchTuning TuneWeightPrefetch(WeightType type, ThreadPool* pool,
     const int64_t rows =
         std::max<int64_t>(bytes / 2 * 8 / (cols * bits_per_weight) / 8 * 8, 64);
     matrices.push_back(MakeTimedMatrix(type, rows, cols, pool));
+    if (matrices.back().data == nullptr) return tuning;
     xs.emplace_back(cols, 1.f / static_cast<float>(cols));
     ys.emplace_back(rows);
     jobs.push_back({xs.back().data(), 1, matrices.back().m, ys.back().data()});

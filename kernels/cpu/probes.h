@@ -15,7 +15,10 @@ namespace ringmoe::kernels {
 // Bytes per second at which the threads together read a `bytes`-sized
 // buffer (much larger than the caches): the median over `repetitions` of
 // the fastest of three read loops (one stream per thread with and without
-// software prefetch, three streams per thread).
+// software prefetch, three streams per thread). The buffer is host memory
+// as the weights get it (AllocateHostMemory: huge pages requested), so the
+// ceiling is measured on the pages the products read. 0 when no such
+// buffer can be allocated.
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes = int64_t{1} << 30,
                             int repetitions = 7);
 
@@ -35,8 +38,8 @@ double MeasurePeakBf16Flops(ThreadPool* pool, int repetitions = 7);
 // `repetitions` times, alternating, so both see the same memory state. The
 // faster is set (SetWeightPrefetch) for the type's products after; the
 // figures are the medians of the weight bytes read per second. Where the
-// scalar path runs (no prefetches) or repetitions < 1, measures nothing:
-// kSoftware and zero figures.
+// scalar path runs (no prefetches), repetitions < 1 or the host has no
+// memory for the matrices, measures nothing: kSoftware and zero figures.
 struct WeightPrefetchTuning {
   WeightType type = WeightType::kF32;
   WeightPrefetch chosen = WeightPrefetch::kSoftware;

@@ -1,0 +1,58 @@
+#include "base/host_memory.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ringmoe {
+namespace {
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// A kHugePageBytes-aligned mapping of RoundUp(bytes, kHostPageBytes) bytes
+// with huge pages requested, or nullptr. Maps kHugePageBytes more than it
+// keeps and unmaps the slack on either side of the aligned start.
+HostMemory MapAligned(size_t bytes) {
+  const size_t keep = RoundUp(bytes, kHostPageBytes);
+  const size_t mapped = keep + kHugePageBytes;
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t start = RoundUp(begin, kHugePageBytes);
+  if (start > begin) ::munmap(p, start - begin);
+  const uintptr_t end = begin + mapped;
+  if (end > start + keep) {
+    ::munmap(reinterpret_cast<void*>(start + keep), end - (start + keep));
+  }
+#ifdef MADV_HUGEPAGE
+  // A hint: kernels without transparent huge pages refuse it, and the
+  // memory serves as it is.
+  ::madvise(reinterpret_cast<void*>(start), keep, MADV_HUGEPAGE);
+#endif
+  return HostMemory(reinterpret_cast<uint8_t*>(start), HostMemoryDeleter{keep});
+}
+
+}  // namespace
+
+void HostMemoryDeleter::operator()(uint8_t* data) const {
+  if (data == nullptr) return;
+  if (mapped_bytes > 0) {
+    ::munmap(data, mapped_bytes);
+  } else {
+    std::free(data);
+  }
+}
+
+HostMemory AllocateHostMemory(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  if (bytes >= kHugePageBytes) {
+    if (HostMemory mapped = MapAligned(bytes)) return mapped;
+  }
+  return HostMemory(static_cast<uint8_t*>(std::aligned_alloc(
+                        kHostPageBytes, RoundUp(bytes, kHostPageBytes))),
+                    HostMemoryDeleter{0});
+}
+
+}  // namespace ringmoe
