@@ -1,5 +1,6 @@
 // AVX2 operations on vectors: Dot, Axpy and the elementwise kernels
-// (RMSNorm's scaling, softmax, rotary embedding, SiLU·mul).
+// (RMSNorm's scaling, softmax, rotary embedding, SiLU·mul, the weight
+// quantizers' rounding).
 #include <immintrin.h>
 #include <math.h>
 
@@ -109,6 +110,53 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
     _mm256_maskstore_ps(out + i, mask,
                         _mm256_mul_ps(_mm256_mul_ps(g, sigmoid),
                                       _mm256_maskload_ps(up + i, mask)));
+  }
+}
+
+namespace {
+
+// RoundToLevel of each lane: clamped first (max returns its second operand
+// for NaN, so NaN becomes lo), then truncated and moved one step away from
+// zero where the part cut off is at least a half (v - trunc(v) is exact).
+__m256i RoundToLevel8(__m256 v, __m256 lo, __m256 hi) {
+  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 past_half =
+      _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)),
+                    _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.f));
+  return _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(past_half, step)));
+}
+
+}  // namespace
+
+void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
+                   int8_t* out) {
+  const __m256 s = _mm256_set1_ps(scale), low = _mm256_set1_ps(lo),
+               high = _mm256_set1_ps(hi);
+  const auto level = [&](const float* p) {
+    return RoundToLevel8(_mm256_mul_ps(_mm256_loadu_ps(p), s), low, high);
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    // packs work within 128-bit lanes: the permute puts the 32 bytes back
+    // in order.
+    const __m256i words = _mm256_packs_epi32(level(x + i), level(x + i + 8));
+    const __m256i more =
+        _mm256_packs_epi32(level(x + i + 16), level(x + i + 24));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(out + i),
+        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, more),
+                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  for (; i < n; i += 8) {
+    const int64_t m = Min<int64_t>(8, n - i);
+    const __m256i ints = RoundToLevel8(
+        _mm256_mul_ps(_mm256_maskload_ps(x + i, TailMask(m)), s), low, high);
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), ints);
+    for (int64_t j = 0; j < m; ++j) out[i + j] = static_cast<int8_t>(lanes[j]);
   }
 }
 

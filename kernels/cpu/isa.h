@@ -158,6 +158,10 @@ void RotaryHalf(float* x, int64_t num_heads, int64_t head_dim, const float* cos,
                 const float* sin);
 // out = silu(gate) * up (out may alias either input).
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = RoundToLevel(x[i] * scale, lo, hi) (numeric.h), the weight
+// quantizers' rounding, lane for lane.
+void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
+                   int8_t* out);
 
 // Sum of n floats read with 256-bit loads (the bandwidth probe's loop) as
 // `streams` (1 or 3) sequential streams at once, the thirds of the range

@@ -3,6 +3,7 @@
 #ifndef RINGMOE_KERNELS_CPU_NUMERIC_H_
 #define RINGMOE_KERNELS_CPU_NUMERIC_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -86,6 +87,17 @@ inline float Fp8E4M3ToF32(uint8_t v) {
 
 // float32 to IEEE half, round to nearest even, overflow to infinity.
 uint16_t F32ToF16(float f);
+
+// v clamped to [lo, hi] (integers; NaN becomes lo) and rounded to the
+// nearest integer, halves away from zero, as std::lround rounds: the weight
+// quantizers' levels (QuantizeMatrix; avx2::RoundToLevels computes the same
+// lane for lane).
+inline int RoundToLevel(float v, float lo, float hi) {
+  v = std::isnan(v) ? lo : std::min(std::max(v, lo), hi);
+  float t = std::trunc(v);
+  if (std::abs(v - t) >= 0.5f) t += std::copysign(1.f, v);
+  return static_cast<int>(t);
+}
 
 }  // namespace ringmoe::kernels
 

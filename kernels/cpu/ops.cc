@@ -223,6 +223,13 @@ uint16_t SaturatedF16(float scale) {
              : h;
 }
 
+// out[i] = RoundToLevel(x[i] * scale, lo, hi) for i < n.
+void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
+                   int8_t* out) {
+  if (UseAvx2()) return avx2::RoundToLevels(x, n, scale, lo, hi, out);
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToLevel(x[i] * scale, lo, hi);
+}
+
 }  // namespace
 
 Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
@@ -231,6 +238,7 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
   Matrix out{data, type, src.rows, src.cols, scales, grouped ? group_size : 0};
   const int64_t cols = src.cols;
   std::vector<float> row(cols);
+  std::vector<int8_t> levels(grouped ? group_size : 0);  // int4: one group's
   for (int64_t r = 0; r < src.rows; ++r) {
     ReadRow(src, r, row.data());
     switch (type) {
@@ -259,10 +267,8 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
           const uint16_t scale = SaturatedF16(max_abs / 127.f);
           const float rounded = F16ToF32(scale);
           const float inv = rounded > 0 ? 1.f / rounded : 0.f;
-          for (int64_t c = begin; c < end; ++c) {
-            dst[c] = static_cast<int8_t>(
-                std::clamp<long>(std::lround(row[c] * inv), -127, 127));
-          }
+          RoundToLevels(row.data() + begin, end - begin, inv, -127.f, 127.f,
+                        dst + begin);
           scales[r * groups + g] = scale;
         }
         break;
@@ -284,9 +290,12 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
           const uint16_t scale = SaturatedF16(extreme / -8.f);
           const float rounded = F16ToF32(scale);
           const float inv = rounded != 0 ? 1.f / rounded : 0.f;
+          RoundToLevels(row.data() + begin, end - begin, inv, -8.f, 7.f,
+                        levels.data());
+          // Groups start at even columns: the codes (levels + 8) pair up
+          // into bytes, the even column in the low nibble.
           for (int64_t c = begin; c < end; ++c) {
-            const long q =
-                std::clamp<long>(std::lround(row[c] * inv), -8, 7) + 8;
+            const auto q = static_cast<uint8_t>(levels[c - begin] + 8);
             uint8_t& b = dst[c / 2];
             b = (c & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4))
                         : static_cast<uint8_t>((b & 0xf0) | q);

@@ -1381,6 +1381,100 @@ TEST_P(PathTest, QueryBlockMatchesReference) {
   }
 }
 
+// QuantizeMatrix's int8 and int4 bytes and scales, bit for bit, against
+// the quantizer written with std::lround (halves away from zero), on
+// ragged shapes whose groups hold exact halves: a group's largest
+// magnitude is a power of two times the top level, so its scale is that
+// power of two and every (k + 1/2) * scale lands exactly on a half.
+TEST_P(PathTest, QuantizeMatrixRoundsHalvesAwayFromZeroAsLround) {
+  std::mt19937 rng(11);
+  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+    const float top = type == WeightType::kInt8 ? 127.f : -8.f;
+    const long lo = type == WeightType::kInt8 ? -127 : -8;
+    const long hi = type == WeightType::kInt8 ? 127 : 7;
+    for (int32_t group : {32, 64}) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 1},
+                                {2, 31},
+                                {5, 77},
+                                {4, 200},
+                                {2, 1031}}) {
+        std::vector<float> src = RandomVector(rng, rows * cols, 0.1f);
+        std::uniform_int_distribution<int> level(static_cast<int>(lo),
+                                                 static_cast<int>(hi) - 1);
+        std::uniform_int_distribution<int> power(-12, 2);
+        const int64_t groups = (cols + group - 1) / group;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t g = 0; g < groups; g += 2) {  // every other: halves
+            const float unit = std::ldexp(1.f, power(rng));
+            const int64_t begin = g * group;
+            const int64_t end = std::min<int64_t>(cols, begin + group);
+            for (int64_t c = begin; c < end; ++c)
+              src[r * cols + c] = (level(rng) + 0.5f) * unit;
+            src[r * cols + begin] = top * unit;
+          }
+        }
+        const Matrix m{src.data(), WeightType::kF32, rows, cols};
+        std::vector<uint8_t> data(QuantizedDataBytes(type, rows, cols, group));
+        std::vector<uint16_t> scales(
+            QuantizedScaleCount(type, rows, cols, group));
+        QuantizeMatrix(m, type, group, data.data(), scales.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t g = c / group;
+            const float rounded = F16ToF32(scales[r * groups + g]);
+            const float inv = rounded != 0 ? 1.f / rounded : 0.f;
+            const long want =
+                std::clamp<long>(std::lround(src[r * cols + c] * inv), lo, hi);
+            const int64_t at = r * groups * group + c;
+            const long got =
+                type == WeightType::kInt8
+                    ? static_cast<int8_t>(data[at])
+                    : static_cast<long>((data[at / 2] >> (4 * (c & 1))) & 15) -
+                          8;
+            ASSERT_EQ(got, want)
+                << WeightTypeName(type) << " group " << group << " [" << rows
+                << ", " << cols << "] at " << r << "," << c << ": "
+                << src[r * cols + c] << " * " << inv;
+          }
+        }
+      }
+    }
+  }
+}
+
+// RoundToLevel (the scalar path's) and the dispatched path's levels of
+// values QuantizeMatrix never builds from finite weights: infinities clamp
+// to the ends, NaN is the lowest level; and both agree on halves and
+// near-halves.
+TEST_P(PathTest, RoundToLevelClampsInfinitiesAndNan) {
+  const std::vector<float> x = {
+      0.5f,     -0.5f,     1.5f, -2.5f, 0.49999997f, 126.5f, -127.5f, 300.f,
+      INFINITY, -INFINITY, NAN,  -0.f,  2.4999998f,  7.5f,   -8.5f,   1e-30f};
+  for (auto [lo, hi] : {std::pair<float, float>{-127, 127}, {-8, 7}}) {
+    for (float v : x) {
+      const int want = std::isnan(v) ? static_cast<int>(lo)
+                       : v >= hi     ? static_cast<int>(hi)
+                       : v <= lo     ? static_cast<int>(lo)
+                                     : static_cast<int>(std::lround(v));
+      EXPECT_EQ(RoundToLevel(v, lo, hi), want) << v << " in " << lo;
+    }
+  }
+  // Through QuantizeMatrix: a row of one group whose largest magnitude sets
+  // a scale of 1, so the levels are the values rounded.
+  std::vector<float> row = {127.f,  0.5f,    -0.5f,       1.5f,      -2.5f,
+                            126.5f, -126.5f, 0.49999997f, 2.4999998f};
+  const Matrix m{row.data(), WeightType::kF32, 1,
+                 static_cast<int64_t>(row.size())};
+  std::vector<uint8_t> data(
+      QuantizedDataBytes(WeightType::kInt8, 1, m.cols, 32));
+  std::vector<uint16_t> scales(1);
+  QuantizeMatrix(m, WeightType::kInt8, 32, data.data(), scales.data());
+  ASSERT_EQ(F16ToF32(scales[0]), 1.f);
+  const std::vector<int> want = {127, 1, -1, 2, -3, 127, -127, 0, 2};
+  for (size_t i = 0; i < row.size(); ++i)
+    EXPECT_EQ(static_cast<int8_t>(data[i]), want[i]) << row[i];
+}
+
 INSTANTIATE_TEST_SUITE_P(BothPaths, PathTest, ::testing::Bool(),
                          [](const auto& info) {
                            return std::string(info.param ? "scalar"
