@@ -160,4 +160,17 @@ void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
   }
 }
 
+float MaxAbs(const float* x, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 max = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    // Lanes past the end load as 0; max returns its second operand for
+    // NaN, so a NaN lane leaves the running maximum as it was.
+    const __m256 v =
+        _mm256_maskload_ps(x + i, TailMask(Min<int64_t>(8, n - i)));
+    max = _mm256_max_ps(_mm256_andnot_ps(sign, v), max);
+  }
+  return HMax(max);
+}
+
 }  // namespace ringmoe::kernels::avx2

@@ -162,6 +162,8 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // quantizers' rounding, lane for lane.
 void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
                    int8_t* out);
+// The largest |x[i]|, i < n, NaN ignored (0 when there is none).
+float MaxAbs(const float* x, int64_t n);
 
 // Sum of n floats read with 256-bit loads (the bandwidth probe's loop) as
 // `streams` (1 or 3) sequential streams at once, the thirds of the range

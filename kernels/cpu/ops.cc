@@ -223,6 +223,14 @@ uint16_t SaturatedF16(float scale) {
              : h;
 }
 
+// The largest |x[i]|, i < n, NaN ignored (0 when there is none).
+float MaxAbs(const float* x, int64_t n) {
+  if (UseAvx2()) return avx2::MaxAbs(x, n);
+  float max = 0.f;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, std::abs(x[i]));
+  return max;
+}
+
 // out[i] = RoundToLevel(x[i] * scale, lo, hi) for i < n.
 void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
                    int8_t* out) {
@@ -261,10 +269,8 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t begin = g * group_size;
           const int64_t end = std::min(cols, begin + group_size);
-          float max_abs = 0.f;
-          for (int64_t c = begin; c < end; ++c)
-            max_abs = std::max(max_abs, std::abs(row[c]));
-          const uint16_t scale = SaturatedF16(max_abs / 127.f);
+          const uint16_t scale =
+              SaturatedF16(MaxAbs(row.data() + begin, end - begin) / 127.f);
           const float rounded = F16ToF32(scale);
           const float inv = rounded > 0 ? 1.f / rounded : 0.f;
           RoundToLevels(row.data() + begin, end - begin, inv, -127.f, 127.f,
@@ -281,11 +287,16 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t begin = g * group_size;
           const int64_t end = std::min(cols, begin + group_size);
-          // The largest-magnitude value maps to -8, the one code with no
-          // positive twin, so the full 16 levels are used.
+          // The largest-magnitude value (the first of them) maps to -8,
+          // the one code with no positive twin, so the full 16 levels are
+          // used.
+          const float max_abs = MaxAbs(row.data() + begin, end - begin);
           float extreme = 0.f;
-          for (int64_t c = begin; c < end; ++c) {
-            if (std::abs(row[c]) > std::abs(extreme)) extreme = row[c];
+          for (int64_t c = begin; max_abs > 0 && c < end; ++c) {
+            if (std::abs(row[c]) == max_abs) {
+              extreme = row[c];
+              break;
+            }
           }
           const uint16_t scale = SaturatedF16(extreme / -8.f);
           const float rounded = F16ToF32(scale);
@@ -293,12 +304,17 @@ Matrix QuantizeMatrix(const Matrix& src, WeightType type, int32_t group_size,
           RoundToLevels(row.data() + begin, end - begin, inv, -8.f, 7.f,
                         levels.data());
           // Groups start at even columns: the codes (levels + 8) pair up
-          // into bytes, the even column in the low nibble.
-          for (int64_t c = begin; c < end; ++c) {
-            const auto q = static_cast<uint8_t>(levels[c - begin] + 8);
-            uint8_t& b = dst[c / 2];
-            b = (c & 1) ? static_cast<uint8_t>((b & 0x0f) | (q << 4))
-                        : static_cast<uint8_t>((b & 0xf0) | q);
+          // into bytes, the even column in the low nibble; a row's odd last
+          // column keeps the padding's code 8 beside it.
+          const int64_t n = end - begin;
+          uint8_t* out = dst + begin / 2;
+          for (int64_t k = 0; k + 1 < n; k += 2) {
+            out[k / 2] = static_cast<uint8_t>((levels[k] + 8) |
+                                              ((levels[k + 1] + 8) << 4));
+          }
+          if (n % 2 == 1) {
+            out[n / 2] =
+                static_cast<uint8_t>((out[n / 2] & 0xf0) | (levels[n - 1] + 8));
           }
           scales[r * groups + g] = scale;
         }

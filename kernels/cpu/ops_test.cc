@@ -1382,10 +1382,12 @@ TEST_P(PathTest, QueryBlockMatchesReference) {
 }
 
 // QuantizeMatrix's int8 and int4 bytes and scales, bit for bit, against
-// the quantizer written with std::lround (halves away from zero), on
-// ragged shapes whose groups hold exact halves: a group's largest
-// magnitude is a power of two times the top level, so its scale is that
-// power of two and every (k + 1/2) * scale lands exactly on a half.
+// the quantizer written with scalar loops and std::lround (halves away
+// from zero), on ragged shapes whose groups hold exact halves: a group's
+// largest magnitude is a power of two times the top level, so its scale is
+// that power of two and every (k + 1/2) * scale lands exactly on a half;
+// and its negation further on, which int4 (whose scale takes the sign of
+// the first largest) must not take instead.
 TEST_P(PathTest, QuantizeMatrixRoundsHalvesAwayFromZeroAsLround) {
   std::mt19937 rng(11);
   for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
@@ -1411,6 +1413,7 @@ TEST_P(PathTest, QuantizeMatrixRoundsHalvesAwayFromZeroAsLround) {
             for (int64_t c = begin; c < end; ++c)
               src[r * cols + c] = (level(rng) + 0.5f) * unit;
             src[r * cols + begin] = top * unit;
+            if (end - begin > 2) src[r * cols + end - 1] = -top * unit;
           }
         }
         const Matrix m{src.data(), WeightType::kF32, rows, cols};
@@ -1419,6 +1422,19 @@ TEST_P(PathTest, QuantizeMatrixRoundsHalvesAwayFromZeroAsLround) {
             QuantizedScaleCount(type, rows, cols, group));
         QuantizeMatrix(m, type, group, data.data(), scales.data());
         for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t g = 0; g < groups; ++g) {
+            float max_abs = 0.f, extreme = 0.f;
+            for (int64_t c = g * group; c < std::min(cols, (g + 1) * group);
+                 ++c) {
+              const float v = src[r * cols + c];
+              max_abs = std::max(max_abs, std::abs(v));
+              if (std::abs(v) > std::abs(extreme)) extreme = v;
+            }
+            EXPECT_EQ(scales[r * groups + g],
+                      F32ToF16(type == WeightType::kInt8 ? max_abs / 127.f
+                                                         : extreme / -8.f))
+                << WeightTypeName(type) << " row " << r << " group " << g;
+          }
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t g = c / group;
             const float rounded = F16ToF32(scales[r * groups + g]);
