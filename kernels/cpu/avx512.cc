@@ -103,6 +103,8 @@ inline __m512 SixteenBlockScales(const uint16_t* s, int64_t b0, int count,
 // SixteenBlockScales.
 template <int kBlocks>
 inline __m512i BlockOfLane(int j) {
+  static_assert(kBlocks == 2 || kBlocks == 4,
+                "16 lanes cover 2 blocks (int8) or 4 (int4, mxfp4)");
   return _mm512_add_epi32(
       _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
                                           12, 13, 14, 15),
