@@ -23,12 +23,13 @@ ABSL_FLAG(bool, quantize_lm_head, false,
           "Also convert lm_head (and the embedding, where tied to it) to "
           "--weight_dtype.");
 ABSL_FLAG(std::string, activation_precision, "f32",
-          "Precision of the activations in the CPU's products of bf16 and "
-          "mxfp4 weights: f32 (exact to float32), bf16 (bf16 products round "
-          "them to bf16, as llama.cpp and GPU servers do, where the CPU "
-          "multiplies bf16 natively (AVX512-BF16): faster prefill and batched "
-          "decode) or int8 (as bf16, and mxfp4 products quantize them to one "
-          "int8 level per block of 32, as llama.cpp's Q8_0: faster mxfp4 "
+          "Precision of the activations in the CPU's products of bf16, "
+          "mxfp4 and int8 weights: f32 (exact to float32), bf16 (bf16 "
+          "products round them to bf16, as llama.cpp and GPU servers do, "
+          "where the CPU multiplies bf16 natively (AVX512-BF16): faster "
+          "prefill and batched decode) or int8 (as bf16, and mxfp4 products, "
+          "and int8 ones of one row on AVX-512, quantize them to one int8 "
+          "level per block of 32, as llama.cpp's Q8_0: faster mxfp4 and int8 "
           "decode).");
 ABSL_FLAG(std::string, weight_prefetch, "auto",
           "How the CPU's decode products fetch weights ahead from memory: "

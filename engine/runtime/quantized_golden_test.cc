@@ -137,13 +137,20 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
        kernels::ActivationPrecision::kBf16},
       {"int8-activations", std::nullopt, false, 32, false,
        kernels::ActivationPrecision::kInt8},
+      {"int8-g32+int8-activations", kernels::WeightType::kInt8, false, 32,
+       false, kernels::ActivationPrecision::kInt8},
   };
   for (const Conversion& c : conversions) {
     const Accuracy a = Measure(dir, c);
     std::printf("| %s | %s | %.2e | %.2e | %d/%d |\n", GetParam().c_str(),
                 c.name, a.max_relative_error, a.median_relative_error,
                 a.min_greedy_agreement, kGreedyTokens);
-    if (c.precision == kernels::ActivationPrecision::kInt8) {
+    if (c.precision == kernels::ActivationPrecision::kInt8 && c.type) {
+      // int8 experts whose one-row products (decode) take one int8 level
+      // on AVX-512 (Q8_0 × Q8_0): int8 weights' error and about as much
+      // again, measured (docs/PERFORMANCE.md) and held loosely.
+      EXPECT_LE(a.median_relative_error, 3e-2) << c.name;
+    } else if (c.precision == kernels::ActivationPrecision::kInt8) {
       // One int8 level for mxfp4 products (gpt_oss's experts) costs less
       // than int8 weights do; on these random weights it flips near-tied
       // greedy choices early, so agreement is measured

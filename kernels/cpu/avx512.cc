@@ -179,16 +179,39 @@ void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
 // one permute per vector). Seven vector µops per 64 weights, where
 // vpmovsxbw + vpmaddwd took eight beside a scalar scale product per block
 // (docs/PERFORMANCE.md).
+// Under ActivationPrecision::kInt8 the activations are one int8 level per
+// block of 32 (avx2::QuantizeActivationsInt8, llama.cpp's Q8_0 × Q8_0
+// precision): they take `high`'s place, `low` goes unused and one vpdpbusd
+// per 64 weights gives Σ w q (five vector µops).
 struct alignas(64) Int16Levels {
   int8_t high[64];
   uint8_t low[64];
   int32_t start[16];  // -128 Σ high over each lane's four columns
 };
 
+// The scales of the first `blocks` blocks of Int8Chunks (two per chunk)
+// into block_scales, zero from `blocks` up to a multiple of 16
+// (SixteenBlockScales reads 16 at a time).
+void ChunkBlockScales(const Int8Chunk* chunks, int64_t blocks,
+                      float* block_scales) {
+  for (int64_t b = 0; b < blocks; ++b)
+    block_scales[b] = chunks[b / 2].scale[4 * (b % 2)];
+  for (int64_t b = blocks; b < (blocks + 15) / 16 * 16; ++b)
+    block_scales[b] = 0.f;
+}
+
+// -128 Σ high over each int32 lane's four columns.
+inline __m512i LevelStart(__m512i high) {
+  return _mm512_sub_epi32(
+      _mm512_setzero_si512(),
+      _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                            _mm512_set1_epi8(1), high),
+                        7));
+}
+
 // Splits `blocks` blocks of 32 int16 activations into (blocks + 1) / 2
 // Int16Levels (an odd last block paired with zeros).
 void SplitInt16Levels(const int16_t* q, int64_t blocks, Int16Levels* out) {
-  const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t p = 0; p < (blocks + 1) / 2; ++p) {
     __m256i high[2], low[2];
     for (int h = 0; h < 2; ++h) {
@@ -204,20 +227,41 @@ void SplitInt16Levels(const int16_t* q, int64_t blocks, Int16Levels* out) {
     _mm512_store_si512(
         out[p].low,
         _mm512_inserti64x4(_mm512_castsi256_si512(low[0]), low[1], 1));
-    _mm512_store_si512(
-        out[p].start,
-        _mm512_sub_epi32(
-            _mm512_setzero_si512(),
-            _mm512_slli_epi32(
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, high_bytes),
-                7)));
+    _mm512_store_si512(out[p].start, LevelStart(high_bytes));
   }
+}
+
+// The (blocks + 1) / 2 Int16Levels of one activation row quantized as
+// `chunks` Int8Chunks (blocks of 32 int8, the columns of each 64 split by
+// parity for int4's nibbles): their `high` the levels back in column
+// order. Writes each block's scale to block_scales, zero from `blocks` up
+// to a multiple of 16.
+void Int8Levels(const Int8Chunk* chunks, int64_t blocks, Int16Levels* out,
+                float* block_scales) {
+  for (int64_t p = 0; p < (blocks + 1) / 2; ++p) {
+    // Within each 128-bit lane, interleaving even and odd columns' bytes
+    // gives 16 consecutive columns: lane 0 of lo then of hi are columns
+    // 0-31, lane 1 of each 32-63.
+    const __m256i even =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(chunks[p].even));
+    const __m256i odd =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(chunks[p].odd));
+    const __m256i lo = _mm256_unpacklo_epi8(even, odd);
+    const __m256i hi = _mm256_unpackhi_epi8(even, odd);
+    const __m512i high = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+        _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+    _mm512_store_si512(out[p].high, high);
+    _mm512_store_si512(out[p].start, LevelStart(high));
+  }
+  ChunkBlockScales(chunks, blocks, block_scales);
 }
 
 // Rows r0 + i * stride (i < R) of int8 weights with f16 scales per group of
 // G (32 or 64) against one activation row's Int16Levels and block scales
-// (x_scales, zero from `blocks` up to a multiple of 16).
-template <int G, int R, bool kStreams>
+// (x_scales, zero from `blocks` up to a multiple of 16): its int16 split
+// in two levels (L = 2) or its one int8 level (L = 1, Int8Levels).
+template <int L, int G, int R, bool kStreams>
 void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t groups, const Int16Levels* x, const float* x_scales,
               int64_t blocks, int64_t r0, int64_t stride, float* y) {
@@ -234,8 +278,10 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
         __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start),
                                           _mm512_xor_si512(wv, bias),
                                           _mm512_load_si512(x[v].high));
-        dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
-                                  _mm512_load_si512(x[v].low), wv);
+        if (L == 2) {
+          dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
+                                    _mm512_load_si512(x[v].low), wv);
+        }
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       },
       y + r0, stride);
@@ -545,11 +591,7 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, NibblePair* out,
       for (int l = 0; l < 8; ++l) out[p].start[8 * h + l] = -c.offset[l];
     }
   }
-  const int64_t blocks = 2 * count;
-  for (int64_t b = 0; b < blocks; ++b)
-    block_scales[b] = chunks[b / 2].scale[4 * (b % 2)];
-  for (int64_t b = blocks; b < (blocks + 15) / 16 * 16; ++b)
-    block_scales[b] = 0.f;
+  ChunkBlockScales(chunks, 2 * count, block_scales);
 }
 
 // Rows r0 + i * stride (i < R) of int4 weights (row_bytes each, 16 per
@@ -746,7 +788,7 @@ void Bf16Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
 }  // namespace
 
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y, int mxfp4_levels) {
+               int64_t row_end, float* y, int activation_levels) {
   const int64_t cols = w.cols;
   const int64_t groups =
       w.group_size > 0 ? (cols + w.group_size - 1) / w.group_size : 0;
@@ -758,27 +800,47 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
           Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
       float* q_scale =
           Scratch<float>(ScratchSlot::kActivationScales, padded_blocks);
-      avx2::QuantizeActivationsInt16(x, 1, cols, q, q_scale);
-      for (int64_t b = blocks; b < padded_blocks; ++b) q_scale[b] = 0.f;
       Int16Levels* levels =
           Scratch<Int16Levels>(ScratchSlot::kInt16Levels, (blocks + 1) / 2);
-      SplitInt16Levels(q, blocks, levels);
+      const bool one_level = activation_levels == 1;
+      if (one_level) {
+        Int8Chunk* chunks =
+            Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, (blocks + 1) / 2);
+        avx2::QuantizeActivationsInt8(x, 1, cols, (blocks + 1) / 2, chunks);
+        Int8Levels(chunks, blocks, levels, q_scale);
+      } else {
+        int16_t* q =
+            Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
+        avx2::QuantizeActivationsInt16(x, 1, cols, q, q_scale);
+        for (int64_t b = blocks; b < padded_blocks; ++b) q_scale[b] = 0.f;
+        SplitInt16Levels(q, blocks, levels);
+      }
       const auto* data = static_cast<const int8_t*>(w.data);
       const int64_t row_bytes = groups * w.group_size;
-      ForEachOneRowTile(
-          (blocks + 1) / 2 * static_cast<int64_t>(sizeof(Int16Levels)),
-          row_begin, row_end,
-          [&](int64_t r, int64_t stride, auto rows, auto streams) {
-            constexpr int R = decltype(rows)::value;
-            constexpr bool kStreams = decltype(streams)::value;
-            if (w.group_size == 64) {
-              Int8Tile<64, R, kStreams>(data, row_bytes, w.scales, groups,
-                                        levels, q_scale, blocks, r, stride, y);
-            } else {
-              Int8Tile<32, R, kStreams>(data, row_bytes, w.scales, groups,
-                                        levels, q_scale, blocks, r, stride, y);
-            }
-          });
+      const auto tiles = [&](auto level_count) {
+        constexpr int L = decltype(level_count)::value;
+        ForEachOneRowTile(
+            (blocks + 1) / 2 * static_cast<int64_t>(sizeof(Int16Levels)),
+            row_begin, row_end,
+            [&](int64_t r, int64_t stride, auto rows, auto streams) {
+              constexpr int R = decltype(rows)::value;
+              constexpr bool kStreams = decltype(streams)::value;
+              if (w.group_size == 64) {
+                Int8Tile<L, 64, R, kStreams>(data, row_bytes, w.scales, groups,
+                                             levels, q_scale, blocks, r, stride,
+                                             y);
+              } else {
+                Int8Tile<L, 32, R, kStreams>(data, row_bytes, w.scales, groups,
+                                             levels, q_scale, blocks, r, stride,
+                                             y);
+              }
+            });
+      };
+      if (one_level) {
+        tiles(std::integral_constant<int, 1>());
+      } else {
+        tiles(std::integral_constant<int, 2>());
+      }
       break;
     }
     case WeightType::kInt4:
@@ -793,7 +855,7 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       }
       break;
     case WeightType::kMxfp4:
-      Mxfp4Rows(x, 1, w, row_begin, row_end, y, mxfp4_levels);
+      Mxfp4Rows(x, 1, w, row_begin, row_end, y, activation_levels);
       break;
     case WeightType::kFp8E4M3: {
       float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);

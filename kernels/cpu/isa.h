@@ -178,12 +178,15 @@ float FmaLoop(int64_t iterations);
 namespace avx512 {
 
 // Rows [row_begin, row_end) of y[w.rows] = x[w.cols] · wᵀ for one
-// activation row against int8, int4, mxfp4 (its activations in
-// `mxfp4_levels` levels, 1 or kMxfp4Levels) or fp8 weights, on the AVX2
+// activation row against int8, int4, mxfp4 or fp8 weights, on the AVX2
 // path's quantized or scaled activations, so their integer dot products are
-// the same; only the order of the float sums differs.
+// the same; only the order of the float sums differs. activation_levels
+// (ActivationPrecision::kInt8 sets 1): mxfp4's activations in that many
+// int8 levels, 1 or kMxfp4Levels; int8's as one int8 level per block of 32
+// when 1 (Q8_0 × Q8_0: here only, where VNNI makes it one vpdpbusd per 64
+// weights instead of two), else as int16.
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y, int mxfp4_levels);
+               int64_t row_end, float* y, int activation_levels);
 
 // The same for n activation rows (few: up to DirectProductRows(kMxfp4))
 // against mxfp4 weights, each weight row read from memory once for all of

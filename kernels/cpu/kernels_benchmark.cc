@@ -246,16 +246,29 @@ BENCHMARK(BM_MatMulBf16Activations)
       AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512}, {WeightType::kBF16});
     }) -> UseRealTime() -> MinTime(0.3);
 
-// mxfp4 products on one int8 activation level
+// mxfp4 products, and int8 ones of one row, on one int8 activation level
 // (ActivationPrecision::kInt8), at BM_MatMul's shapes and the activation
-// counts that take it, to set beside its three-level mxfp4 cases.
+// counts that take it, to set beside their mxfp4 three-level and int8
+// int16 cases.
 void BM_MatMulInt8Activations(benchmark::State& state) {
   MatMul(state, int64_t{768} << 20, ActivationPrecision::kInt8);
 }
 BENCHMARK(BM_MatMulInt8Activations)
     ->Apply([](auto* b) {
       AddMatMulArgs(b, {1, 2, 3, 4, 8}, {WeightType::kMxfp4});
+      AddMatMulArgs(b, {1}, {WeightType::kInt8});
     }) -> UseRealTime() -> MinTime(0.3);
+
+// BM_MatMulInCache's one-row int8 and mxfp4 cases on one int8 activation
+// level.
+void BM_MatMulInCacheInt8Activations(benchmark::State& state) {
+  MatMul(state, 0, ActivationPrecision::kInt8);
+}
+BENCHMARK(BM_MatMulInCacheInt8Activations)
+    ->Args({static_cast<int64_t>(WeightType::kInt8), 512, 1024, 1})
+    ->Args({static_cast<int64_t>(WeightType::kMxfp4), 512, 2880, 1})
+    ->UseRealTime()
+    ->MinTime(0.3);
 
 // BM_MatMul's cases that take the AVX-512 path where the CPU has it (one
 // activation row; bf16 and mxfp4 at few rows) on the AVX2 path, to compare

@@ -49,7 +49,9 @@ struct PreparedProduct {
   Matrix w;
   float* y = nullptr;
   KernelPath path = KernelPath::kScalar;
-  int mxfp4_levels = avx2::kMxfp4Levels;  // the AVX2 path's (isa.h)
+  // Int8 levels of the integer products' activations (avx512::MatMulRow):
+  // 1 under ActivationPrecision::kInt8, else mxfp4's three.
+  int activation_levels = avx2::kMxfp4Levels;
 };
 
 // `job` prepared for its path; `bf16` holds the rounded activations where
@@ -62,7 +64,7 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   p.w = job.w;
   p.y = job.y;
   p.path = ProductPath(job);
-  if (job.precision == ActivationPrecision::kInt8) p.mxfp4_levels = 1;
+  if (job.precision == ActivationPrecision::kInt8) p.activation_levels = 1;
   if (p.path == KernelPath::kAvx512Bf16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
@@ -81,18 +83,18 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
     case KernelPath::kAvx512:
       if (p.w.type == WeightType::kMxfp4) {
         return avx512::MatMulRowsMxfp4(p.x, p.n, p.w, row_begin, row_end, p.y,
-                                       p.mxfp4_levels);
+                                       p.activation_levels);
       }
       if (p.w.type == WeightType::kBF16) {
         return avx512::MatMulRowsBf16(p.x, p.n, p.w, row_begin, row_end, p.y);
       }
       return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y,
-                               p.mxfp4_levels);
+                               p.activation_levels);
     case KernelPath::kAvx2:
       if (p.batch_rows <= DirectProductRows(p.w.type)) {
         return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
                                       /*alone=*/p.batch_rows == 1,
-                                      p.mxfp4_levels);
+                                      p.activation_levels);
       }
       return avx2::MatMulRowsBlocked(p.x, p.n, p.w, row_begin, row_end, p.y);
     case KernelPath::kScalar:

@@ -42,7 +42,9 @@ enum class ActivationPrecision {
   // of 32 (scale max|x| / 127) instead of three, as llama.cpp multiplies
   // MXFP4 against Q8_0 activations: about a third of the integer work, for
   // an error of up to s / 2 per activation (2^-8 of its block's largest)
-  // instead of s / 2^17.
+  // instead of s / 2^17. Products of int8 weights against one activation
+  // row on the AVX-512 path likewise take one int8 level instead of int16
+  // (Q8_0 × Q8_0): one vpdpbusd per 64 weights instead of two.
   kInt8,
 };
 

@@ -1012,6 +1012,43 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
   }
 }
 
+// int8 weights under kInt8: one activation row on the AVX-512 path meets
+// one int8 level per block (Q8_0 × Q8_0); every other product, and every
+// other path, the int16 activations of kF32.
+TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRowOnAvx512) {
+  std::mt19937 rng(61);
+  ThreadPool pool(3);
+  const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},    {1, 13, 64},
+                               {1, 65, 95},   {1, 129, 200}, {1, 203, 1031},
+                               {1, 9, 12301}, {2, 21, 77},   {3, 17, 300}};
+  for (int32_t group : {32, 64}) {
+    for (const auto& s : shapes) {
+      const int64_t n = s[0], rows = s[1], cols = s[2];
+      const TestMatrix m =
+          MakeMatrix(rng, WeightType::kInt8, rows, cols, group);
+      const auto x = RandomVector(rng, n * cols);
+      std::vector<float> y(n * rows, NAN);
+      const MatMulJob job{x.data(), n, m.w, y.data(),
+                          ActivationPrecision::kInt8};
+      MatMulBatch({&job, 1}, &pool);
+      const bool one_level = n == 1 && ProductPath(job) == KernelPath::kAvx512;
+      EXPECT_EQ(one_level, n == 1 && UseAvx512());
+      EXPECT_LE(
+          RelativeError(
+              y, one_level ? ReferenceProduct(
+                                 QuantizedActivations(x, n, cols, 127.f), n, m)
+                           : ExpectedProduct(x, n, m)),
+          ProductTolerance(cols))
+          << group << ": " << n << "x" << rows << "x" << cols;
+      if (one_level && cols >= 200) {
+        const double error = RelativeError(y, ReferenceProduct(x, n, m));
+        EXPECT_GT(error, 1e-4) << group << ": " << rows << "x" << cols;
+        EXPECT_LE(error, 1e-2) << group << ": " << rows << "x" << cols;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, Mxfp4Int8ActivationsTest,
                          ::testing::Values(ForcedPath::kScalar,
                                            ForcedPath::kAvx2,
