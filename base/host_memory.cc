@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 namespace ringmoe {
 namespace {
@@ -47,9 +48,10 @@ void HostMemoryDeleter::operator()(uint8_t* data) const {
 
 HostMemory AllocateHostMemory(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
-  if (bytes >= kHugePageBytes) {
-    if (HostMemory mapped = MapAligned(bytes)) return mapped;
-  }
+  // Past this, rounding up to whole pages would wrap around.
+  if (bytes > std::numeric_limits<size_t>::max() / 2) return nullptr;
+  // Where the kernel maps no such range, no allocator has it either.
+  if (bytes >= kHugePageBytes) return MapAligned(bytes);
   return HostMemory(static_cast<uint8_t*>(std::aligned_alloc(
                         kHostPageBytes, RoundUp(bytes, kHostPageBytes))),
                     HostMemoryDeleter{0});

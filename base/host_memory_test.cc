@@ -74,6 +74,8 @@ TEST(HostMemoryTest, LargeBuffersStartOnAHugePageWithHugePagesRequested) {
 
 TEST(HostMemoryTest, ImpossibleSizeIsNull) {
   EXPECT_EQ(AllocateHostMemory(size_t{1} << 62), nullptr);
+  EXPECT_EQ(AllocateHostMemory(~size_t{0}), nullptr);
+  EXPECT_EQ(AllocateHostMemory(~size_t{0} - kHugePageBytes), nullptr);
 }
 
 }  // namespace
