@@ -796,8 +796,6 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
     case WeightType::kInt8: {
       const int64_t blocks = (cols + 31) / 32;
       const int64_t padded_blocks = (blocks + 15) / 16 * 16;
-      int16_t* q =
-          Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
       float* q_scale =
           Scratch<float>(ScratchSlot::kActivationScales, padded_blocks);
       Int16Levels* levels =

@@ -10,10 +10,10 @@ namespace ringmoe::kernels {
 // What a scratch buffer holds. Every use has its own slot, so buffers that
 // one kernel needs at the same time never share one.
 enum class ScratchSlot : int {
-  kActivationsInt8,    // int4 products: activations as Int8Chunk
+  kActivationsInt8,    // int4 (and int8 at kInt8) products: Int8Chunks
   kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,   // int8 products: activations as int16
-  kInt16Levels,        // AVX-512 int8 products: the int16 split in bytes
+  kInt16Levels,        // AVX-512 int8 products: int16 split, or int8 level
   kActivationScales,   // int8, int4 and mxfp4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
   kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
