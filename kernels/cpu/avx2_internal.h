@@ -51,16 +51,21 @@ inline float LoadBlock32(const float* x, int64_t count, __m256 v[4]) {
   return HMax(amax);
 }
 
-// 32 int8-ranged int32 (q[j] holds columns 8j..8j+7) packed to bytes and
-// split by column parity: the 16 even columns to even[0..15], the 16 odd
-// ones to odd[0..15] (both 16-byte aligned), as the byte products against
-// low and high weight nibbles want them.
-inline void StoreEvenOddBytes(const __m256i q[4], int8_t* even, int8_t* odd) {
+// 32 int8-ranged int32 (q[j] holds columns 8j..8j+7) packed to bytes in
+// column order.
+inline __m256i PackBytes(const __m256i q[4]) {
   // The packs work within 128-bit lanes; the permute restores column order.
-  const __m256i bytes = _mm256_permutevar8x32_epi32(
+  return _mm256_permutevar8x32_epi32(
       _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
                          _mm256_packs_epi32(q[2], q[3])),
       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// PackBytes split by column parity: the 16 even columns to even[0..15],
+// the 16 odd ones to odd[0..15] (both 16-byte aligned), as the byte
+// products against low and high weight nibbles want them.
+inline void StoreEvenOddBytes(const __m256i q[4], int8_t* even, int8_t* odd) {
+  const __m256i bytes = PackBytes(q);
   // Even columns to the low 8 bytes of each lane, odd to the high 8.
   const __m256i split = _mm256_shuffle_epi8(
       bytes,

@@ -140,15 +140,9 @@ void RoundToLevels(const float* x, int64_t n, float scale, float lo, float hi,
   };
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    // packs work within 128-bit lanes: the permute puts the 32 bytes back
-    // in order.
-    const __m256i words = _mm256_packs_epi32(level(x + i), level(x + i + 8));
-    const __m256i more =
-        _mm256_packs_epi32(level(x + i + 16), level(x + i + 24));
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(out + i),
-        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, more),
-                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i q[4] = {level(x + i), level(x + i + 8), level(x + i + 16),
+                          level(x + i + 24)};
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), PackBytes(q));
   }
   for (; i < n; i += 8) {
     const int64_t m = Min<int64_t>(8, n - i);
