@@ -308,14 +308,8 @@ void InterleaveFp8Chunks(float* x, int64_t cols) {
 // weight of a column block shares one scale, so the activations take the
 // scales once per row block and the weights widen with no multiply (a
 // block of 128 rows re-scales the activations once per 128 weight rows).
-// The weights widen to their values times 2^-120 (Fp8TimesTwoToMinus120):
-// the activations take 2^64 of the 2^120 and the sums the other 2^56, so
-// every product and sum is the true one times a power of two and rounds
-// alike, unless an activation times its scale reaches 2^64 or a sum is
-// below 2^-70 (with all of 2^120 on the activations, one times its scale
-// would overflow from 2^8).
-constexpr float kFp8ActivationUnit = 0x1p64f;
-constexpr float kFp8SumUnit = 0x1p56f;
+// The weights widen to their values times 2^-120 (Fp8TimesTwoToMinus120),
+// the activations take kFp8ActivationUnit and the sums kFp8SumUnit.
 void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
                    int64_t re, float* y, bool alone) {
   const int64_t cols = w.cols;
@@ -326,7 +320,7 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
   for (int64_t begin = rb; begin < re;) {
     const int64_t block = begin / w.block_rows;
     const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
-    ScaleFp8Activations(w, block, x, n, kFp8ActivationUnit, scaled);
+    ScaleFp8Activations(w, block, x, n, scaled);
     for (int64_t j = 0; j < n; ++j)
       InterleaveFp8Chunks(scaled + j * cols, cols);
     DirectRows(weights, scaled, n, cols, begin, end, y, w.rows, alone);
@@ -456,13 +450,13 @@ void AccumulateFp8Rows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
 }  // namespace
 
 void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
-                         int64_t n, float unit, float* scaled) {
+                         int64_t n, float* scaled) {
   const int64_t cols = w.cols;
   const float* scales =
       w.block_scales + row_block * ((cols + w.block_cols - 1) / w.block_cols);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t k0 = 0; k0 < cols; k0 += w.block_cols) {
-      const float scale = scales[k0 / w.block_cols] * unit;
+      const float scale = scales[k0 / w.block_cols] * kFp8ActivationUnit;
       const __m256 s = _mm256_set1_ps(scale);
       const int64_t k1 = Min<int64_t>(cols, k0 + w.block_cols);
       int64_t k = k0;

@@ -137,7 +137,7 @@ struct Fp8Loader : ScalarTail<Fp8Loader> {
 // the float's and its mantissa at the top of the float's; an fp8 subnormal
 // becomes the float subnormal of the same value times 2^-120. Two integer
 // operations per 8 weights where F16C's widening costs four µops.
-constexpr int32_t kFp8FloatBitsMask = static_cast<int32_t>(0x87f00000u);
+// (kFp8FloatBitsMask: isa_unit-inl.h.)
 inline __m256 Fp8TimesTwoToMinus120(const uint8_t* p) {
   const __m256i words = _mm256_cvtepi8_epi32(
       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

@@ -12,9 +12,9 @@
 // shift and mask, two FMAs) and was no faster than the AVX2 path, bound by
 // memory as it is, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md); at 2+ rows the same widening is shared by all of
-// them (Bf16Tile). One row's int8, int4 and mxfp4 weight rows are read as in
-// avx2_quantized.cc, as three prefetched sequential streams per thread
-// unless the activations outgrow L1 (ForEachOneRowTile); fp8's as one.
+// them (Bf16Tile). One row's int8, int4, mxfp4 and fp8 weight rows are read
+// as in avx2_quantized.cc, as three prefetched sequential streams per thread
+// unless the activations outgrow L1 (ForEachOneRowTile).
 // Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
@@ -287,86 +287,96 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
       y + r0, stride);
 }
 
-// fp8 products read 64 weights per load and unpack them in place: within
-// each 128-bit lane, unpacking against zero puts bytes 0-7 (unpacklo) and
-// 8-15 (unpackhi) in the high halves of 16-bit lanes, so the 16-bit lanes
-// hold weights out of column order. The activations of each whole 64
-// columns are laid out in that order once per row block (the tail of a row
-// stays in column order): the four vectors of 16 a chunk widens to are
-// columns {0-7, 16-23}, {32-39, 48-55}, {8-15, 24-31} and {40-47, 56-63}.
+// fp8 products read 64 weights per load and widen them as float bits, the
+// recipe of avx2::Fp8InterleavedLoader on 512-bit vectors: as 16-bit words
+// the odd bytes sit in the high halves and the even ones get there by one
+// shift left; an arithmetic shift right by 4 puts a byte's exponent and
+// mantissa where a float's sit in the top 16 bits; a word's high half is
+// then a float of its column by the mask kFp8FloatBitsMask, its low half
+// by a 32-bit shift left and the same mask (nine integer µops per 64
+// weights, where unpacking into f16 and four two-µop vcvtph2ps took about
+// sixteen and ran slower than the AVX2 path on Zen 4). Float t of int32 lane
+// d is column 4d + t of the chunk, so the activations of each whole 64
+// columns are laid out as ordered[16 t + d] = x[4 d + t] once per row block
+// (the columns after the last whole chunk stay in order).
 constexpr int kFp8Chunk = 64;
 void OrderFp8Activations(const float* x, int64_t cols, float* ordered) {
-  static constexpr int kFirst[4][2] = {{0, 16}, {32, 48}, {8, 24}, {40, 56}};
   const int64_t whole = cols / kFp8Chunk * kFp8Chunk;
   for (int64_t k = 0; k < whole; k += kFp8Chunk) {
-    for (int v = 0; v < 4; ++v) {
-      for (int half = 0; half < 2; ++half) {
-        std::memcpy(ordered + k + 16 * v + 8 * half, x + k + kFirst[v][half],
-                    8 * sizeof(float));
-      }
+    const __m512 v0 = _mm512_loadu_ps(x + k);
+    const __m512 v1 = _mm512_loadu_ps(x + k + 16);
+    const __m512 v2 = _mm512_loadu_ps(x + k + 32);
+    const __m512 v3 = _mm512_loadu_ps(x + k + 48);
+    for (int t = 0; t < 4; ++t) {
+      // Columns 4d + t, d < 8, of v0:v1 and of v2:v3 (the upper eight lanes
+      // of each unused), then the two halves side by side.
+      const __m512i index =
+          _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0,
+                                             0, 0, 0, 0, 0, 0),
+                           _mm512_set1_epi32(t));
+      _mm512_storeu_ps(
+          ordered + k + 16 * t,
+          _mm512_shuffle_f32x4(_mm512_permutex2var_ps(v0, index, v1),
+                               _mm512_permutex2var_ps(v2, index, v3), 0x44));
     }
   }
   std::memcpy(ordered + whole, x + whole, (cols - whole) * sizeof(float));
 }
 
-// fp8 against one activation row scaled by avx2::ScaleFp8Activations (so a
-// weight widens with no multiply) and ordered by OrderFp8Activations: a
-// weight byte unpacked into the high half of a 16-bit lane, an arithmetic
-// shift by one and a mask are the f16 bits of the weight times 2^-8 (as
-// Fp8TimesTwoToMinus8 in avx2_products.h); 16 at a time convert to float
-// and meet their activations in an FMA. Four accumulators per row keep
-// the FMA latency off the critical path.
-template <int R>
+// fp8 rows r0 + i * stride (i < R) against one activation row scaled by
+// avx2::ScaleFp8Activations with kFp8ActivationUnit (so a weight widens
+// with no multiply) and ordered by OrderFp8Activations; y[r] is the row's
+// sum, still to be multiplied by kFp8SumUnit. Two accumulators per row,
+// each row's sum formed alike whatever R.
+template <int R, bool kStreams>
 void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
-             float* y) {
+             int64_t stride, float* y) {
   const uint8_t* row = w + r0 * cols;
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i clear_copied_sign = _mm512_set1_epi16(~(1 << 14));
-  const auto f16 = [&](__m512i high) {
-    return _mm512_and_si512(_mm512_srai_epi16(high, 1), clear_copied_sign);
+  const int64_t row_step = stride * cols;
+  const __m512i mask = _mm512_set1_epi32(kFp8FloatBitsMask);
+  const auto float_of = [&](__m512i v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(v, mask));
   };
   const WeightPrefetcher prefetch(WeightType::kFp8E4M3);
-  __m512 acc[R][4];
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
-  }
+  __m512 acc[R][2];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
-    PrefetchRows<R>(prefetch, row + k, cols, 0);
-    __m512 xv[4];
-    for (int j = 0; j < 4; ++j) xv[j] = _mm512_loadu_ps(x + k + 16 * j);
+    PrefetchRows<R, kStreams>(prefetch, row + k, row_step, 0);
+    RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) {
-      const __m512i bytes = _mm512_loadu_si512(row + i * cols + k);
-      const __m512i lo = f16(_mm512_unpacklo_epi8(zero, bytes));
-      const __m512i hi = f16(_mm512_unpackhi_epi8(zero, bytes));
-      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(lo)),
-                                  xv[0], acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(
-          _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1)), xv[1], acc[i][1]);
-      acc[i][2] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(hi)),
-                                  xv[2], acc[i][2]);
-      acc[i][3] = _mm512_fmadd_ps(
-          _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1)), xv[3], acc[i][3]);
+      const __m512i bytes = _mm512_loadu_si512(row + i * row_step + k);
+      const __m512i odd = _mm512_srai_epi16(bytes, 4);
+      const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(bytes, 8), 4);
+      acc[i][0] = _mm512_fmadd_ps(float_of(_mm512_slli_epi32(even, 16)),
+                                  _mm512_loadu_ps(x + k), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(float_of(_mm512_slli_epi32(odd, 16)),
+                                  _mm512_loadu_ps(x + k + 16), acc[i][1]);
+      acc[i][0] = _mm512_fmadd_ps(float_of(even), _mm512_loadu_ps(x + k + 32),
+                                  acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(float_of(odd), _mm512_loadu_ps(x + k + 48),
+                                  acc[i][1]);
     }
   }
-  // The tail, in column order: 16 at a time, zero-extended.
+  // The tail, in column order: 16 at a time, sign-extended to 32 bits and
+  // shifted left by 20 (avx2::Fp8TimesTwoToMinus120).
   for (; k < cols; k += 16) {
     const int64_t left = Min<int64_t>(16, cols - k);
     const __mmask16 lanes = static_cast<__mmask16>((1u << left) - 1);
     const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + k);
+    RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) {
-      const __m256i high = _mm256_slli_epi16(
-          _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(lanes, row + i * cols + k)),
-          8);
-      const __m256i half = _mm256_and_si256(_mm256_srai_epi16(high, 1),
-                                            _mm256_set1_epi16(~(1 << 14)));
-      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(half), xv, acc[i][0]);
+      const __m512i words = _mm512_cvtepi8_epi32(
+          _mm_maskz_loadu_epi8(lanes, row + i * row_step + k));
+      acc[i][0] = _mm512_fmadd_ps(float_of(_mm512_slli_epi32(words, 20)), xv,
+                                  acc[i][0]);
     }
   }
+  RINGMOE_UNROLL
   for (int i = 0; i < R; ++i) {
-    y[r0 + i] = _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]),
-                      _mm512_add_ps(acc[i][2], acc[i][3])));
+    y[r0 + i * stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
   }
 }
 
@@ -862,13 +872,17 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       for (int64_t begin = row_begin; begin < row_end;) {
         const int64_t block = begin / w.block_rows;
         const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
-        avx2::ScaleFp8Activations(w, block, x, 1, 256.f, scaled);
+        avx2::ScaleFp8Activations(w, block, x, 1, scaled);
         OrderFp8Activations(scaled, cols, ordered);
-        ForEachRowTile(cols * 4, begin, end, [&](int64_t r, auto rows) {
-          Fp8Tile<decltype(rows)::value>(data, cols, ordered, r, y);
-        });
+        ForEachOneRowTile(
+            cols * int64_t{sizeof(float)}, begin, end,
+            [&](int64_t r, int64_t stride, auto rows, auto streams) {
+              Fp8Tile<decltype(rows)::value, decltype(streams)::value>(
+                  data, cols, ordered, r, stride, y);
+            });
         begin = end;
       }
+      for (int64_t r = row_begin; r < row_end; ++r) y[r] *= kFp8SumUnit;
       break;
     }
     default:

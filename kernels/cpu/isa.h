@@ -126,12 +126,11 @@ void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
 
 // The activations of an fp8 product for the weight rows of row block
 // `row_block` (w.block_rows rows that share one scale per column block):
-// scaled[j * w.cols + k] = x[j * w.cols + k] * unit * that block's scale of
-// column k, for j < n, so that the weights widen with no multiply; `unit`,
-// a power of two, undoes the power of two the weights widen to (2^8 for
-// Fp8TimesTwoToMinus8, part of 2^120 for Fp8TimesTwoToMinus120).
+// scaled[j * w.cols + k] = x[j * w.cols + k] * kFp8ActivationUnit * that
+// block's scale of column k, for j < n, so that the weights widen with no
+// multiply (as Fp8TimesTwoToMinus120, isa_unit-inl.h).
 void ScaleFp8Activations(const Matrix& w, int64_t row_block, const float* x,
-                         int64_t n, float unit, float* scaled);
+                         int64_t n, float* scaled);
 // Σ a[i] * b[i].
 float Dot(const float* a, const float* b, int64_t n);
 // y[i] += alpha * x[i].

@@ -164,6 +164,20 @@ class WeightPrefetcher {
   bool software_;
 };
 
+// fp8 e4m3 weights widened as float32 bit patterns (avx2_products.h's
+// Fp8TimesTwoToMinus120, avx512.cc's Fp8Tile): a byte whose exponent and
+// mantissa sit where a float's do, its sign in bit 31, is that float once
+// kFp8FloatBitsMask clears the rest, its value times 2^-120 (an fp8
+// subnormal becomes the float subnormal of the same value times 2^-120).
+// The decode products' activations take kFp8ActivationUnit of the 2^120 and
+// their sums the other kFp8SumUnit, so every product and sum is the true
+// one times a power of two and rounds alike, unless an activation times its
+// scale reaches 2^64 or a sum is below 2^-70 (with all of 2^120 on the
+// activations, one times its scale would overflow from 2^8).
+constexpr int32_t kFp8FloatBitsMask = static_cast<int32_t>(0x87f00000u);
+constexpr float kFp8ActivationUnit = 0x1p64f;
+constexpr float kFp8SumUnit = 0x1p56f;
+
 // An mxfp4 block's e8m0 scale 2^(e - 127), exactly (subnormal for e = 0).
 inline float E8m0ToF32Exact(uint32_t e) {
   const uint32_t bits = e >= 1 ? e << 23 : 0x00400000u;

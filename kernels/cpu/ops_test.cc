@@ -98,8 +98,9 @@ TEST(NumericTest, Fp8E4M3DecodesEveryCode) {
 }
 
 // Every finite fp8 code, subnormals and both zeros included, through the
-// products of one to three activation rows (rows short enough to stream
-// and long enough for tiles of four): each weight row repeats one code, the
+// products of one to three activation rows (rows short enough to stream,
+// with and without whole chunks of 64 columns, and long enough for tiles of
+// four; over two blocks of 128 rows): each weight row repeats one code, the
 // activations are multiples of 1/4 and the block scale a power of two, so
 // every partial sum is exact and the products must equal the decoded code
 // times the activations' sum to the last bit.
@@ -109,7 +110,7 @@ TEST(MatMulFp8Test, EveryCodeExactlyAtFewRows) {
     if ((c & 0x7f) != 0x7f) codes.push_back(static_cast<uint8_t>(c));
   }
   const int64_t rows = static_cast<int64_t>(codes.size());
-  for (int64_t cols : {40, 8200}) {
+  for (int64_t cols : {40, 200, 8200}) {
     std::vector<uint8_t> bytes(rows * cols);
     for (int64_t r = 0; r < rows; ++r) {
       std::fill(bytes.begin() + r * cols, bytes.begin() + (r + 1) * cols,
