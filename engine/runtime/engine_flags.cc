@@ -24,10 +24,11 @@ ABSL_FLAG(bool, quantize_lm_head, false,
           "--weight_dtype.");
 ABSL_FLAG(std::string, activation_precision, "f32",
           "Precision of the activations in the CPU's products of bf16, "
-          "mxfp4 and int8 weights: f32 (exact to float32), bf16 (bf16 "
+          "fp8, mxfp4 and int8 weights: f32 (exact to float32), bf16 (bf16 "
           "products round them to bf16, as llama.cpp and GPU servers do, "
           "where the CPU multiplies bf16 natively (AVX512-BF16): faster "
-          "prefill and batched decode) or int8 (as bf16, and mxfp4 products, "
+          "prefill and batched decode; so do fp8 decode products where the "
+          "CPU also has AVX512-VBMI) or int8 (as bf16, and mxfp4 products, "
           "and int8 ones of one row on AVX-512, quantize them to one int8 "
           "level per block of 32, as llama.cpp's Q8_0: faster mxfp4 and int8 "
           "decode).");

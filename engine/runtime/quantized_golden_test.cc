@@ -40,7 +40,8 @@ struct Conversion {
   bool lm_head = false;
   // The CPU backend's (kBf16 rounds the activations of products of
   // kernels::Bf16ProductRows() or more rows of bf16 weights, where the CPU
-  // has AVX512-BF16).
+  // has AVX512-BF16, and of one row of fp8 weights where it also has
+  // AVX512-VBMI).
   kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 
@@ -185,7 +186,7 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
 INSTANTIATE_TEST_SUITE_P(MoeTiny, QuantizedGoldenTest,
                          ::testing::Values("mixtral", "mixtral_sharded",
                                            "qwen2_moe", "qwen3_moe", "olmoe",
-                                           "gpt_oss"));
+                                           "gpt_oss", "deepseek_v3_fp8"));
 
 }  // namespace
 }  // namespace ringmoe::runtime

@@ -34,45 +34,6 @@ using avx2::Mxfp4Span;
 
 namespace {
 
-// Prefetches, in each of R rows `stride` bytes apart, the line `ahead`
-// bytes past `p` plus kLongRowPrefetchLines; where the rows are pieces of
-// sequential streams (a single row, or kStreams: ForEachOneRowTile's
-// stream groups) the one kStreamPrefetchBytes ahead of each stream instead.
-template <int R, bool kStreams = false>
-inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
-                         int64_t stride, int64_t ahead) {
-  for (int i = 0; i < R; ++i) {
-    const char* at = static_cast<const char*>(p) + i * stride + ahead;
-    if (R == 1 || kStreams) {
-      prefetch.Stream(at);
-    } else {
-      prefetch.TileRow<1>(at + 64 * kLongRowPrefetchLines);
-    }
-  }
-}
-
-// Rows [rb, re) against one activation row of `activation_bytes`, as the
-// AVX2 one-row products read them: while the activations fit
-// StreamActivationBytes(), as ForEachStreamGroup's kStreamSegments streams
-// (a core keeps more of memory's latency covered across several streams
-// than in one); longer, in ForEachRowTile's tiles. `tile(r0, stride,
-// std::integral_constant<int, R>(), std::bool_constant<kStreams>())`
-// computes rows r0 + i * stride, i < R, each row's sum formed alike
-// whatever the grouping.
-template <typename TileFn>
-void ForEachOneRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
-                       const TileFn& tile) {
-  if (activation_bytes <= StreamActivationBytes()) {
-    ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
-      tile(r0, stride, rows, std::true_type());
-    });
-    return;
-  }
-  ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
-    tile(r0, int64_t{1}, rows, std::false_type());
-  });
-}
-
 // 16 blocks of 32 columns at once, b0.. b0 + count - 1 (count ≤ 16) of a
 // row: lane k holds block b0 + k's weight scale (f16, one per group of G =
 // 32 or 64 columns, `s` the row's) times its activation scale (x_scales,

@@ -253,36 +253,150 @@ void GroupRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
   for (; r < row_end; ++r) tile_rows(r, std::integral_constant<int, 1>());
 }
 
+// The first `count` of 16 lanes (none for count <= 0, all from 16).
+inline __mmask16 FirstLanes(int64_t count) {
+  return count >= 16  ? __mmask16{0xffff}
+         : count <= 0 ? __mmask16{0}
+                      : _cvtu32_mask16((1u << count) - 1);
+}
+
+// numeric.h's F32ToBf16 on 16 lanes: round to nearest even by adding 0x7fff
+// plus the kept part's lowest bit; NaN keeps its high half with the quiet
+// bit set.
+inline __m256i RoundToBf16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+      _mm512_set1_epi32(0x7f800000));
+  const __m512i rounded = _mm512_add_epi32(
+      bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                             _mm512_and_si512(_mm512_srli_epi32(bits, 16),
+                                              _mm512_set1_epi32(1))));
+  const __m512i result =
+      _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(result, 16));
+}
+
+// fp8 e4m3 weights against one activation row rounded to bf16 (decode under
+// ActivationPrecision::kBf16 where the CPU also has AVX512-VBMI). Every fp8
+// value times 2^-64 is a normal bf16, subnormals included (vdpbf16ps would
+// read a subnormal input as zero), so 64 weight bytes become 64 exact bf16
+// by two 128-entry byte lookups of their magnitude (vpermi2b: the bf16's
+// high byte, the sign ORed in, and its low byte) and two byte interleaves,
+// and meet the activations in two vdpbf16ps: seven vector µops per 64
+// weights where the float32 product (avx512::Fp8Tile) takes thirteen. The
+// activations carry the 2^64 with their block scales
+// (avx2::ScaleFp8Activations: kFp8ActivationUnit), so the sums need no
+// scaling. The interleaves give the first vector columns 16 L + 0..7 of each
+// 128-bit lane L and the second 16 L + 8..15, the order
+// LayOutFp8Activations puts the activations in.
+constexpr int kFp8Chunk = 64;
+static_assert(kFp8ActivationUnit == 0x1p64f, "the tables carry 2^-64");
+
+// The bf16 bits of the fp8 e4m3 magnitude `code` (< 128) times 2^-64; code
+// 127 (NaN) a quiet NaN.
+constexpr uint16_t Fp8MagnitudeBf16(int code) {
+  const int e = code >> 3, m = code & 7;
+  if (code == 0x7f) return 0x7fc0;
+  if (e > 0) return static_cast<uint16_t>(((e - 7 - 64 + 127) << 7) | (m << 4));
+  if (m == 0) return 0;
+  // m * 2^-9 = 2^p * (1 + f) with p the highest set bit of m.
+  const int p = m >= 4 ? 2 : m >= 2 ? 1 : 0;
+  return static_cast<uint16_t>(((p - 9 - 64 + 127) << 7) |
+                               ((m << (7 - p)) & 0x7f));
+}
+struct Fp8Bf16Tables {
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t low[128];
+  constexpr Fp8Bf16Tables() : high(), low() {
+    for (int c = 0; c < 128; ++c) {
+      high[c] = static_cast<uint8_t>(Fp8MagnitudeBf16(c) >> 8);
+      low[c] = static_cast<uint8_t>(Fp8MagnitudeBf16(c) & 0xff);
+    }
+  }
+};
+constexpr Fp8Bf16Tables kFp8Bf16Tables;
+
+// The `cols` scaled activations of one row block as bf16 in the order of
+// Fp8Bf16Chunk, each 64 columns (the last padded with zeros) as two vectors.
+void LayOutFp8Activations(const float* scaled, int64_t cols, uint16_t* xb) {
+  for (int64_t k = 0; k < cols; k += kFp8Chunk) {
+    __m256i v[4];
+    for (int t = 0; t < 4; ++t) {
+      v[t] = RoundToBf16(_mm512_maskz_loadu_ps(FirstLanes(cols - k - 16 * t),
+                                               scaled + k + 16 * t));
+    }
+    // Columns 0-31 and 32-63; 128-bit lane L of each holds 8 L..8 L + 7.
+    const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(v[0]), v[1], 1);
+    const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(v[2]), v[3], 1);
+    _mm512_storeu_si512(xb + k,
+                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(xb + k + 32,
+                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+}
+
+// Rows r0 + i * stride (i < R) of fp8 weights against activations laid out
+// by LayOutFp8Activations: y[r] = the row's sum. Two accumulators per row,
+// each row's sum formed alike whatever R.
+template <int R, bool kStreams>
+__attribute__((target("avx512vbmi"))) void Fp8Bf16Tile(
+    const uint8_t* w, int64_t cols, const uint16_t* xb, int64_t r0,
+    int64_t stride, float* y) {
+  const uint8_t* row = w + r0 * cols;
+  const int64_t row_step = stride * cols;
+  const __m512i high0 = _mm512_load_si512(kFp8Bf16Tables.high);
+  const __m512i high1 = _mm512_load_si512(kFp8Bf16Tables.high + 64);
+  const __m512i low0 = _mm512_load_si512(kFp8Bf16Tables.low);
+  const __m512i low1 = _mm512_load_si512(kFp8Bf16Tables.low + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const WeightPrefetcher prefetch(WeightType::kFp8E4M3);
+  __m512 acc[R][2];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < cols; k += kFp8Chunk) {
+    // The last chunk's missing bytes load as zero: code 0 is +0.
+    const __mmask64 bytes =
+        k + kFp8Chunk <= cols
+            ? ~__mmask64{0}
+            : _cvtu64_mask64(~uint64_t{0} >> (kFp8Chunk - (cols - k)));
+    PrefetchRows<R, kStreams>(prefetch, row + k, row_step, 0);
+    const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k));
+    const __m512bh x1 =
+        reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k + 32));
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      const __m512i b = _mm512_maskz_loadu_epi8(bytes, row + i * row_step + k);
+      // high | (b & sign): 0xf8 is A | (B & C) for vpternlogd.
+      const __m512i high = _mm512_ternarylogic_epi32(
+          _mm512_permutex2var_epi8(high0, b, high1), b, sign, 0xf8);
+      const __m512i low = _mm512_permutex2var_epi8(low0, b, low1);
+      acc[i][0] = _mm512_dpbf16_ps(
+          acc[i][0],
+          reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(low, high)), x0);
+      acc[i][1] = _mm512_dpbf16_ps(
+          acc[i][1],
+          reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(low, high)), x1);
+    }
+  }
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) {
+    y[r0 + i * stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  }
+}
+
 }  // namespace
 
 void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
                  uint16_t* xb) {
-  // numeric.h's F32ToBf16 on 16 lanes: round to nearest even by adding
-  // 0x7fff plus the kept part's lowest bit; NaN keeps its high half with
-  // the quiet bit set.
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  const __m512i infinity = _mm512_set1_epi32(0x7f800000);
-  const __m512i half = _mm512_set1_epi32(0x7fff);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x400000);
   for (int64_t i = 0; i < n; ++i) {
     const float* row = x + i * cols;
     uint16_t* out = xb + i * ldx;
     for (int64_t k = 0; k < ldx; k += 16) {
-      const __mmask16 lanes = k + 16 <= cols ? __mmask16{0xffff}
-                              : k < cols
-                                  ? _cvtu32_mask16((1u << (cols - k)) - 1)
-                                  : __mmask16{0};
-      const __m512i bits =
-          _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes, row + k));
-      const __mmask16 nan =
-          _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, magnitude), infinity);
-      const __m512i rounded = _mm512_add_epi32(
-          bits, _mm512_add_epi32(
-                    half, _mm512_and_si512(_mm512_srli_epi32(bits, 16), one)));
-      const __m512i result = _mm512_mask_or_epi32(rounded, nan, bits, quiet);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(result, 16)));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(out + k),
+          RoundToBf16(_mm512_maskz_loadu_ps(FirstLanes(cols - k), row + k)));
     }
   }
 }
@@ -314,6 +428,29 @@ void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
         }
       }
     }
+  }
+}
+
+void MatMulRowFp8(const float* x, const Matrix& w, int64_t row_begin,
+                  int64_t row_end, float* y) {
+  const int64_t cols = w.cols;
+  const int64_t padded = (cols + kFp8Chunk - 1) / kFp8Chunk * kFp8Chunk;
+  float* scaled =
+      Scratch<float>(ScratchSlot::kScaledActivations, cols + padded / 2);
+  uint16_t* xb = reinterpret_cast<uint16_t*>(scaled + cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  for (int64_t begin = row_begin; begin < row_end;) {
+    const int64_t block = begin / w.block_rows;
+    const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
+    avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+    LayOutFp8Activations(scaled, cols, xb);
+    ForEachOneRowTile(
+        padded * int64_t{sizeof(uint16_t)}, begin, end,
+        [&](int64_t r, int64_t stride, auto rows, auto streams) {
+          Fp8Bf16Tile<decltype(rows)::value, decltype(streams)::value>(
+              data, cols, xb, r, stride, y);
+        });
+    begin = end;
   }
 }
 

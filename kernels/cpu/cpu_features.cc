@@ -43,6 +43,15 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
+bool CpuHasAvx512Vbmi() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+
 bool SetInEnvironment(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -78,6 +87,11 @@ bool HasAvx512Bf16() {
   return has;
 }
 
+bool HasAvx512Vbmi() {
+  static const bool has = CpuHasAvx512Vbmi();
+  return has;
+}
+
 }  // namespace
 
 bool UseAvx2() { return HasAvx2() && !ForceScalar(); }
@@ -85,6 +99,8 @@ bool UseAvx2() { return HasAvx2() && !ForceScalar(); }
 bool UseAvx512() { return HasAvx512() && UseAvx2() && !ForceAvx2(); }
 
 bool UseAvx512Bf16() { return HasAvx512Bf16() && UseAvx512(); }
+
+bool UseAvx512Bf16Vbmi() { return HasAvx512Vbmi() && UseAvx512Bf16(); }
 
 std::vector<CpuFeature> CpuFeatures() {
 #if defined(__x86_64__)
@@ -101,6 +117,7 @@ std::vector<CpuFeature> CpuFeatures() {
       {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
       {"avx512_vnni", __builtin_cpu_supports("avx512vnni") != 0},
       {"avx512_bf16", __builtin_cpu_supports("avx512bf16") != 0},
+      {"avx512vbmi", __builtin_cpu_supports("avx512vbmi") != 0},
   };
 #else
   return {};

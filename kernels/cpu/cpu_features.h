@@ -25,6 +25,11 @@ bool UseAvx512();
 // avx512_bf16.cc (ActivationPrecision::kBf16 in ops.h).
 bool UseAvx512Bf16();
 
+// True when UseAvx512Bf16() holds and the CPU also supports AVX512-VBMI
+// (byte permutes). Selects avx512_bf16.cc's products of fp8 weights against
+// one activation row rounded to bf16, whose weights widen by byte lookups.
+bool UseAvx512Bf16Vbmi();
+
 // The L1 data cache and the L2 cache of one core in bytes, as the C
 // library reports them (32 KiB and 512 KiB where it reports nothing).
 int64_t L1DataCacheBytes();
@@ -62,8 +67,8 @@ struct CpuFeature {
   const char* name;  // as /proc/cpuinfo spells it: "avx2", "avx512vnni", ...
   bool present;
 };
-// SSE4.2, AVX, AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI and AVX512-BF16, in
-// that order.
+// SSE4.2, AVX, AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI, AVX512-BF16 and
+// AVX512-VBMI, in that order.
 std::vector<CpuFeature> CpuFeatures();
 
 // The processor's name from CPUID ("unknown" where it gives none).

@@ -220,6 +220,13 @@ void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
                 int64_t row_begin, int64_t row_end, float* y,
                 int64_t batch_rows);
 
+// Rows [row_begin, row_end) of y = x · wᵀ for fp8 e4m3 weights `w` against
+// one activation row x, each activation times its block scale rounded to
+// bf16 (as numeric.h's F32ToBf16) and multiplied by the exact bf16 of the
+// weight, summed in float32 (vdpbf16ps). Only where UseAvx512Bf16Vbmi().
+void MatMulRowFp8(const float* x, const Matrix& w, int64_t row_begin,
+                  int64_t row_end, float* y);
+
 // `iterations` rounds of 12 independent 16-lane vdpbf16ps chains: 768
 // FLOPs each.
 float Bf16DotLoop(int64_t iterations);

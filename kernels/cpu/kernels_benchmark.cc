@@ -235,16 +235,27 @@ BENCHMARK(BM_MatMul)
       AddMatMulArgs(b, {1, 2, 3, 4, 8, 16, 32, 64, 128, 512});
     }) -> UseRealTime() -> MinTime(0.3);
 
-// bf16 products whose activations may be rounded to bf16
-// (ActivationPrecision::kBf16: AVX512-BF16 where the CPU has it), at
-// BM_MatMul's shapes and activation counts, to set beside its bf16 cases.
+// bf16 products, and fp8 ones of one row, whose activations may be rounded
+// to bf16 (ActivationPrecision::kBf16: AVX512-BF16 where the CPU has it,
+// and AVX512-VBMI for fp8), at BM_MatMul's shapes and activation counts, to
+// set beside their float32 cases.
 void BM_MatMulBf16Activations(benchmark::State& state) {
   MatMul(state, int64_t{768} << 20, ActivationPrecision::kBf16);
 }
 BENCHMARK(BM_MatMulBf16Activations)
     ->Apply([](auto* b) {
       AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512}, {WeightType::kBF16});
+      AddMatMulArgs(b, {1}, {WeightType::kFp8E4M3});
     }) -> UseRealTime() -> MinTime(0.3);
+
+// BM_MatMulInCache's one-row fp8 case on bf16 activations.
+void BM_MatMulInCacheBf16Activations(benchmark::State& state) {
+  MatMul(state, 0, ActivationPrecision::kBf16);
+}
+BENCHMARK(BM_MatMulInCacheBf16Activations)
+    ->Args({static_cast<int64_t>(WeightType::kFp8E4M3), 512, 1024, 1})
+    ->UseRealTime()
+    ->MinTime(0.3);
 
 // mxfp4 products, and int8 ones of one row, on one int8 activation level
 // (ActivationPrecision::kInt8), at BM_MatMul's shapes and the activation

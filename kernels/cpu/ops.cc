@@ -65,7 +65,7 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   p.y = job.y;
   p.path = ProductPath(job);
   if (job.precision == ActivationPrecision::kInt8) p.activation_levels = 1;
-  if (p.path == KernelPath::kAvx512Bf16) {
+  if (p.path == KernelPath::kAvx512Bf16 && job.w.type == WeightType::kBF16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));
     avx512bf16::RoundToBf16(job.x, job.n, job.w.cols, p.ldx, bf16->data());
@@ -78,6 +78,9 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
 void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
   switch (p.path) {
     case KernelPath::kAvx512Bf16:
+      if (p.w.type == WeightType::kFp8E4M3) {
+        return avx512bf16::MatMulRowFp8(p.x, p.w, row_begin, row_end, p.y);
+      }
       return avx512bf16::MatMulRows(p.xb, p.ldx, p.n, p.w, row_begin, row_end,
                                     p.y, p.batch_rows);
     case KernelPath::kAvx512:
@@ -186,8 +189,10 @@ bool HasAvx512Product(WeightType type, int64_t n) {
 
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {
-  if (type == WeightType::kBF16 && precision != ActivationPrecision::kF32 &&
-      n >= Bf16ProductRows() && UseAvx512Bf16()) {
+  if (precision != ActivationPrecision::kF32 &&
+      ((type == WeightType::kBF16 && n >= Bf16ProductRows() &&
+        UseAvx512Bf16()) ||
+       (type == WeightType::kFp8E4M3 && n == 1 && UseAvx512Bf16Vbmi()))) {
     return KernelPath::kAvx512Bf16;
   }
   return UseAvx512() && HasAvx512Product(type, n) ? KernelPath::kAvx512

@@ -21,8 +21,9 @@ enum class KernelPath { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 // "scalar", "avx2", "avx512" or "avx512_bf16".
 const char* KernelPathName(KernelPath path);
 
-// The precision a product of bf16 (kBf16, kInt8) or mxfp4 (kInt8) weights
-// may multiply its activations in. Weights of every other type ignore it.
+// The precision a product of bf16 or fp8 (kBf16, kInt8) or mxfp4 (kInt8)
+// weights may multiply its activations in. Weights of every other type
+// ignore it.
 enum class ActivationPrecision {
   // float32 activations: every product is exact to float32 rounding (the
   // golden tests hold the models to 1e-4 of a float64 reference this way).
@@ -33,7 +34,11 @@ enum class ActivationPrecision {
   // servers do: each product of two bf16 is exact and the sums are
   // float32, so what is lost is the activations' rounding (2^-9 relative
   // at most), for twice the multiply-adds per instruction (faster prefill
-  // and batched decode).
+  // and batched decode). So do products of fp8 weights against one
+  // activation row (decode) where the CPU also has AVX512-VBMI
+  // (UseAvx512Bf16Vbmi()), each activation rounded after its block scale:
+  // fp8 servers multiply in bf16 (DeepSeek's own inference rounds further,
+  // to fp8), and there it halves the vector work per weight.
   // Other products multiply float32.
   kBf16,
   // As kBf16, and products of mxfp4 weights against at most
@@ -59,8 +64,9 @@ int64_t Bf16ProductRows();
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
-// UseAvx512Bf16(); AVX-512 where UseAvx512() for one row against int8,
-// int4 or fp8 weights, for up to DirectProductRows(kMxfp4) rows against
+// UseAvx512Bf16(), and for fp8 weights at n == 1 under the same precisions
+// where UseAvx512Bf16Vbmi(); AVX-512 where UseAvx512() for one row against
+// int8, int4 or fp8 weights, for up to DirectProductRows(kMxfp4) rows against
 // mxfp4 weights and for 2 to DirectProductRows(kBF16) rows against bf16
 // weights (float32 activations: each weight widened once for up to 8
 // rows); else AVX2 where UseAvx2(), else scalar. MatMulTransposed and

@@ -98,12 +98,12 @@ TEST(NumericTest, Fp8E4M3DecodesEveryCode) {
 }
 
 // Every finite fp8 code, subnormals and both zeros included, through the
-// products of one to three activation rows (rows short enough to stream,
-// with and without whole chunks of 64 columns, and long enough for tiles of
-// four; over two blocks of 128 rows): each weight row repeats one code, the
-// activations are multiples of 1/4 and the block scale a power of two, so
-// every partial sum is exact and the products must equal the decoded code
-// times the activations' sum to the last bit.
+// products of one to three activation rows (float32 and bf16 activations) (rows
+// short enough to stream, with and without whole chunks of 64 columns, and long
+// enough for tiles of four; over two blocks of 128 rows): each weight row
+// repeats one code, the activations are multiples of 1/4 and the block scale a
+// power of two, so every partial sum is exact and the products must equal the
+// decoded code times the activations' sum to the last bit.
 TEST(MatMulFp8Test, EveryCodeExactlyAtFewRows) {
   std::vector<uint8_t> codes;
   for (int c = 0; c < 256; ++c) {
@@ -131,15 +131,21 @@ TEST(MatMulFp8Test, EveryCodeExactlyAtFewRows) {
             sums[j] += x[j * cols + k];
           }
         }
-        std::vector<float> y(n * rows);
-        MatMulTransposed(x.data(), n, w, y.data());
-        for (int64_t j = 0; j < n; ++j) {
-          for (int64_t r = 0; r < rows; ++r) {
-            const float expected = static_cast<float>(
-                double(Fp8E4M3ToF32(codes[r])) * scale * sums[j]);
-            ASSERT_EQ(y[j * rows + r], expected)
-                << "code " << int(codes[r]) << " cols " << cols << " n " << n
-                << " scale " << scale;
+        // Under kBf16 one row takes the bf16 products where the CPU has
+        // them (these activations and scales round to themselves).
+        for (ActivationPrecision precision :
+             {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
+          std::vector<float> y(n * rows);
+          MatMulBatch({{x.data(), n, w, y.data(), precision}}, nullptr);
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const float expected = static_cast<float>(
+                  double(Fp8E4M3ToF32(codes[r])) * scale * sums[j]);
+              ASSERT_EQ(y[j * rows + r], expected)
+                  << "code " << int(codes[r]) << " cols " << cols << " n " << n
+                  << " scale " << scale << " precision "
+                  << ActivationPrecisionName(precision);
+            }
           }
         }
       }
@@ -841,13 +847,17 @@ TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
                   ? KernelPath::kAvx512Bf16
                   : ProductPath(WeightType::kBF16, n))
         << n;
-    for (WeightType t :
-         {WeightType::kF32, WeightType::kF16, WeightType::kInt8,
-          WeightType::kInt4, WeightType::kFp8E4M3, WeightType::kMxfp4}) {
+    for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kInt8,
+                         WeightType::kInt4, WeightType::kMxfp4}) {
       EXPECT_EQ(ProductPath(t, n, ActivationPrecision::kBf16),
                 ProductPath(t, n))
           << WeightTypeName(t);
     }
+    EXPECT_EQ(ProductPath(WeightType::kFp8E4M3, n, ActivationPrecision::kBf16),
+              UseAvx512Bf16Vbmi() && n == 1
+                  ? KernelPath::kAvx512Bf16
+                  : ProductPath(WeightType::kFp8E4M3, n))
+        << n;
   }
 }
 
@@ -939,6 +949,56 @@ TEST_P(Bf16ActivationsTest, RoundsActivationsToNearestEven) {
       EXPECT_TRUE(std::isnan(y[i])) << i;
     } else {
       EXPECT_EQ(y[i], want) << i << ": " << x[i];
+    }
+  }
+}
+
+// fp8 weights against one activation row under kBf16 and kInt8: where
+// UseAvx512Bf16Vbmi(), each activation times its block scale rounded to
+// bf16 (F32ToBf16) and the weights' exact values, summed in float32;
+// elsewhere (and with AVX2 forced) the float32 product. Ragged columns
+// (partial 64-column chunks, rows that stream and rows in tiles), every
+// block shape MakeMatrix makes, row blocks split across a thread pool.
+TEST_P(Bf16ActivationsTest, Fp8OneRowMatchesReferenceOfRoundedActivations) {
+  std::mt19937 rng(61);
+  ThreadPool pool(3);
+  const bool native = UseAvx512Bf16Vbmi();
+  for (int64_t cols :
+       {1, 17, 63, 64, 65, 127, 128, 129, 200, 700, 8253, 12000}) {
+    for (int32_t group : {32, 8, 64}) {
+      const int64_t rows = 5 + cols % 300;
+      const TestMatrix m =
+          MakeMatrix(rng, WeightType::kFp8E4M3, rows, cols, group);
+      const auto x = RandomVector(rng, cols);
+      const std::vector<double> exact = ReferenceProduct(x, 1, m);
+      std::vector<double> want = exact;
+      if (native) {
+        const int64_t scale_cols = (cols + m.w.block_cols - 1) / m.w.block_cols;
+        for (int64_t r = 0; r < rows; ++r) {
+          double sum = 0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const float scale = m.block_scales[r / m.w.block_rows * scale_cols +
+                                               k / m.w.block_cols] *
+                                0x1p64f;
+            sum += double(Bf16ToF32(F32ToBf16(x[k] * scale))) * 0x1p-64 *
+                   Fp8E4M3ToF32(m.bytes[r * cols + k]);
+          }
+          want[r] = sum;
+        }
+      }
+      for (ActivationPrecision precision :
+           {ActivationPrecision::kBf16, ActivationPrecision::kInt8}) {
+        std::vector<float> y(rows, NAN);
+        MatMulBatch({{x.data(), 1, m.w, y.data(), precision}}, &pool);
+        const std::string where =
+            std::to_string(rows) + "x" + std::to_string(cols) + " group " +
+            std::to_string(group) + " " + ActivationPrecisionName(precision);
+        EXPECT_LE(RelativeError(y, want), ProductTolerance(cols)) << where;
+        if (native && cols >= 64) {
+          EXPECT_GT(RelativeError(y, exact), 10 * ProductTolerance(cols))
+              << where;
+        }
+      }
     }
   }
 }
