@@ -254,9 +254,9 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
 // shift left; an arithmetic shift right by 4 puts a byte's exponent and
 // mantissa where a float's sit in the top 16 bits; a word's high half is
 // then a float of its column by the mask kFp8FloatBitsMask, its low half
-// by a 32-bit shift left and the same mask (nine integer µops per 64
-// weights, where unpacking into f16 and four two-µop vcvtph2ps took about
-// sixteen and ran slower than the AVX2 path on Zen 4). Float t of int32 lane
+// by a 32-bit shift left and the same mask: nine integer µops per 64
+// weights, fewer than widening through f16 with vcvtph2ps, which was
+// slower than the AVX2 path (docs/PERFORMANCE.md). Float t of int32 lane
 // d is column 4d + t of the chunk, so the activations of each whole 64
 // columns are laid out as ordered[16 t + d] = x[4 d + t] once per row block
 // (the columns after the last whole chunk stay in order).

@@ -263,7 +263,7 @@ inline __mmask16 FirstLanes(int64_t count) {
 // numeric.h's F32ToBf16 on 16 lanes: round to nearest even by adding 0x7fff
 // plus the kept part's lowest bit; NaN keeps its high half with the quiet
 // bit set.
-inline __m256i RoundToBf16(__m512 v) {
+inline __m256i RoundLanesToBf16(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __mmask16 nan = _mm512_cmpgt_epi32_mask(
       _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
@@ -317,14 +317,15 @@ struct Fp8Bf16Tables {
 };
 constexpr Fp8Bf16Tables kFp8Bf16Tables;
 
-// The `cols` scaled activations of one row block as bf16 in the order of
-// Fp8Bf16Chunk, each 64 columns (the last padded with zeros) as two vectors.
+// The `cols` scaled activations of one row block as bf16 in the order
+// Fp8Bf16Tile reads them, each 64 columns (the last padded with zeros) as two
+// vectors.
 void LayOutFp8Activations(const float* scaled, int64_t cols, uint16_t* xb) {
   for (int64_t k = 0; k < cols; k += kFp8Chunk) {
     __m256i v[4];
     for (int t = 0; t < 4; ++t) {
-      v[t] = RoundToBf16(_mm512_maskz_loadu_ps(FirstLanes(cols - k - 16 * t),
-                                               scaled + k + 16 * t));
+      v[t] = RoundLanesToBf16(_mm512_maskz_loadu_ps(
+          FirstLanes(cols - k - 16 * t), scaled + k + 16 * t));
     }
     // Columns 0-31 and 32-63; 128-bit lane L of each holds 8 L..8 L + 7.
     const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(v[0]), v[1], 1);
@@ -394,9 +395,9 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
     const float* row = x + i * cols;
     uint16_t* out = xb + i * ldx;
     for (int64_t k = 0; k < ldx; k += 16) {
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(out + k),
-          RoundToBf16(_mm512_maskz_loadu_ps(FirstLanes(cols - k), row + k)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                          RoundLanesToBf16(_mm512_maskz_loadu_ps(
+                              FirstLanes(cols - k), row + k)));
     }
   }
 }
