@@ -317,15 +317,12 @@ void Fp8DirectRows(const Matrix& w, const float* x, int64_t n, int64_t rb,
       ScratchSlot::kScaledActivations, n * cols * int64_t{sizeof(float)}));
   const Fp8InterleavedLoader weights{
       {}, static_cast<const uint8_t*>(w.data), cols};
-  for (int64_t begin = rb; begin < re;) {
-    const int64_t block = begin / w.block_rows;
-    const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
+  ForEachFp8RowBlock(w, rb, re, [&](int64_t begin, int64_t end, int64_t block) {
     ScaleFp8Activations(w, block, x, n, scaled);
     for (int64_t j = 0; j < n; ++j)
       InterleaveFp8Chunks(scaled + j * cols, cols);
     DirectRows(weights, scaled, n, cols, begin, end, y, w.rows, alone);
-    begin = end;
-  }
+  });
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = rb; r < re; ++r) y[j * w.rows + r] *= kFp8SumUnit;
   }

@@ -830,19 +830,18 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);
       float* ordered = scaled + cols;
       const auto* data = static_cast<const uint8_t*>(w.data);
-      for (int64_t begin = row_begin; begin < row_end;) {
-        const int64_t block = begin / w.block_rows;
-        const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
-        avx2::ScaleFp8Activations(w, block, x, 1, scaled);
-        OrderFp8Activations(scaled, cols, ordered);
-        ForEachOneRowTile(
-            cols * int64_t{sizeof(float)}, begin, end,
-            [&](int64_t r, int64_t stride, auto rows, auto streams) {
-              Fp8Tile<decltype(rows)::value, decltype(streams)::value>(
-                  data, cols, ordered, r, stride, y);
-            });
-        begin = end;
-      }
+      ForEachFp8RowBlock(
+          w, row_begin, row_end,
+          [&](int64_t begin, int64_t end, int64_t block) {
+            avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+            OrderFp8Activations(scaled, cols, ordered);
+            ForEachOneRowTile(
+                cols * int64_t{sizeof(float)}, begin, end,
+                [&](int64_t r, int64_t stride, auto rows, auto streams) {
+                  Fp8Tile<decltype(rows)::value, decltype(streams)::value>(
+                      data, cols, ordered, r, stride, y);
+                });
+          });
       for (int64_t r = row_begin; r < row_end; ++r) y[r] *= kFp8SumUnit;
       break;
     }

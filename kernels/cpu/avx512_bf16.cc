@@ -440,19 +440,17 @@ void MatMulRowFp8(const float* x, const Matrix& w, int64_t row_begin,
       Scratch<float>(ScratchSlot::kScaledActivations, cols + padded / 2);
   uint16_t* xb = reinterpret_cast<uint16_t*>(scaled + cols);
   const auto* data = static_cast<const uint8_t*>(w.data);
-  for (int64_t begin = row_begin; begin < row_end;) {
-    const int64_t block = begin / w.block_rows;
-    const int64_t end = Min<int64_t>(row_end, (block + 1) * w.block_rows);
-    avx2::ScaleFp8Activations(w, block, x, 1, scaled);
-    LayOutFp8Activations(scaled, cols, xb);
-    ForEachOneRowTile(
-        padded * int64_t{sizeof(uint16_t)}, begin, end,
-        [&](int64_t r, int64_t stride, auto rows, auto streams) {
-          Fp8Bf16Tile<decltype(rows)::value, decltype(streams)::value>(
-              data, cols, xb, r, stride, y);
-        });
-    begin = end;
-  }
+  ForEachFp8RowBlock(
+      w, row_begin, row_end, [&](int64_t begin, int64_t end, int64_t block) {
+        avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+        LayOutFp8Activations(scaled, cols, xb);
+        ForEachOneRowTile(
+            padded * int64_t{sizeof(uint16_t)}, begin, end,
+            [&](int64_t r, int64_t stride, auto rows, auto streams) {
+              Fp8Bf16Tile<decltype(rows)::value, decltype(streams)::value>(
+                  data, cols, xb, r, stride, y);
+            });
+      });
 }
 
 float Bf16DotLoop(int64_t iterations) {

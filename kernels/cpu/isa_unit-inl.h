@@ -203,6 +203,20 @@ void ForEachOneRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
   });
 }
 
+// The fp8 products' weight rows [rb, re) as runs within one block of
+// w.block_rows rows (rows that share one scale per column block):
+// fn(begin, end, block) for each, block being ScaleFp8Activations's
+// `row_block`.
+template <typename Fn>
+void ForEachFp8RowBlock(const Matrix& w, int64_t rb, int64_t re, const Fn& fn) {
+  for (int64_t begin = rb; begin < re;) {
+    const int64_t block = begin / w.block_rows;
+    const int64_t end = Min<int64_t>(re, (block + 1) * w.block_rows);
+    fn(begin, end, block);
+    begin = end;
+  }
+}
+
 // fp8 e4m3 weights widened as float32 bit patterns (avx2_products.h's
 // Fp8TimesTwoToMinus120, avx512.cc's Fp8Tile): a byte whose exponent and
 // mantissa sit where a float's do, its sign in bit 31, is that float once
