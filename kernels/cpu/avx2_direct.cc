@@ -78,21 +78,24 @@ inline void Tile(const L& w, int64_t r0, const float* x, int64_t ldx,
 }
 
 // Rows r0 + s * stride (s < S) against one activation row, together; each
-// row's sum is formed exactly as it would be alone (four accumulators over
-// 32 columns a step, the same tail), so the grouping never changes a
-// result. Four accumulators keep the FMA latency off the critical path. An
-// interleaving loader's chunks take two: with four vectors of weights from
-// each chunk, twelve accumulators spilled two to memory, whose loop-carried
-// chains then went through a store and a load every step.
-template <int S, typename L>
+// row's sum is formed exactly as it would be alone (kAccumulators
+// accumulators over 32 columns a step, the same tail), so the grouping
+// never changes a result. Four accumulators keep the FMA latency off the
+// critical path for three streams; six streams (long rows) take two each,
+// twelve in all, as many as fit the 16 registers beside the activations.
+// An interleaving loader's chunks take two: with four vectors of weights
+// from each chunk, twelve accumulators spilled two to memory, whose
+// loop-carried chains then went through a store and a load every step.
+template <int S, int kAccumulators, typename L>
 inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
                            const float* x, int64_t cols, float* y) {
+  static_assert(kAccumulators == 2 || kAccumulators == 4);
   const WeightPrefetcher prefetch(L::kType);
-  __m256 acc[S][4];
+  __m256 acc[S][kAccumulators];
   RINGMOE_UNROLL
   for (int s = 0; s < S; ++s) {
     RINGMOE_UNROLL
-    for (int j = 0; j < 4; ++j) acc[s][j] = _mm256_setzero_ps();
+    for (int j = 0; j < kAccumulators; ++j) acc[s][j] = _mm256_setzero_ps();
   }
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) {
@@ -119,8 +122,9 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
         const __m256 xv = _mm256_loadu_ps(x + k + 8 * j);
         RINGMOE_UNROLL
         for (int s = 0; s < S; ++s) {
-          acc[s][j] = _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv,
-                                      acc[s][j]);
+          acc[s][j % kAccumulators] =
+              _mm256_fmadd_ps(w.Load(r0 + s * stride, k + 8 * j), xv,
+                              acc[s][j % kAccumulators]);
         }
       }
     }
@@ -141,22 +145,33 @@ inline void StreamRowGroup(const L& w, int64_t r0, int64_t stride,
   }
   RINGMOE_UNROLL
   for (int s = 0; s < S; ++s) {
-    y[r0 + s * stride] =
-        HSum(_mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]),
-                           _mm256_add_ps(acc[s][2], acc[s][3])));
+    __m256 sum = _mm256_add_ps(acc[s][0], acc[s][1]);
+    if constexpr (kAccumulators == 4)
+      sum = _mm256_add_ps(sum, _mm256_add_ps(acc[s][2], acc[s][3]));
+    y[r0 + s * stride] = HSum(sum);
   }
 }
 
 // Rows [rb, re) of w against one activation row, as ForEachStreamGroup's
 // streams, each prefetched kStreamPrefetchBytes ahead where
-// WeightPrefetcher::Stream says so. Interleaving *adjacent* rows instead (a
-// tile's streams a row apart) ran about 15% slower end to end.
+// WeightPrefetcher::Stream says so: kStreamSegments streams while the
+// activations stay in L1 (ShortActivationBytes()), kLongRowStreams beyond.
+// Interleaving *adjacent* rows instead (a tile's streams a row apart) ran
+// about 15% slower end to end, and so did tiles of four rows for long rows
+// (each reading the activations once per four) in the faster memory state.
 template <typename L>
 void StreamRows(const L& w, int64_t rb, int64_t re, const float* x,
                 int64_t cols, float* y) {
-  ForEachStreamGroup<kStreamSegments>(
+  if (cols * 4 <= ShortActivationBytes()) {
+    ForEachStreamGroup<kStreamSegments>(
+        rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+          StreamRowGroup<decltype(rows)::value, 4>(w, r0, stride, x, cols, y);
+        });
+    return;
+  }
+  ForEachStreamGroup<kLongRowStreams>(
       rb, re, [&](int64_t r0, int64_t stride, auto rows) {
-        StreamRowGroup<decltype(rows)::value>(w, r0, stride, x, cols, y);
+        StreamRowGroup<decltype(rows)::value, 2>(w, r0, stride, x, cols, y);
       });
 }
 
@@ -184,27 +199,12 @@ void TileAnyN(const L& w, int64_t r0, int64_t rows, const float* x, int64_t n,
     SmallTile<1, kAhead>(w, r0, rows, x + j * cols, cols, y + j * ldy, ldy);
 }
 
-// n <= 3: weights widened in registers straight from memory. One
-// activation row against rows longer than StreamActivationBytes() would
-// fetch it from L2 for every weight row, twice the weights' bytes (half the
-// speed at 14336 columns): tiles of four rows fetch it once per four, and
-// prefetch far ahead for their four streams.
+// n <= 3: weights widened in registers straight from memory, one
+// activation row alone as StreamRows' streams.
 template <typename L>
 void DirectRows(const L& w, const float* x, int64_t n, int64_t cols, int64_t rb,
                 int64_t re, float* y, int64_t ldy, bool alone) {
-  if (alone) {
-    if (cols * 4 <= StreamActivationBytes()) {
-      return StreamRows(w, rb, re, x, cols, y);
-    }
-    ForEachRowTile(cols * 4, rb, re, [&](int64_t r0, auto rows) {
-      if constexpr (decltype(rows)::value == 1) {
-        StreamRows(w, r0, r0 + 1, x, cols, y);
-      } else {
-        Tile<4, 1, kLongRowPrefetchLines>(w, r0, x, cols, cols, y + r0, ldy);
-      }
-    });
-    return;
-  }
+  if (alone) return StreamRows(w, rb, re, x, cols, y);
   for (int64_t r = rb; r < re; r += 4)
     TileAnyN<kPrefetchLines>(w, r, Min<int64_t>(4, re - r), x, n, cols, y + r,
                              ldy);

@@ -13,8 +13,8 @@
 // memory as it is, slower on weights not 64-byte aligned
 // (docs/PERFORMANCE.md); at 2+ rows the same widening is shared by all of
 // them (Bf16Tile). One row's int8, int4, mxfp4 and fp8 weight rows are read
-// as in avx2_quantized.cc, as three prefetched sequential streams per thread
-// unless the activations outgrow L1 (ForEachOneRowTile).
+// as in avx2_quantized.cc, as three prefetched sequential streams per thread,
+// six where the activations outgrow L1 (ForEachOneRowTile).
 // Everything it defines lives in namespace avx512 (see isa.h).
 #include <immintrin.h>
 
@@ -477,7 +477,7 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
 }
 
 // Rows [rb, re) of mxfp4 weights against n activation rows quantized in
-// `levels` levels: one row as ForEachOneRowTile's streams or tiles; more go in
+// `levels` levels: one row as ForEachOneRowTile's streams; more go in
 // groups of up to kMxfp4ActivationGroup that fit L1 over blocks of weight rows
 // (ForEachRowBlockAndGroup), a group of one as one row does.
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
@@ -605,7 +605,9 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
                                        (2 * chunks + 15) / 16 * 16);
   avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
   PairChunks(xq, chunks, pairs, block_scales);
-  ForEachOneRowTile(
+  // Six streams drew less than three at 7168 columns (docs/PERFORMANCE.md,
+  // "Six streams for long rows").
+  ForEachOneRowTile<kStreamSegments>(
       num_pairs * static_cast<int64_t>(sizeof(NibblePair)), rb, re,
       [&](int64_t r, int64_t stride, auto rows, auto streams) {
         NibbleTile<G, decltype(rows)::value, decltype(streams)::value>(

@@ -84,6 +84,16 @@ void ForEachStreamGroup(int64_t rb, int64_t re, const GroupFn& group) {
     group(r, int64_t{1}, std::integral_constant<int, 1>());
 }
 
+// Activations longer than this do not stay in L1 from one weight row of a
+// stream to the next beside three streams' rows: each is read again from
+// L2 for every few weight rows, and a core then keeps enough of memory's
+// latency covered only across kLongRowStreams streams (with three, bf16
+// rows of 4096-7168 columns drew 0.64-0.77 of the bandwidth probe in the
+// VM's faster memory state, 2048 columns 0.96; docs/PERFORMANCE.md, "Six
+// streams for long rows").
+inline int64_t ShortActivationBytes() { return L1DataCacheBytes() / 4; }
+constexpr int kLongRowStreams = 6;
+
 // Few-row products over weight rows [rb, re) and activation rows [0, n):
 // the activation rows in ceil(n / max_group) groups as even as can be (8
 // rows in groups of at most 3: 3, 3 and 2; 4 rows: 2 and 2), since the
@@ -181,26 +191,27 @@ inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
   }
 }
 
-// Rows [rb, re) against one activation row of `activation_bytes`, as the
-// AVX2 one-row products read them: while the activations fit
-// StreamActivationBytes(), as ForEachStreamGroup's kStreamSegments streams
-// (a core keeps more of memory's latency covered across several streams
-// than in one); longer, in ForEachRowTile's tiles. `tile(r0, stride,
-// std::integral_constant<int, R>(), std::bool_constant<kStreams>())`
-// computes rows r0 + i * stride, i < R, each row's sum formed alike
-// whatever the grouping.
-template <typename TileFn>
+// Rows [rb, re) against one activation row of `activation_bytes`, as
+// ForEachStreamGroup's streams: kStreamSegments while the activations stay
+// in L1 (ShortActivationBytes()), kLongRowStreams beyond (tiles of four
+// adjacent rows, which read the activations once per four, drew less from
+// memory in its faster state). `tile(r0, stride,
+// std::integral_constant<int, R>(), std::true_type())` computes rows
+// r0 + i * stride, i < R, each row's sum formed alike whatever the
+// grouping (the last argument says the rows are streams, as the tiles of
+// several activation rows are not). A kernel whose long rows were measured
+// faster in fewer streams names its own kLongStreams.
+template <int kLongStreams = kLongRowStreams, typename TileFn>
 void ForEachOneRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
                        const TileFn& tile) {
-  if (activation_bytes <= StreamActivationBytes()) {
-    ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
-      tile(r0, stride, rows, std::true_type());
-    });
-    return;
+  const auto streams = [&](int64_t r0, int64_t stride, auto rows) {
+    tile(r0, stride, rows, std::true_type());
+  };
+  if (activation_bytes <= ShortActivationBytes()) {
+    ForEachStreamGroup<kStreamSegments>(rb, re, streams);
+  } else {
+    ForEachStreamGroup<kLongStreams>(rb, re, streams);
   }
-  ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
-    tile(r0, int64_t{1}, rows, std::false_type());
-  });
 }
 
 // The fp8 products' weight rows [rb, re) as runs within one block of

@@ -12,6 +12,8 @@
 // thread pool starts (TuneWeightPrefetch); BM_WeightPrefetch reports both
 // ways.
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -210,6 +212,105 @@ void MatMul(benchmark::State& state, int64_t total_bytes,
 }
 
 void BM_MatMul(benchmark::State& state) { MatMul(state, int64_t{768} << 20); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One-row products from memory for kSeconds, each sample (64 MiB of weight
+// rows) between two samples of the read bandwidth (ReadRate over 64 MiB of
+// other memory): this VM's memory changes speed for seconds at a time, so a
+// product's ratio to the ceiling means something only against probes of
+// the same moment. Reports the median ratio of the samples to their
+// probes' mean, over all and over those whose probes were both in the top
+// quarter of the probes (the faster state), the probes' medians and the
+// sample counts. Args: weight type, rows (out), cols (in), activation
+// precision.
+void BM_MatMulBesideProbe(benchmark::State& state) {
+  constexpr double kSeconds = 20;
+  constexpr int64_t kSampleBytes = int64_t{64} << 20;
+  constexpr int64_t kProbeBytes = int64_t{1} << 30;
+  const auto type = static_cast<WeightType>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2);
+  const auto precision = static_cast<ActivationPrecision>(state.range(3));
+  const WeightCopies w = MakeCopies(type, rows, cols, int64_t{768} << 20);
+  const HostMemory probe_memory = AllocateHostMemory(kProbeBytes);
+  auto* const probe = reinterpret_cast<float*>(probe_memory.get());
+  for (int64_t i = 0; i < kProbeBytes / 4; ++i)
+    probe[i] = static_cast<float>(i % 1000003);
+  int64_t probe_offset = 0;
+  const auto probe_sample = [&] {
+    const double rate =
+        ReadRate(&Pool(), probe + probe_offset / 4, kSampleBytes / 4);
+    probe_offset = (probe_offset + kSampleBytes) % kProbeBytes;
+    return rate;
+  };
+  std::vector<float> x(cols, 0.5f), y(rows);
+  std::vector<double> probes, rates;
+  size_t next = 0;
+  for (auto _ : state) {
+    probes.push_back(probe_sample());
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(kSeconds);
+    while (std::chrono::steady_clock::now() < end) {
+      int64_t bytes = 0;
+      const auto start = std::chrono::steady_clock::now();
+      while (bytes < kSampleBytes) {
+        const MatMulJob job{x.data(), 1, w.matrices[next], y.data(), precision};
+        MatMulBatch({&job, 1}, &Pool());
+        bytes += MatrixBytes(w.matrices[next]);
+        next = (next + 1) % w.matrices.size();
+      }
+      rates.push_back(bytes / std::chrono::duration<double>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+      probes.push_back(probe_sample());
+    }
+  }
+  std::vector<double> sorted = probes;
+  std::sort(sorted.begin(), sorted.end());
+  const double fast = sorted[sorted.size() * 3 / 4];
+  std::vector<double> ratios, fast_ratios, fast_probes;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const double beside = (probes[i] + probes[i + 1]) / 2;
+    ratios.push_back(rates[i] / beside);
+    if (probes[i] >= fast && probes[i + 1] >= fast) {
+      fast_ratios.push_back(rates[i] / beside);
+      fast_probes.push_back(beside);
+    }
+  }
+  state.counters["weight_bytes_per_second"] = Median(rates);
+  state.counters["read_bytes_per_second"] = Median(probes);
+  state.counters["ratio"] = Median(ratios);
+  state.counters["samples"] = static_cast<double>(ratios.size());
+  state.counters["fast_read_bytes_per_second"] = Median(fast_probes);
+  state.counters["fast_ratio"] = Median(fast_ratios);
+  state.counters["fast_samples"] = static_cast<double>(fast_ratios.size());
+  state.SetLabel(absl::StrCat(WeightTypeName(type), " ",
+                              KernelPathName(ProductPath(type, 1, precision))));
+}
+BENCHMARK(BM_MatMulBesideProbe)
+    ->Apply([](auto* b) {
+      const auto f32 = static_cast<int64_t>(ActivationPrecision::kF32);
+      const auto bf16 = static_cast<int64_t>(ActivationPrecision::kBf16);
+      const auto type = [](WeightType t) { return static_cast<int64_t>(t); };
+      // Rows of 2048 to 14336 columns: DeepSeek-V3's down and gate/up,
+      // Mixtral-8x7B's down; gpt-oss's experts.
+      for (const auto& shape : {std::array<int64_t, 2>{7168, 2048},
+                                {3584, 4096},
+                                {2048, 7168},
+                                {1024, 14336}}) {
+        b->Args({type(WeightType::kBF16), shape[0], shape[1], f32});
+      }
+      for (int64_t precision : {f32, bf16}) {
+        b->Args({type(WeightType::kFp8E4M3), 7168, 2048, precision});
+        b->Args({type(WeightType::kFp8E4M3), 2048, 7168, precision});
+      }
+      for (WeightType t : {WeightType::kInt8, WeightType::kInt4})
+        b->Args({type(t), 2048, 7168, f32});
+      b->Args({type(WeightType::kMxfp4), 2880, 2880, f32});
+    }) -> Iterations(1) -> UseRealTime();
 
 // Each of `types` (all) at each shape with `ns` activation rows.
 void AddMatMulArgs(benchmark::internal::Benchmark* b,

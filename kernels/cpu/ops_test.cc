@@ -566,8 +566,8 @@ TEST_P(MatMulTest, BatchOnThreadPoolMatchesReference) {
   }
 }
 
-// Prefetching in software or not moves no result: a streamed matrix and
-// one of tiles (rows longer than L1 holds) against one activation row,
+// Prefetching in software or not moves no result: a matrix in three streams
+// and one in six (activations longer than L1 keeps) against one activation row,
 // bitwise the same either way.
 TEST_P(MatMulTest, SameUnderEitherWeightPrefetch) {
   std::mt19937 rng(29);
@@ -589,8 +589,8 @@ TEST_P(MatMulTest, SameUnderEitherWeightPrefetch) {
 
 // The thread pool cuts a product's rows into ranges of multiples of 8
 // rows, differently for every thread count and load: a row's result must
-// not depend on the range it fell in (one activation row, rows streamed or
-// in tiles), or generation would vary with the machine's busyness.
+// not depend on the range it fell in (one activation row, rows in three or
+// in six streams), or generation would vary with the machine's busyness.
 TEST_P(MatMulTest, OneRowSameWhateverRangeHoldsIt) {
   std::mt19937 rng(37);
   const WeightType type = std::get<0>(GetParam());
@@ -681,7 +681,7 @@ TEST_P(Avx512Test, OneRowMatchesReferenceAndAvx2) {
   const WeightType type = GetParam();
   // Columns on both sides of 32-column blocks and 64-byte int4 pairs, with
   // odd numbers of int4 chunks and int8 rows ending in a block of padding,
-  // and rows long enough to be taken four at a time.
+  // and rows long enough to be read as six streams.
   for (int64_t cols : {1, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 191,
                        257, 700, 8253, 24611, 24643}) {
     for (int32_t group : {32, 64}) {

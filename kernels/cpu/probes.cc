@@ -47,7 +47,40 @@ double MedianFlopRate(ThreadPool* pool, int repetitions,
   return Median(rates);
 }
 
+// How MeasureReadBandwidth's loops read: with software prefetch this many
+// bytes ahead (0: none) and in this many streams per thread.
+struct ReadLoop {
+  int64_t prefetch_bytes;
+  int streams;
+};
+
+// Bytes per second at which the threads read the n floats at data, each its
+// slice of ceil(n / threads), as `read` says.
+double TimedRead(ThreadPool* pool, const float* data, int64_t n,
+                 ReadLoop read) {
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t slice = (n + threads - 1) / threads;
+  const auto start = std::chrono::steady_clock::now();
+  ParallelFor(pool, threads, [&](int64_t t) {
+    const int64_t begin = t * slice, end = std::min(n, begin + slice);
+    if (begin >= end) return;
+    const float* p = data + begin;
+    float s = 0.f;
+    if (UseAvx2()) {
+      s = avx2::Sum(p, end - begin, read.prefetch_bytes, read.streams);
+    } else {
+      for (int64_t i = 0; i < end - begin; ++i) s += p[i];
+    }
+    sink.store(s, std::memory_order_relaxed);
+  });
+  return static_cast<double>(n * sizeof(float)) / Seconds(start);
+}
+
 }  // namespace
+
+double ReadRate(ThreadPool* pool, const float* data, int64_t n) {
+  return TimedRead(pool, data, n, ReadLoop{0, 1});
+}
 
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
@@ -75,31 +108,12 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   // for a bare read loop on the Zen 4 VM), and three streams per thread
   // (a core may keep more lines in flight across streams than in one; the
   // decode products read so too: docs/PERFORMANCE.md).
-  struct ReadLoop {
-    int64_t prefetch_bytes;
-    int streams;
-  };
   constexpr ReadLoop kLoops[] = {{0, 1}, {4 << 10, 1}, {0, 3}};
   constexpr int kNumLoops = sizeof(kLoops) / sizeof(kLoops[0]);
   std::vector<double> rates[kNumLoops];
   for (int rep = 0; rep < repetitions; ++rep) {
-    for (int loop = 0; loop < kNumLoops; ++loop) {
-      const ReadLoop read = kLoops[loop];
-      const auto start = std::chrono::steady_clock::now();
-      ParallelFor(pool, threads, [&](int64_t t) {
-        slice_of(t, [read](const float* p, int64_t, int64_t m) {
-          float s = 0.f;
-          if (UseAvx2()) {
-            s = avx2::Sum(p, m, read.prefetch_bytes, read.streams);
-          } else {
-            for (int64_t i = 0; i < m; ++i) s += p[i];
-          }
-          sink.store(s, std::memory_order_relaxed);
-        });
-      });
-      rates[loop].push_back(static_cast<double>(n * sizeof(float)) /
-                            Seconds(start));
-    }
+    for (int loop = 0; loop < kNumLoops; ++loop)
+      rates[loop].push_back(TimedRead(pool, data, n, kLoops[loop]));
   }
   double fastest = 0;
   for (std::vector<double>& r : rates)

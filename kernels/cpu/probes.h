@@ -22,6 +22,13 @@ namespace ringmoe::kernels {
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes = int64_t{1} << 30,
                             int repetitions = 7);
 
+// One sample of the read bandwidth: bytes per second at which the threads
+// together read the n floats at `data` (memory the caller has written), each
+// thread a contiguous slice as one stream left to the hardware prefetchers,
+// MeasureReadBandwidth's first loop. For benchmarks that alternate it with
+// their own work, since the memory's speed can change within seconds.
+double ReadRate(ThreadPool* pool, const float* data, int64_t n);
+
 // Median over `repetitions` of the float32 FLOP/s of independent 8-wide FMA
 // chains on every thread (an FMA counts as two FLOPs).
 double MeasurePeakFlops(ThreadPool* pool, int repetitions = 7);
