@@ -83,8 +83,7 @@ inline __m512i BlockOfLane(int j) {
 // per row; the row's last blocks, masked, into the first (an index known
 // only at run time would keep the accumulators in memory). y[i * y_step]
 // = row i's sum.
-template <int kBlockBytes, int R, bool kStreams, typename ScalesFn,
-          typename DotFn>
+template <int kBlockBytes, int R, typename ScalesFn, typename DotFn>
 void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
                  WeightType type, const ScalesFn& scales, const DotFn& dot,
                  float* y, int64_t y_step) {
@@ -101,7 +100,7 @@ void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
     if (count == 16) {
       RINGMOE_UNROLL
       for (int j = 0; j < 16 / kBlocks; ++j) {
-        PrefetchRows<R, kStreams>(prefetch, at + 64 * j, row_step, 0);
+        PrefetchStreams<R>(prefetch, at + 64 * j, row_step, 0);
         const __m512i lanes = BlockOfLane<kBlocks>(j);
         for (int i = 0; i < R; ++i) {
           acc[i][j % 2] =
@@ -222,13 +221,13 @@ void Int8Levels(const Int8Chunk* chunks, int64_t blocks, Int16Levels* out,
 // G (32 or 64) against one activation row's Int16Levels and block scales
 // (x_scales, zero from `blocks` up to a multiple of 16): its int16 split
 // in two levels (L = 2) or its one int8 level (L = 1, Int8Levels).
-template <int L, int G, int R, bool kStreams>
+template <int L, int G, int R>
 void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t groups, const Int16Levels* x, const float* x_scales,
               int64_t blocks, int64_t r0, int64_t stride, float* y) {
   const uint16_t* ws = scales + r0 * groups;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  OneRowSpans<32, R, kStreams>(
+  OneRowSpans<32, R>(
       reinterpret_cast<const uint8_t*>(w + r0 * row_bytes), stride * row_bytes,
       blocks, WeightType::kInt8,
       [&](int i, int64_t b0, int count) {
@@ -289,7 +288,7 @@ void OrderFp8Activations(const float* x, int64_t cols, float* ordered) {
 // with no multiply) and ordered by OrderFp8Activations; y[r] is the row's
 // sum, still to be multiplied by kFp8SumUnit. Two accumulators per row,
 // each row's sum formed alike whatever R.
-template <int R, bool kStreams>
+template <int R>
 void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
              int64_t stride, float* y) {
   const uint8_t* row = w + r0 * cols;
@@ -304,7 +303,7 @@ void Fp8Tile(const uint8_t* w, int64_t cols, const float* x, int64_t r0,
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + kFp8Chunk <= cols; k += kFp8Chunk) {
-    PrefetchRows<R, kStreams>(prefetch, row + k, row_step, 0);
+    PrefetchStreams<R>(prefetch, row + k, row_step, 0);
     RINGMOE_UNROLL
     for (int i = 0; i < R; ++i) {
       const __m512i bytes = _mm512_loadu_si512(row + i * row_step + k);
@@ -366,7 +365,7 @@ constexpr int kMxfp4ActivationGroup = 4;
 // taken 16 blocks at a time. Each (weight row, activation row) sum is
 // formed alike whatever R and N: a batch's rows come out the same in any
 // grouping.
-template <int L, int R, int N, bool kStreams>
+template <int L, int R, int N>
 void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
                const avx2::Mxfp4QuantizedRows& x, int64_t r0, int64_t stride,
                float* y, int64_t ldy) {
@@ -405,8 +404,8 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
   const auto prefetch_lines = [&](int64_t b0) {
     for (int line = 0; line < kMxfp4BlocksPerSpan; ++line) {
       if (N == 1) {
-        PrefetchRows<R, kStreams>(prefetch, row + 16 * b0, stride * row_bytes,
-                                  64 * line);
+        PrefetchStreams<R>(prefetch, row + 16 * b0, stride * row_bytes,
+                           64 * line);
       } else {
         // One row at a time: the rows are one sequential stream.
         prefetch.TileRow<N>(row + 16 * b0 +
@@ -490,14 +489,13 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto run = [&](auto levels_constant) {
     constexpr int L = decltype(levels_constant)::value;
-    const auto tile = [&](auto rows, auto activations, auto streams, int64_t r,
+    const auto tile = [&](auto rows, auto activations, int64_t r,
                           int64_t stride, int64_t a) {
       const avx2::Mxfp4QuantizedRows xa{q.spans + a * q.num_spans,
                                         q.scales + a * q.padded_blocks, blocks,
                                         q.num_spans, q.padded_blocks};
-      Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value,
-                decltype(streams)::value>(data, w.exponents, xa, r, stride,
-                                          y + a * w.rows, w.rows);
+      Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
+          data, w.exponents, xa, r, stride, y + a * w.rows, w.rows);
     };
     using One = std::integral_constant<int, 1>;
     // One activation row needs no blocks of weight rows.
@@ -507,16 +505,14 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                        kMxfp4ActivationGroup),
         [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
           const auto each_row = [&](auto activations) {
-            for (int64_t r = r0; r < r1; ++r)
-              tile(One(), activations, std::false_type(), r, 1, a);
+            for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, 1, a);
           };
           switch (size) {
             case 1:
-              ForEachOneRowTile(
-                  activation_bytes, r0, r1,
-                  [&](int64_t r, int64_t stride, auto rows, auto streams) {
-                    tile(rows, One(), streams, r, stride, a);
-                  });
+              ForEachOneRowTile(activation_bytes, r0, r1,
+                                [&](int64_t r, int64_t stride, auto rows) {
+                                  tile(rows, One(), r, stride, a);
+                                });
               break;
             case 2:
               each_row(std::integral_constant<int, 2>());
@@ -568,13 +564,13 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, NibblePair* out,
 // Rows r0 + i * stride (i < R) of int4 weights (row_bytes each, 16 per
 // block of 32) with f16 scales per group of G (32 or 64) against one
 // activation row's NibblePairs and block scales.
-template <int G, int R, bool kStreams>
+template <int G, int R>
 void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
                 int64_t groups, const NibblePair* x, const float* x_scales,
                 int64_t r0, int64_t stride, float* y) {
   const uint16_t* ws = scales + r0 * groups;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  OneRowSpans<16, R, kStreams>(
+  OneRowSpans<16, R>(
       w + r0 * row_bytes, stride * row_bytes, row_bytes / 16, WeightType::kInt4,
       [&](int i, int64_t b0, int count) {
         return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
@@ -609,9 +605,9 @@ void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
   // "Six streams for long rows").
   ForEachOneRowTile<kStreamSegments>(
       num_pairs * static_cast<int64_t>(sizeof(NibblePair)), rb, re,
-      [&](int64_t r, int64_t stride, auto rows, auto streams) {
-        NibbleTile<G, decltype(rows)::value, decltype(streams)::value>(
-            data, row_bytes, scales, groups, pairs, block_scales, r, stride, y);
+      [&](int64_t r, int64_t stride, auto rows) {
+        NibbleTile<G, decltype(rows)::value>(data, row_bytes, scales, groups,
+                                             pairs, block_scales, r, stride, y);
       });
 }
 
@@ -792,18 +788,14 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
         constexpr int L = decltype(level_count)::value;
         ForEachOneRowTile(
             (blocks + 1) / 2 * static_cast<int64_t>(sizeof(Int16Levels)),
-            row_begin, row_end,
-            [&](int64_t r, int64_t stride, auto rows, auto streams) {
+            row_begin, row_end, [&](int64_t r, int64_t stride, auto rows) {
               constexpr int R = decltype(rows)::value;
-              constexpr bool kStreams = decltype(streams)::value;
               if (w.group_size == 64) {
-                Int8Tile<L, 64, R, kStreams>(data, row_bytes, w.scales, groups,
-                                             levels, q_scale, blocks, r, stride,
-                                             y);
+                Int8Tile<L, 64, R>(data, row_bytes, w.scales, groups, levels,
+                                   q_scale, blocks, r, stride, y);
               } else {
-                Int8Tile<L, 32, R, kStreams>(data, row_bytes, w.scales, groups,
-                                             levels, q_scale, blocks, r, stride,
-                                             y);
+                Int8Tile<L, 32, R>(data, row_bytes, w.scales, groups, levels,
+                                   q_scale, blocks, r, stride, y);
               }
             });
       };
@@ -832,18 +824,17 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);
       float* ordered = scaled + cols;
       const auto* data = static_cast<const uint8_t*>(w.data);
-      ForEachFp8RowBlock(
-          w, row_begin, row_end,
-          [&](int64_t begin, int64_t end, int64_t block) {
-            avx2::ScaleFp8Activations(w, block, x, 1, scaled);
-            OrderFp8Activations(scaled, cols, ordered);
-            ForEachOneRowTile(
-                cols * int64_t{sizeof(float)}, begin, end,
-                [&](int64_t r, int64_t stride, auto rows, auto streams) {
-                  Fp8Tile<decltype(rows)::value, decltype(streams)::value>(
-                      data, cols, ordered, r, stride, y);
-                });
-          });
+      ForEachFp8RowBlock(w, row_begin, row_end,
+                         [&](int64_t begin, int64_t end, int64_t block) {
+                           avx2::ScaleFp8Activations(w, block, x, 1, scaled);
+                           OrderFp8Activations(scaled, cols, ordered);
+                           ForEachOneRowTile(
+                               cols * int64_t{sizeof(float)}, begin, end,
+                               [&](int64_t r, int64_t stride, auto rows) {
+                                 Fp8Tile<decltype(rows)::value>(
+                                     data, cols, ordered, r, stride, y);
+                               });
+                         });
       for (int64_t r = row_begin; r < row_end; ++r) y[r] *= kFp8SumUnit;
       break;
     }

@@ -340,7 +340,7 @@ void LayOutFp8Activations(const float* scaled, int64_t cols, uint16_t* xb) {
 // Rows r0 + i * stride (i < R) of fp8 weights against activations laid out
 // by LayOutFp8Activations: y[r] = the row's sum. Two accumulators per row,
 // each row's sum formed alike whatever R.
-template <int R, bool kStreams>
+template <int R>
 __attribute__((target("avx512vbmi"))) void Fp8Bf16Tile(
     const uint8_t* w, int64_t cols, const uint16_t* xb, int64_t r0,
     int64_t stride, float* y) {
@@ -361,7 +361,7 @@ __attribute__((target("avx512vbmi"))) void Fp8Bf16Tile(
         k + kFp8Chunk <= cols
             ? ~__mmask64{0}
             : _cvtu64_mask64(~uint64_t{0} >> (kFp8Chunk - (cols - k)));
-    PrefetchRows<R, kStreams>(prefetch, row + k, row_step, 0);
+    PrefetchStreams<R>(prefetch, row + k, row_step, 0);
     const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k));
     const __m512bh x1 =
         reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k + 32));
@@ -444,12 +444,11 @@ void MatMulRowFp8(const float* x, const Matrix& w, int64_t row_begin,
       w, row_begin, row_end, [&](int64_t begin, int64_t end, int64_t block) {
         avx2::ScaleFp8Activations(w, block, x, 1, scaled);
         LayOutFp8Activations(scaled, cols, xb);
-        ForEachOneRowTile(
-            padded * int64_t{sizeof(uint16_t)}, begin, end,
-            [&](int64_t r, int64_t stride, auto rows, auto streams) {
-              Fp8Bf16Tile<decltype(rows)::value, decltype(streams)::value>(
-                  data, cols, xb, r, stride, y);
-            });
+        ForEachOneRowTile(padded * int64_t{sizeof(uint16_t)}, begin, end,
+                          [&](int64_t r, int64_t stride, auto rows) {
+                            Fp8Bf16Tile<decltype(rows)::value>(data, cols, xb,
+                                                               r, stride, y);
+                          });
       });
 }
 

@@ -174,21 +174,15 @@ class WeightPrefetcher {
   bool software_;
 };
 
-// Prefetches, in each of R rows `stride` bytes apart, the line `ahead`
-// bytes past `p` plus kLongRowPrefetchLines; where the rows are pieces of
-// sequential streams (a single row, or kStreams: ForEachOneRowTile's
-// stream groups) the one kStreamPrefetchBytes ahead of each stream instead.
-template <int R, bool kStreams = false>
-inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
-                         int64_t stride, int64_t ahead) {
-  for (int i = 0; i < R; ++i) {
-    const char* at = static_cast<const char*>(p) + i * stride + ahead;
-    if (R == 1 || kStreams) {
-      prefetch.Stream(at);
-    } else {
-      prefetch.TileRow<1>(at + 64 * kLongRowPrefetchLines);
-    }
-  }
+// Prefetches, in each of R sequential streams `stride` bytes apart (one
+// row, or ForEachOneRowTile's stream groups), the line
+// kStreamPrefetchBytes past `p` plus `ahead`, as WeightPrefetcher::Stream
+// says.
+template <int R>
+inline void PrefetchStreams(const WeightPrefetcher& prefetch, const void* p,
+                            int64_t stride, int64_t ahead) {
+  for (int i = 0; i < R; ++i)
+    prefetch.Stream(static_cast<const char*>(p) + i * stride + ahead);
 }
 
 // Rows [rb, re) against one activation row of `activation_bytes`, as
@@ -196,21 +190,16 @@ inline void PrefetchRows(const WeightPrefetcher& prefetch, const void* p,
 // in L1 (ShortActivationBytes()), kLongRowStreams beyond (tiles of four
 // adjacent rows, which read the activations once per four, drew less from
 // memory in its faster state). `tile(r0, stride,
-// std::integral_constant<int, R>(), std::true_type())` computes rows
-// r0 + i * stride, i < R, each row's sum formed alike whatever the
-// grouping (the last argument says the rows are streams, as the tiles of
-// several activation rows are not). A kernel whose long rows were measured
-// faster in fewer streams names its own kLongStreams.
+// std::integral_constant<int, R>())` computes rows r0 + i * stride, i < R,
+// each row's sum formed alike whatever the grouping. A kernel whose long
+// rows were measured faster in fewer streams names its own kLongStreams.
 template <int kLongStreams = kLongRowStreams, typename TileFn>
 void ForEachOneRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
                        const TileFn& tile) {
-  const auto streams = [&](int64_t r0, int64_t stride, auto rows) {
-    tile(r0, stride, rows, std::true_type());
-  };
   if (activation_bytes <= ShortActivationBytes()) {
-    ForEachStreamGroup<kStreamSegments>(rb, re, streams);
+    ForEachStreamGroup<kStreamSegments>(rb, re, tile);
   } else {
-    ForEachStreamGroup<kLongStreams>(rb, re, streams);
+    ForEachStreamGroup<kLongStreams>(rb, re, tile);
   }
 }
 

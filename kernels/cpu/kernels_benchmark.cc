@@ -12,7 +12,6 @@
 // thread pool starts (TuneWeightPrefetch); BM_WeightPrefetch reports both
 // ways.
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -218,23 +218,47 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One-row products from memory for kSeconds, each sample (64 MiB of weight
-// rows) between two samples of the read bandwidth (ReadRate over 64 MiB of
-// other memory): this VM's memory changes speed for seconds at a time, so a
-// product's ratio to the ceiling means something only against probes of
-// the same moment. Reports the median ratio of the samples to their
-// probes' mean, over all and over those whose probes were both in the top
-// quarter of the probes (the faster state), the probes' medians and the
-// sample counts. Args: weight type, rows (out), cols (in), activation
-// precision.
-void BM_MatMulBesideProbe(benchmark::State& state) {
-  constexpr double kSeconds = 20;
+// One-row products from memory at decode's shapes, in turns for kSeconds,
+// each sample (64 MiB of weight rows) between two samples of the read
+// bandwidth (ReadRate over 64 MiB of other memory): this VM's memory
+// changes speed for seconds at a time, so a product's ratio to the ceiling
+// means something only against probes of the same moment, and products
+// compared with each other only in the same mix of states. Reports, for
+// each case, the median ratio of its samples to their probes' mean
+// (`<case>_ratio`), of those whose probes were both in the top quarter of
+// the run's probes (`<case>_fast_ratio`, the faster state) and of those
+// whose probes were both in the bottom quarter (`<case>_slow_ratio`),
+// beside the probes' medians.
+void BM_OneRowBesideProbe(benchmark::State& state) {
+  constexpr double kSeconds = 120;
   constexpr int64_t kSampleBytes = int64_t{64} << 20;
   constexpr int64_t kProbeBytes = int64_t{1} << 30;
-  const auto type = static_cast<WeightType>(state.range(0));
-  const int64_t rows = state.range(1), cols = state.range(2);
-  const auto precision = static_cast<ActivationPrecision>(state.range(3));
-  const WeightCopies w = MakeCopies(type, rows, cols, int64_t{768} << 20);
+  struct Case {
+    WeightType type;
+    int64_t rows, cols;  // [out, in]
+    ActivationPrecision precision;
+    WeightCopies w;
+    size_t next = 0;
+    std::vector<double> rates;
+  };
+  // Rows of 2048 to 14336 columns: DeepSeek-V3's down and gate/up, the
+  // synthetic Mixtral's down, Mixtral-8x7B's down; gpt-oss's experts.
+  std::vector<Case> cases;
+  const auto add = [&](WeightType type, int64_t rows, int64_t cols,
+                       ActivationPrecision precision) {
+    cases.push_back({type, rows, cols, precision,
+                     MakeCopies(type, rows, cols, int64_t{512} << 20)});
+  };
+  for (int64_t cols : {2048, 3584, 7168, 14336})
+    add(WeightType::kBF16, 14680064 / cols, cols, ActivationPrecision::kF32);
+  for (ActivationPrecision p :
+       {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
+    add(WeightType::kFp8E4M3, 7168, 2048, p);
+    add(WeightType::kFp8E4M3, 2048, 7168, p);
+  }
+  add(WeightType::kInt8, 2048, 7168, ActivationPrecision::kF32);
+  add(WeightType::kInt4, 2048, 7168, ActivationPrecision::kF32);
+  add(WeightType::kMxfp4, 2880, 2880, ActivationPrecision::kF32);
   const HostMemory probe_memory = AllocateHostMemory(kProbeBytes);
   auto* const probe = reinterpret_cast<float*>(probe_memory.get());
   for (int64_t i = 0; i < kProbeBytes / 4; ++i)
@@ -246,71 +270,66 @@ void BM_MatMulBesideProbe(benchmark::State& state) {
     probe_offset = (probe_offset + kSampleBytes) % kProbeBytes;
     return rate;
   };
-  std::vector<float> x(cols, 0.5f), y(rows);
-  std::vector<double> probes, rates;
-  size_t next = 0;
+  std::vector<float> x(14336, 0.5f), y(14336);
+  // probes[i] precedes turn i's samples and probes[i + 1] follows them.
+  std::vector<std::vector<double>> turn_probes;
+  std::vector<double> probes;
   for (auto _ : state) {
-    probes.push_back(probe_sample());
     const auto end = std::chrono::steady_clock::now() +
                      std::chrono::duration<double>(kSeconds);
     while (std::chrono::steady_clock::now() < end) {
-      int64_t bytes = 0;
-      const auto start = std::chrono::steady_clock::now();
-      while (bytes < kSampleBytes) {
-        const MatMulJob job{x.data(), 1, w.matrices[next], y.data(), precision};
-        MatMulBatch({&job, 1}, &Pool());
-        bytes += MatrixBytes(w.matrices[next]);
-        next = (next + 1) % w.matrices.size();
+      std::vector<double> turn{probe_sample()};
+      for (Case& c : cases) {
+        int64_t bytes = 0;
+        const auto start = std::chrono::steady_clock::now();
+        while (bytes < kSampleBytes) {
+          const MatMulJob job{x.data(), 1, c.w.matrices[c.next], y.data(),
+                              c.precision};
+          MatMulBatch({&job, 1}, &Pool());
+          bytes += MatrixBytes(c.w.matrices[c.next]);
+          c.next = (c.next + 1) % c.w.matrices.size();
+        }
+        c.rates.push_back(bytes / std::chrono::duration<double>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+        turn.push_back(probe_sample());
       }
-      rates.push_back(bytes / std::chrono::duration<double>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count());
-      probes.push_back(probe_sample());
+      probes.insert(probes.end(), turn.begin(), turn.end());
+      turn_probes.push_back(std::move(turn));
     }
   }
   std::vector<double> sorted = probes;
   std::sort(sorted.begin(), sorted.end());
   const double fast = sorted[sorted.size() * 3 / 4];
-  std::vector<double> ratios, fast_ratios, fast_probes;
-  for (size_t i = 0; i < rates.size(); ++i) {
-    const double beside = (probes[i] + probes[i + 1]) / 2;
-    ratios.push_back(rates[i] / beside);
-    if (probes[i] >= fast && probes[i + 1] >= fast) {
-      fast_ratios.push_back(rates[i] / beside);
-      fast_probes.push_back(beside);
-    }
+  const double slow = sorted[sorted.size() / 4];
+  std::vector<double> fast_probes, slow_probes;
+  for (double p : probes) {
+    if (p >= fast) fast_probes.push_back(p);
+    if (p <= slow) slow_probes.push_back(p);
   }
-  state.counters["weight_bytes_per_second"] = Median(rates);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    std::vector<double> ratios, fast_ratios, slow_ratios;
+    for (size_t t = 0; t < c.rates.size(); ++t) {
+      const double before = turn_probes[t][k], after = turn_probes[t][k + 1];
+      const double ratio = c.rates[t] / ((before + after) / 2);
+      ratios.push_back(ratio);
+      if (before >= fast && after >= fast) fast_ratios.push_back(ratio);
+      if (before <= slow && after <= slow) slow_ratios.push_back(ratio);
+    }
+    const std::string name =
+        absl::StrCat(WeightTypeName(c.type), "_", c.rows, "x", c.cols, "_",
+                     KernelPathName(ProductPath(c.type, 1, c.precision)));
+    state.counters[name + "_ratio"] = Median(ratios);
+    state.counters[name + "_fast_ratio"] = Median(fast_ratios);
+    state.counters[name + "_slow_ratio"] = Median(slow_ratios);
+  }
   state.counters["read_bytes_per_second"] = Median(probes);
-  state.counters["ratio"] = Median(ratios);
-  state.counters["samples"] = static_cast<double>(ratios.size());
   state.counters["fast_read_bytes_per_second"] = Median(fast_probes);
-  state.counters["fast_ratio"] = Median(fast_ratios);
-  state.counters["fast_samples"] = static_cast<double>(fast_ratios.size());
-  state.SetLabel(absl::StrCat(WeightTypeName(type), " ",
-                              KernelPathName(ProductPath(type, 1, precision))));
+  state.counters["slow_read_bytes_per_second"] = Median(slow_probes);
+  state.counters["turns"] = static_cast<double>(turn_probes.size());
 }
-BENCHMARK(BM_MatMulBesideProbe)
-    ->Apply([](auto* b) {
-      const auto f32 = static_cast<int64_t>(ActivationPrecision::kF32);
-      const auto bf16 = static_cast<int64_t>(ActivationPrecision::kBf16);
-      const auto type = [](WeightType t) { return static_cast<int64_t>(t); };
-      // Rows of 2048 to 14336 columns: DeepSeek-V3's down and gate/up,
-      // Mixtral-8x7B's down; gpt-oss's experts.
-      for (const auto& shape : {std::array<int64_t, 2>{7168, 2048},
-                                {3584, 4096},
-                                {2048, 7168},
-                                {1024, 14336}}) {
-        b->Args({type(WeightType::kBF16), shape[0], shape[1], f32});
-      }
-      for (int64_t precision : {f32, bf16}) {
-        b->Args({type(WeightType::kFp8E4M3), 7168, 2048, precision});
-        b->Args({type(WeightType::kFp8E4M3), 2048, 7168, precision});
-      }
-      for (WeightType t : {WeightType::kInt8, WeightType::kInt4})
-        b->Args({type(t), 2048, 7168, f32});
-      b->Args({type(WeightType::kMxfp4), 2880, 2880, f32});
-    }) -> Iterations(1) -> UseRealTime();
+BENCHMARK(BM_OneRowBesideProbe)->Iterations(1)->UseRealTime();
 
 // Each of `types` (all) at each shape with `ns` activation rows.
 void AddMatMulArgs(benchmark::internal::Benchmark* b,
