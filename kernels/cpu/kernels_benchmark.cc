@@ -249,8 +249,11 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
     cases.push_back({type, rows, cols, precision,
                      MakeCopies(type, rows, cols, int64_t{512} << 20)});
   };
+  // bf16 rows of every length in the same bytes: 7168 x 2048 weights.
+  constexpr int64_t kBf16Weights = int64_t{7168} * 2048;
   for (int64_t cols : {2048, 3584, 7168, 14336})
-    add(WeightType::kBF16, 14680064 / cols, cols, ActivationPrecision::kF32);
+    add(WeightType::kBF16, kBf16Weights / cols, cols,
+        ActivationPrecision::kF32);
   for (ActivationPrecision p :
        {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
     add(WeightType::kFp8E4M3, 7168, 2048, p);
@@ -271,7 +274,8 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
     return rate;
   };
   std::vector<float> x(14336, 0.5f), y(14336);
-  // probes[i] precedes turn i's samples and probes[i + 1] follows them.
+  // turn_probes[t][k] precedes case k's sample of turn t and
+  // turn_probes[t][k + 1] follows it.
   std::vector<std::vector<double>> turn_probes;
   std::vector<double> probes;
   for (auto _ : state) {
