@@ -20,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "base/statistics.h"
 #include "clients/cli/cli_util.h"
 #include "clients/cli/commands.h"
 #include "engine/runtime/engine.h"
@@ -42,11 +43,6 @@ ABSL_FLAG(int, bench_rounds, 4,
 
 namespace ringmoe::cli {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Per weight type: the weight prefetch its decode products use and the
 // read rates it was chosen by (zero where --weight_prefetch forced it).

@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/host_memory.h"
+#include "base/statistics.h"
 #include "base/thread_pool.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_features.h"
@@ -212,11 +213,6 @@ void MatMul(benchmark::State& state, int64_t total_bytes,
 }
 
 void BM_MatMul(benchmark::State& state) { MatMul(state, int64_t{768} << 20); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // One-row products from memory at decode's shapes, in turns for kSeconds,
 // each sample (64 MiB of weight rows) between two samples of the read

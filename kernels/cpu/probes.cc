@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/host_memory.h"
+#include "base/statistics.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matrix.h"
@@ -15,11 +16,6 @@
 
 namespace ringmoe::kernels {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -54,22 +50,30 @@ struct ReadLoop {
   int streams;
 };
 
-// Bytes per second at which the threads read the n floats at data, each its
-// slice of ceil(n / threads), as `read` says.
-double TimedRead(ThreadPool* pool, const float* data, int64_t n,
-                 ReadLoop read) {
+// fn(begin, count) on each thread of the pool for its slice of [0, n):
+// ceil(n / threads) elements, the last slices shorter or empty (skipped).
+template <typename Fn>
+void ForEachSlice(ThreadPool* pool, int64_t n, const Fn& fn) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t slice = (n + threads - 1) / threads;
-  const auto start = std::chrono::steady_clock::now();
   ParallelFor(pool, threads, [&](int64_t t) {
     const int64_t begin = t * slice, end = std::min(n, begin + slice);
-    if (begin >= end) return;
+    if (begin < end) fn(begin, end - begin);
+  });
+}
+
+// Bytes per second at which the threads read the n floats at data, each its
+// ForEachSlice slice, as `read` says.
+double TimedRead(ThreadPool* pool, const float* data, int64_t n,
+                 ReadLoop read) {
+  const auto start = std::chrono::steady_clock::now();
+  ForEachSlice(pool, n, [&](int64_t begin, int64_t m) {
     const float* p = data + begin;
     float s = 0.f;
     if (UseAvx2()) {
-      s = avx2::Sum(p, end - begin, read.prefetch_bytes, read.streams);
+      s = avx2::Sum(p, m, read.prefetch_bytes, read.streams);
     } else {
-      for (int64_t i = 0; i < end - begin; ++i) s += p[i];
+      for (int64_t i = 0; i < m; ++i) s += p[i];
     }
     sink.store(s, std::memory_order_relaxed);
   });
@@ -83,7 +87,6 @@ double ReadRate(ThreadPool* pool, const float* data, int64_t n) {
 }
 
 double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t n = bytes / sizeof(float);
   const HostMemory memory = AllocateHostMemory(n * sizeof(float));
   if (memory == nullptr) return 0;
@@ -91,16 +94,9 @@ double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
   // Each thread touches (first-use) the slice it will read. Distinct values
   // in every page: pages of one repeated value can be merged by a host
   // (same-page merging) and then read from cache, inflating the ceiling.
-  const int64_t slice = (n + threads - 1) / threads;
-  auto slice_of = [&](int64_t t, auto fn) {
-    const int64_t begin = t * slice, end = std::min(n, begin + slice);
-    if (begin < end) fn(data + begin, begin, end - begin);
-  };
-  ParallelFor(pool, threads, [&](int64_t t) {
-    slice_of(t, [](float* p, int64_t first, int64_t m) {
-      for (int64_t i = 0; i < m; ++i)
-        p[i] = static_cast<float>((first + i) % 1000003);
-    });
+  ForEachSlice(pool, n, [&](int64_t first, int64_t m) {
+    for (int64_t i = 0; i < m; ++i)
+      data[first + i] = static_cast<float>((first + i) % 1000003);
   });
   // The ceiling is the fastest of three read loops, alternated so that all
   // see the same memory: one stream per thread left to the hardware
