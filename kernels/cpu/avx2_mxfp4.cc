@@ -327,19 +327,11 @@ void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
         });
     return;
   }
-  if (activation_bytes <= StreamActivationBytes()) {
-    ForEachStreamGroup(
-        row_begin, row_end, [&](int64_t r0, int64_t stride, auto group) {
-          Mxfp4Tile<L, decltype(group)::value, 1, kRowsAreStreams>(
-              rows, r0, stride, xq, y + r0, ldy);
-        });
-    return;
-  }
-  ForEachRowTile(
-      activation_bytes, row_begin, row_end, [&](int64_t r0, auto tile) {
-        Mxfp4Tile<L, decltype(tile)::value, 1, kLongRowPrefetchLines>(
-            rows, r0, 1, xq, y + r0, ldy);
-      });
+  ForEachOneRowTile(activation_bytes, row_begin, row_end,
+                    [&](int64_t r0, int64_t stride, auto group) {
+                      Mxfp4Tile<L, decltype(group)::value, 1, kRowsAreStreams>(
+                          rows, r0, stride, xq, y + r0, ldy);
+                    });
 }
 
 }  // namespace

@@ -300,8 +300,7 @@ void VisitLoader(const Matrix& w, Fn&& fn) {
 }
 
 // How many cache lines ahead of the loads the weight rows of a tile against
-// a few activation rows are prefetched (kLongRowPrefetchLines for one
-// activation row; see DirectRows).
+// a few activation rows are prefetched (see DirectRows).
 constexpr int kPrefetchLines = 8;
 
 // MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).

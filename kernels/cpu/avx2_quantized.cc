@@ -263,8 +263,8 @@ void NibbleTile(const NibbleRows& w, int64_t r0, int64_t stride,
   }
 }
 
-// Rows [rb, re) against n activation rows: one row as ForEachStreamGroup's
-// streams (or tiles of four, see ForEachRowTile); more in tiles of four
+// Rows [rb, re) against n activation rows: one row as ForEachOneRowTile's
+// streams; more in tiles of four
 // weight rows, each against the activation rows three at a time, so the
 // weights are read from memory once whatever n is.
 template <int G>
@@ -275,18 +275,11 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
   if (alone) {
     const int64_t activation_bytes =
         ldx * static_cast<int64_t>(sizeof(Int8Chunk));
-    if (activation_bytes <= StreamActivationBytes()) {
-      ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
-        NibbleTile<G, decltype(rows)::value, 1, kRowsAreStreams>(
-            w, r0, stride, x, ldx, four, y + r0, ldy);
-      });
-      return;
-    }
-    ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
-      constexpr int R = decltype(rows)::value;
-      NibbleTile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, ldx, four, y + r0,
-                                                 ldy);
-    });
+    ForEachOneRowTile<kStreamSegments>(
+        activation_bytes, rb, re, [&](int64_t r0, int64_t stride, auto rows) {
+          NibbleTile<G, decltype(rows)::value, 1, kRowsAreStreams>(
+              w, r0, stride, x, ldx, four, y + r0, ldy);
+        });
     return;
   }
   // Tiles of three activation rows and two (four left go as two and two),
@@ -516,17 +509,11 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
   if (alone) {
     const int64_t activation_bytes =
         x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t));
-    if (activation_bytes <= StreamActivationBytes()) {
-      ForEachStreamGroup(rb, re, [&](int64_t r0, int64_t stride, auto rows) {
-        Int8Tile<G, decltype(rows)::value, 1, kRowsAreStreams>(w, r0, stride, x,
-                                                               y + r0, ldy);
-      });
-      return;
-    }
-    ForEachRowTile(activation_bytes, rb, re, [&](int64_t r0, auto rows) {
-      constexpr int R = decltype(rows)::value;
-      Int8Tile<G, R, 1, kLongRowPrefetchLines>(w, r0, 1, x, y + r0, ldy);
-    });
+    ForEachOneRowTile(activation_bytes, rb, re,
+                      [&](int64_t r0, int64_t stride, auto rows) {
+                        Int8Tile<G, decltype(rows)::value, 1, kRowsAreStreams>(
+                            w, r0, stride, x, y + r0, ldy);
+                      });
     return;
   }
   const auto tile = [&](int64_t r, auto rows) {

@@ -37,41 +37,19 @@ T* Scratch(ScratchSlot slot, int64_t count) {
       ThreadScratch(slot, count * static_cast<int64_t>(sizeof(T))));
 }
 
-// One activation row against the rows of a weight matrix: when the row
-// (as the kernel reads it: float32, int16 or int8 chunks) is at most
-// StreamActivationBytes(), two thirds of the L1 data cache, it stays in L1
-// while the weight rows stream past one after another (with a 48 KiB L1,
-// streams beat tiles by 10-15% up to 28 KiB of activations). Longer, it
-// would be read again from L2 for every weight row, so the kernels take
-// rows four at a time and prefetch their four streams kLongRowPrefetchLines
-// cache lines ahead.
-inline int64_t StreamActivationBytes() { return L1DataCacheBytes() * 2 / 3; }
-
-// Rows [rb, re) against one activation row of `activation_bytes`: one after
-// another while it fits StreamActivationBytes(), in fours beyond (the last
-// rows one at a time). `tile(r0, std::integral_constant<int, R>())`
-// computes rows r0..r0 + R - 1.
-template <typename TileFn>
-void ForEachRowTile(int64_t activation_bytes, int64_t rb, int64_t re,
-                    const TileFn& tile) {
-  int64_t r = rb;
-  if (activation_bytes > StreamActivationBytes()) {
-    for (; r + 4 <= re; r += 4) tile(r, std::integral_constant<int, 4>());
-  }
-  for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
-}
+// How many cache lines ahead of its loads a tile prefetches each of its
+// weight rows where it reads a row's lines far apart in time (GroupTile's
+// rows of 8, the AVX-512 mxfp4 tiles against several activation rows).
 constexpr int kLongRowPrefetchLines = 32;
 
-// One activation row against rows [rb, re) that fit StreamActivationBytes():
-// consecutive rows are adjacent in memory, so the range is one sequential
-// stream. It is read as kStreamSegments streams at once (its thirds, a row
-// of each at a time): a core keeps more of memory's latency covered across
-// several streams than its prefetchers do in one (docs/PERFORMANCE.md,
-// "Three streams per core"), and three rows' accumulators fit the 16 AVX2
-// registers.
-// `group(r0, stride, std::integral_constant<int, S>())` computes rows
-// r0 + s * stride, s < S, each exactly as it would alone: the grouping never
-// moves a result.
+// One activation row against rows [rb, re): consecutive rows are adjacent
+// in memory, so the range is one sequential stream. It is read as
+// kStreamSegments streams at once (its thirds, a row of each at a time): a core
+// keeps more of memory's latency covered across several streams than its
+// prefetchers do in one (docs/PERFORMANCE.md, "Three streams per core"), and
+// three rows' accumulators fit the 16 AVX2 registers. `group(r0, stride,
+// std::integral_constant<int, S>())` computes rows r0 + s * stride, s < S, each
+// exactly as it would alone: the grouping never moves a result.
 constexpr int kStreamSegments = 3;
 // A tile's kAhead when its rows are ForEachStreamGroup's streams.
 constexpr int kRowsAreStreams = -1;

@@ -255,8 +255,10 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
     add(WeightType::kFp8E4M3, 7168, 2048, p);
     add(WeightType::kFp8E4M3, 2048, 7168, p);
   }
-  add(WeightType::kInt8, 2048, 7168, ActivationPrecision::kF32);
-  add(WeightType::kInt4, 2048, 7168, ActivationPrecision::kF32);
+  for (WeightType type : {WeightType::kInt8, WeightType::kInt4}) {
+    add(type, 2048, 7168, ActivationPrecision::kF32);
+    add(type, 4096, 14336, ActivationPrecision::kF32);
+  }
   add(WeightType::kMxfp4, 2880, 2880, ActivationPrecision::kF32);
   const HostMemory probe_memory = AllocateHostMemory(kProbeBytes);
   auto* const probe = reinterpret_cast<float*>(probe_memory.get());

@@ -7,18 +7,24 @@
 #   M      the synthetic Mixtral's safetensors directory
 #   G      GGUF prefix: $G-bf16.gguf, $G-Q8_0.gguf, $G-Q4_0.gguf
 #   O      output directory; ROUNDS (default 3); FORMATS (default all three)
+#   ACTIVATIONS=matched  ringmoe's activations at llama.cpp's precision
+#          (bf16 for bf16, one int8 level for Q8_0 and Q4_0) rather than
+#          float32
 set -u
 : "${RING:?}" "${LLAMA:?}" "${M:?}" "${G:?}" "${O:?}"
 mkdir -p "$O"
 declare -A GGUF=([bf16]=bf16 [int8]=Q8_0 [int4]=Q4_0)
 declare -A QUANT=([bf16]="" [int8]="--weight_dtype int8 --quantize_attention --quantize_lm_head"
                   [int4]="--weight_dtype int4 --quantize_attention --quantize_lm_head")
+declare -A MATCHED=([bf16]="--activation_precision=bf16" [int8]="--activation_precision=int8"
+                    [int4]="--activation_precision=int8")
 spin() { bash -c 'while :; do :; done' & SPIN=$!; }
 unspin() { kill "$SPIN"; wait "$SPIN" 2>/dev/null; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for f in ${FORMATS:-bf16 int8 int4}; do
     g="$G-${GGUF[$f]}.gguf"
-    ring() { "$RING" bench --model "$M" ${QUANT[$f]} --threads 2 "$@" 2>/dev/null; }
+    act=""; [ "${ACTIVATIONS:-}" = matched ] && act=${MATCHED[$f]}
+    ring() { "$RING" bench --model "$M" ${QUANT[$f]} $act --threads 2 "$@" 2>/dev/null; }
     for c in 0 1; do
       [ "$c" = 1 ] && spin
       ring --prompt_tokens 512 --gen_tokens 4 --bench_rounds 1 > "$O/r$r-ring-pp512-$f-c$c.json"
