@@ -44,6 +44,21 @@ void ThreadPool::RunTasks() {
   }
 }
 
+bool ThreadPool::Join(uint64_t generation) {
+  uint64_t admission = admission_.load(std::memory_order_acquire);
+  while (true) {
+    if (admission >> kGenerationShift != generation ||
+        (admission & kClosed) != 0) {
+      return false;
+    }
+    // Acquire: fn_, n_ and next_ were written before the admission opened.
+    if (admission_.compare_exchange_weak(admission, admission + 1,
+                                         std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
 void ThreadPool::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
   if (workers_.empty() || n <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
@@ -52,21 +67,25 @@ void ThreadPool::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
   fn_ = &fn;
   n_ = n;
   next_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(static_cast<int>(workers_.size()),
-                      std::memory_order_relaxed);
+  finished_workers_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  admission_.store(generation << kGenerationShift, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
   }
   wake_.notify_all();
   RunTasks();
-  // Workers may still be inside fn (or about to read fn_): wait for all,
-  // yielding the core after a short spin. A worker that is late has
-  // usually lost its core to another process; spinning on would hold the
-  // core it could otherwise run on, and sleeping costs a wake-up per loop.
+  // No index is left: workers that have not joined yet never will, and
+  // those that joined may still be inside fn. Wait for those, yielding the
+  // core after a short spin. A worker that is late has usually lost its
+  // core to another process; spinning on would hold the core it could
+  // otherwise run on, and sleeping costs a wake-up per loop.
+  const int joined = static_cast<int>(
+      admission_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask);
   const auto spin_until = std::chrono::steady_clock::now() + kFinishSpinTime;
   int polls = 0;
-  while (busy_workers_.load(std::memory_order_acquire) != 0) {
+  while (finished_workers_.load(std::memory_order_acquire) != joined) {
     if (polls < 64 || std::chrono::steady_clock::now() < spin_until) {
       ++polls;
       CpuRelax();
@@ -92,8 +111,10 @@ void ThreadPool::WorkerLoop() {
       }
     }
     seen = generation_.load(std::memory_order_acquire);
-    RunTasks();
-    busy_workers_.fetch_sub(1, std::memory_order_release);
+    if (Join(seen)) {
+      RunTasks();
+      finished_workers_.fetch_add(1, std::memory_order_release);
+    }
   }
 }
 

@@ -30,13 +30,19 @@ class ThreadPool {
 
   // Calls fn(i) once for every i in [0, n), on the workers and the calling
   // thread, and returns when all calls have returned. Indices are claimed
-  // one at a time, so uneven tasks balance themselves. Not reentrant: fn
-  // must not call ParallelFor on the same pool.
+  // one at a time, so uneven tasks balance themselves. A worker that has
+  // not joined the loop by the time the calling thread finds no index left
+  // is shut out of it, so a worker that lost its core to another process
+  // delays only loops it is inside. Not reentrant: fn must not call
+  // ParallelFor on the same pool.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
 
  private:
   void WorkerLoop();
   void RunTasks();
+  // Whether a worker joined loop `generation`: false once the calling
+  // thread has closed it (or started a later one).
+  bool Join(uint64_t generation);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -48,7 +54,15 @@ class ThreadPool {
   const absl::FunctionRef<void(int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
-  std::atomic<int> busy_workers_{0};
+  // The loop workers may join: its generation << kGenerationShift, kClosed
+  // once the calling thread has run out of indices, and in the low bits
+  // the number of workers that joined (Join).
+  static constexpr int kGenerationShift = 16;
+  static constexpr uint64_t kClosed = uint64_t{1} << 15;
+  static constexpr uint64_t kJoinedMask = kClosed - 1;
+  std::atomic<uint64_t> admission_{0};
+  // Workers that joined the current loop and have left it.
+  std::atomic<int> finished_workers_{0};
 };
 
 // Calls fn(i) for i in [0, n) on `pool`, or inline when `pool` is null.

@@ -148,8 +148,8 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
                 a.min_greedy_agreement, kGreedyTokens);
     if (c.precision == kernels::ActivationPrecision::kInt8 && c.type) {
       // int8 experts whose one-row products (decode) take one int8 level
-      // on AVX-512 (Q8_0 × Q8_0): int8 weights' error and about as much
-      // again, measured (docs/PERFORMANCE.md) and held loosely.
+      // on AVX2 and AVX-512 (Q8_0 × Q8_0): int8 weights' error and about
+      // as much again, measured (docs/PERFORMANCE.md) and held loosely.
       EXPECT_LE(a.median_relative_error, 3e-2) << c.name;
     } else if (c.precision == kernels::ActivationPrecision::kInt8) {
       // One int8 level for mxfp4 products (gpt_oss's experts) costs less

@@ -481,7 +481,7 @@ void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
                       int64_t row_begin, int64_t row_end, float* y, bool alone,
-                      int mxfp4_levels) {
+                      int activation_levels) {
   const int64_t cols = w.cols;
   switch (w.type) {
     case WeightType::kF32:
@@ -496,14 +496,15 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
           F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n, cols,
           row_begin, row_end, y, w.rows, alone);
     case WeightType::kInt8:
-      return MatMulRowsInt8(x, n, w, row_begin, row_end, y, alone);
+      return MatMulRowsInt8(x, n, w, row_begin, row_end, y, alone,
+                            activation_levels == 1);
     case WeightType::kInt4:
       return MatMulRowsInt4(x, n, w, row_begin, row_end, y, alone);
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y, alone);
     case WeightType::kMxfp4:
       return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y, alone,
-                             mxfp4_levels);
+                             activation_levels);
   }
 }
 

@@ -6,11 +6,10 @@
 // in register tiles of R weight rows × N activation rows. Up to three
 // activation rows, weights are widened in registers as they are read
 // (decode: bound by memory bandwidth; with one activation row, one weight
-// row after another, so the matrix is read as one sequential stream, or four
-// at a time when the activations outgrow L1: see DirectRows), except int8
-// and int4, whose products run on quantized activations (see Int8Rows and
-// Int8Chunk), and mxfp4 against up to three rows (three int8 levels of
-// activations, Mxfp4Span). With more rows, a panel of four weight rows is
+// row after another, so the matrix is read as sequential streams: see
+// ForEachOneRowTile), except int8 and int4, whose products run on quantized
+// activations (see Int8Rows and Int8Chunk), and mxfp4 against up to three
+// rows (three int8 levels of activations, Mxfp4Span). With more rows, a panel of four weight rows is
 // widened to float32 once into a small buffer and reused for every activation
 // row (prefill: bound by FMA throughput).
 #ifndef RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
@@ -303,9 +302,12 @@ void VisitLoader(const Matrix& w, Fn&& fn) {
 // a few activation rows are prefetched (see DirectRows).
 constexpr int kPrefetchLines = 8;
 
-// MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc).
+// MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc), on
+// activations quantized to int16, or to one int8 level per block of 32
+// where `one_level` and `alone`.
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y, bool alone);
+                    int64_t row_begin, int64_t row_end, float* y, bool alone,
+                    bool one_level);
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, bool alone);

@@ -337,9 +337,11 @@ void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
 // to int16 instead (blocks of 32 columns, scale = max|x| / 32767, round to
 // nearest even) and each block's 32 products are summed exactly in integers
 // (vpmovsxbw, vpmaddwd), leaving one convert and one float multiply-add per
-// 32 weights. int8 activations (as int4 uses) would be cheaper still, but
-// their 0.4% error flips near-tied greedy tokens (docs/PERFORMANCE.md);
-// int16's is 256 times smaller.
+// 32 weights. int8 activations (as int4 uses) are cheaper still, but their
+// 0.4% error flips near-tied greedy tokens (docs/PERFORMANCE.md); int16's
+// is 256 times smaller. They are taken only where the caller allows them
+// (ActivationPrecision::kInt8: Q8_0 × Q8_0, llama.cpp's precision) and
+// against one activation row, as on AVX-512.
 struct Int8Rows {
   const int8_t* p;
   int64_t row_bytes;
@@ -347,42 +349,70 @@ struct Int8Rows {
   int64_t groups;          // per row
 };
 
-// Activation rows quantized for Int8Tile: `blocks` blocks of 32 per row.
-struct Int16Activations {
-  const int16_t* q;    // [n, blocks * 32]
+// Activation rows quantized for Int8Tile, as int16 or int8 (T): `blocks`
+// blocks of 32 per row in column order.
+template <typename T>
+struct BlockActivations {
+  const T* q;          // [n, blocks * 32]
   const float* scale;  // [n, blocks]
   int64_t blocks;
 };
 
 // Quantizes one block of 32 activations (`count` <= 32 real ones, the rest
-// zero) to int16 in column order into out[32]; returns the block scale.
-float QuantizeBlock16(const float* x, int64_t count, int16_t* out) {
+// zero) to T (int16 or int8) in column order into out[32], scale max|x| /
+// 32767 or 127, rounded to nearest even; returns the block scale.
+template <typename T>
+float QuantizeBlockInOrder(const float* x, int64_t count, T* out) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2);
+  constexpr float kLargest = sizeof(T) == 2 ? 32767.f : 127.f;
   __m256 v[4];
   const float max_abs = LoadBlock32(x, count, v);
-  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? 32767.f / max_abs : 0.f);
-  for (int j = 0; j < 4; j += 2) {
-    // vpackssdw interleaves 128-bit lanes; the permute restores the order.
-    const __m256i packed =
-        _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[j], inv)),
-                           _mm256_cvtps_epi32(_mm256_mul_ps(v[j + 1], inv)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * j),
-                        _mm256_permute4x64_epi64(packed, 0xd8));
+  const __m256 inv = _mm256_set1_ps(max_abs > 0 ? kLargest / max_abs : 0.f);
+  __m256i words[2];
+  for (int j = 0; j < 2; ++j) {
+    // Within each 128-bit lane: four columns of v[2j], then four of
+    // v[2j + 1].
+    words[j] = _mm256_packs_epi32(
+        _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j], inv)),
+        _mm256_cvtps_epi32(_mm256_mul_ps(v[2 * j + 1], inv)));
   }
-  return max_abs / 32767.f;
+  if constexpr (sizeof(T) == 2) {
+    for (int j = 0; j < 2; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * j),
+                          _mm256_permute4x64_epi64(words[j], 0xd8));
+    }
+  } else {
+    // Its 32-bit lanes hold columns 0-3, 8-11, 16-19, 24-27, 4-7, 12-15,
+    // 20-23 and 28-31.
+    const __m256i bytes = _mm256_packs_epi16(words[0], words[1]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                        _mm256_permutevar8x32_epi32(
+                            bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  return max_abs / kLargest;
+}
+
+// Quantizes n rows of `cols` activations as QuantizeBlockInOrder<T>:
+// q[n, blocks * 32] with the padding of the last block zero, scale[n,
+// blocks], blocks = ceil(cols / 32).
+template <typename T>
+void QuantizeActivationsInOrder(const float* x, int64_t n, int64_t cols, T* q,
+                                float* scale) {
+  const int64_t blocks = (cols + 31) / 32;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      scale[j * blocks + b] = QuantizeBlockInOrder(
+          x + j * cols + 32 * b, Min<int64_t>(cols - 32 * b, 32),
+          q + (j * blocks + b) * 32);
+    }
+  }
 }
 
 }  // namespace
 
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
                               int16_t* q, float* scale) {
-  const int64_t blocks = (cols + 31) / 32;
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      scale[j * blocks + b] = QuantizeBlock16(x + j * cols + 32 * b,
-                                              Min<int64_t>(cols - 32 * b, 32),
-                                              q + (j * blocks + b) * 32);
-    }
-  }
+  QuantizeActivationsInOrder(x, n, cols, q, scale);
 }
 
 namespace {
@@ -398,6 +428,17 @@ inline __m256i Int8BlockDot(const int8_t* w, const int16_t* x) {
           lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
       _mm256_madd_epi16(
           hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
+}
+
+// The same against one int8 level: |w| (unsigned; 128 for -128) meets x
+// with w's sign, so a pair of products sums to at most 2 · 128 · 127 in
+// int16 (x is never -128).
+inline __m256i Int8BlockDot(const int8_t* w, const int8_t* x) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm256_madd_epi16(
+      _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)),
+      _mm256_set1_epi16(1));
 }
 
 // The f16 weight scales of activation blocks b .. b + 7 (of 32 columns)
@@ -416,11 +457,11 @@ inline __m256 EightBlockScales(const uint16_t* row_scales, int64_t b) {
   }
 }
 
-// As NibbleTile, for int8 weights: weight groups of G columns span G / 32
-// activation blocks.
-template <int G, int R, int N, int kAhead = kPrefetchLines>
+// As NibbleTile, for int8 weights against int16 or int8 activations (T):
+// weight groups of G columns span G / 32 activation blocks.
+template <int G, int R, int N, int kAhead = kPrefetchLines, typename T>
 void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
-              const Int16Activations& x, float* y, int64_t ldy) {
+              const BlockActivations<T>& x, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   constexpr int kBlocksPerGroup = G / 32;
   const WeightPrefetcher prefetch(WeightType::kInt8);
@@ -501,14 +542,14 @@ void Int8Tile(const Int8Rows& w, int64_t r0, int64_t stride,
   }
 }
 
-// As NibbleRowRange, for int8 weights.
-template <int G>
+// As NibbleRowRange, for int8 weights (against int8 activations alone).
+template <int G, typename T>
 void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
-                  const Int16Activations& x, int64_t n, float* y, int64_t ldy,
-                  bool alone) {
+                  const BlockActivations<T>& x, int64_t n, float* y,
+                  int64_t ldy, bool alone) {
   if (alone) {
     const int64_t activation_bytes =
-        x.blocks * 32 * static_cast<int64_t>(sizeof(int16_t));
+        x.blocks * 32 * static_cast<int64_t>(sizeof(T));
     ForEachOneRowTile(activation_bytes, rb, re,
                       [&](int64_t r0, int64_t stride, auto rows) {
                         Int8Tile<G, decltype(rows)::value, 1, kRowsAreStreams>(
@@ -519,8 +560,8 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
   const auto tile = [&](int64_t r, auto rows) {
     constexpr int R = decltype(rows)::value;
     for (int64_t j = 0; j < n; j += 3) {
-      const Int16Activations xj{x.q + j * x.blocks * 32, x.scale + j * x.blocks,
-                                x.blocks};
+      const BlockActivations<T> xj{x.q + j * x.blocks * 32,
+                                   x.scale + j * x.blocks, x.blocks};
       float* yj = y + j * ldy + r;
       switch (Min<int64_t>(3, n - j)) {
         case 1:
@@ -540,35 +581,45 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Activation rows against int8 weights, through QuantizeBlock16.
+// Activation rows against int8 weights, quantized to int16, or to one int8
+// level where `one_level` and x's one row is the whole batch.
 template <int G>
 void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
-                    int64_t rb, int64_t re, float* y, int64_t ldy, bool alone) {
+                    int64_t rb, int64_t re, float* y, int64_t ldy, bool alone,
+                    bool one_level) {
   // Only blocks holding real columns: with groups of 64 a row may end in a
   // block of padding, whose zero weights need not be read.
   const int64_t blocks = (cols + 31) / 32;
+  float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
+  if (alone && one_level) {
+    int8_t* q = Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32);
+    QuantizeActivationsInOrder(x, 1, cols, q, scale);
+    return Int8RowRange<G>(w, rb, re,
+                           BlockActivations<int8_t>{q, scale, blocks}, 1, y,
+                           ldy, alone);
+  }
   int16_t* q =
       Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
-  float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
   QuantizeActivationsInt16(x, n, cols, q, scale);
-  Int8RowRange<G>(w, rb, re, Int16Activations{q, scale, blocks}, n, y, ldy,
-                  alone);
+  Int8RowRange<G>(w, rb, re, BlockActivations<int16_t>{q, scale, blocks}, n, y,
+                  ldy, alone);
 }
 
 }  // namespace
 
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y, bool alone) {
+                    int64_t row_begin, int64_t row_end, float* y, bool alone,
+                    bool one_level) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
   const Int8Rows rows{static_cast<const int8_t*>(w.data), groups * w.group_size,
                       w.scales, groups};
   if (w.group_size == 64) {
     return Int8DirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows,
-                              alone);
+                              alone, one_level);
   }
   return Int8DirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows,
-                            alone);
+                            alone, one_level);
 }
 
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,

@@ -110,14 +110,15 @@ Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
 // weight read once from memory and widened in registers (int8, int4 and
 // mxfp4: multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes; mxfp4's in `mxfp4_levels` levels, 1 or
-// kMxfp4Levels): for few activation rows. `alone`: x's one
-// row is the whole batch, read against the weights as streams; otherwise
-// every row, one or several, goes in tiles, so each row's sum is formed
-// alike whatever n is.
+// MatMulTransposed describes; mxfp4's in `activation_levels` levels, 1 or
+// kMxfp4Levels, and int8's, where x's one row is alone, as one int8 level
+// per block of 32 when that is 1, else as int16): for few activation rows.
+// `alone`: x's one row is the whole batch, read against the weights as
+// streams; otherwise every row, one or several, goes in tiles, so each
+// row's sum is formed alike whatever n is.
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
                       int64_t row_begin, int64_t row_end, float* y, bool alone,
-                      int mxfp4_levels = kMxfp4Levels);
+                      int activation_levels = kMxfp4Levels);
 // The same blocked for the caches, on float32 activations: for many
 // activation rows of f32, bf16, f16, int8 and mxfp4 weights (int4 goes
 // direct).
@@ -182,8 +183,8 @@ namespace avx512 {
 // the same; only the order of the float sums differs. activation_levels
 // (ActivationPrecision::kInt8 sets 1): mxfp4's activations in that many
 // int8 levels, 1 or kMxfp4Levels; int8's as one int8 level per block of 32
-// when 1 (Q8_0 × Q8_0: here only, where VNNI makes it one vpdpbusd per 64
-// weights instead of two), else as int16.
+// when 1 (Q8_0 × Q8_0: one vpdpbusd per 64 weights instead of two), else as
+// int16.
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                int64_t row_end, float* y, int activation_levels);
 

@@ -259,6 +259,9 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
     add(type, 2048, 7168, ActivationPrecision::kF32);
     add(type, 4096, 14336, ActivationPrecision::kF32);
   }
+  // int8 against one int8 activation level (Q8_0 × Q8_0).
+  add(WeightType::kInt8, 2048, 7168, ActivationPrecision::kInt8);
+  add(WeightType::kInt8, 4096, 14336, ActivationPrecision::kInt8);
   add(WeightType::kMxfp4, 2880, 2880, ActivationPrecision::kF32);
   const HostMemory probe_memory = AllocateHostMemory(kProbeBytes);
   auto* const probe = reinterpret_cast<float*>(probe_memory.get());
@@ -319,9 +322,13 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
       if (before >= fast && after >= fast) fast_ratios.push_back(ratio);
       if (before <= slow && after <= slow) slow_ratios.push_back(ratio);
     }
-    const std::string name =
+    std::string name =
         absl::StrCat(WeightTypeName(c.type), "_", c.rows, "x", c.cols, "_",
                      KernelPathName(ProductPath(c.type, 1, c.precision)));
+    if (c.precision != ActivationPrecision::kF32) {
+      absl::StrAppend(&name, "_", ActivationPrecisionName(c.precision),
+                      "_activations");
+    }
     state.counters[name + "_ratio"] = Median(ratios);
     state.counters[name + "_fast_ratio"] = Median(fast_ratios);
     state.counters[name + "_slow_ratio"] = Median(slow_ratios);

@@ -48,8 +48,9 @@ enum class ActivationPrecision {
   // MXFP4 against Q8_0 activations: about a third of the integer work, for
   // an error of up to s / 2 per activation (2^-8 of its block's largest)
   // instead of s / 2^17. Products of int8 weights against one activation
-  // row on the AVX-512 path likewise take one int8 level instead of int16
-  // (Q8_0 × Q8_0): one vpdpbusd per 64 weights instead of two.
+  // row (the AVX2 and AVX-512 paths) likewise take one int8 level instead
+  // of int16 (Q8_0 × Q8_0): on AVX-512 one vpdpbusd per 64 weights instead
+  // of two, on AVX2 one vpmaddubsw per 32 instead of two vpmaddwd.
   kInt8,
 };
 

@@ -1073,10 +1073,10 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
   }
 }
 
-// int8 weights under kInt8: one activation row on the AVX-512 path meets
-// one int8 level per block (Q8_0 × Q8_0); every other product, and every
-// other path, the int16 activations of kF32.
-TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRowOnAvx512) {
+// int8 weights under kInt8: one activation row on the AVX2 and AVX-512
+// paths meets one int8 level per block (Q8_0 × Q8_0); every other product,
+// and the scalar path, the int16 activations of kF32 (or its float32 ones).
+TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRow) {
   std::mt19937 rng(61);
   ThreadPool pool(3);
   const int64_t shapes[][3] = {{1, 1, 1},     {1, 7, 33},    {1, 13, 64},
@@ -1092,8 +1092,10 @@ TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRowOnAvx512) {
       const MatMulJob job{x.data(), n, m.w, y.data(),
                           ActivationPrecision::kInt8};
       MatMulBatch({&job, 1}, &pool);
-      const bool one_level = n == 1 && ProductPath(job) == KernelPath::kAvx512;
-      EXPECT_EQ(one_level, n == 1 && UseAvx512());
+      const KernelPath path = ProductPath(job);
+      const bool one_level = n == 1 && (path == KernelPath::kAvx2 ||
+                                        path == KernelPath::kAvx512);
+      EXPECT_EQ(one_level, n == 1 && UseAvx2());
       EXPECT_LE(
           RelativeError(
               y, one_level ? ReferenceProduct(
