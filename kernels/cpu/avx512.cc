@@ -73,39 +73,63 @@ inline __m512i BlockOfLane(int j) {
       _mm512_set1_epi32(kBlocks * j));
 }
 
-// The one-row loop of the integer tiles (Int8Tile, NibbleTile): rows
+// The loop of the integer tiles (Int8Tile, NibbleTile): weight rows
 // r0 + i * stride (i < R), `row` the first and `row_step` bytes apart, of
 // `blocks` blocks of kBlockBytes weight bytes (64 / kBlockBytes blocks per
-// 64-byte vector), 16 blocks at a time. `scales(i, b0, count)` is row i's
-// SixteenBlockScales for blocks b0..b0 + count - 1; `dot(wv, v, scale,
-// acc)` adds the products of weight vector v (its bytes wv, its lanes'
-// scales `scale`) to acc. Whole spans go unrolled into two accumulators
-// per row; the row's last blocks, masked, into the first (an index known
-// only at run time would keep the accumulators in memory). y[i * y_step]
-// = row i's sum.
-template <int kBlockBytes, int R, typename ScalesFn, typename DotFn>
-void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
-                 WeightType type, const ScalesFn& scales, const DotFn& dot,
-                 float* y, int64_t y_step) {
+// 64-byte vector), 16 blocks at a time, against N activation rows.
+// `scales(i, a, b0, count)` is row i's SixteenBlockScales for blocks
+// b0..b0 + count - 1 against activation row a; `widen(wv)` prepares the
+// bytes wv of a weight vector once for all N, and `dot(widened, v, a,
+// scale, acc)` adds its products with activation row a's vector v (its
+// lanes' scales `scale`) to acc. Whole spans go unrolled into two
+// accumulators per weight row and activation row; the row's last blocks,
+// masked, into the first (an index known only at run time would keep the
+// accumulators in memory): each sum is formed alike whatever R and N.
+// y[a * ldy + i * y_step] = the sum of weight row i and activation row a.
+// Against one activation row the weight rows are ForEachOneRowTile's
+// streams, prefetched as WeightPrefetcher::Stream says; against more, one
+// row at a time (blocks of rows kept in L2, see ForEachRowBlockAndGroup),
+// prefetched kLongRowPrefetchLines ahead.
+template <int kBlockBytes, int R, int N, typename ScalesFn, typename WidenFn,
+          typename DotFn>
+void RowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
+              WeightType type, const ScalesFn& scales, const WidenFn& widen,
+              const DotFn& dot, float* y, int64_t y_step, int64_t ldy) {
   constexpr int kBlocks = 64 / kBlockBytes;
   const WeightPrefetcher prefetch(type);
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  __m512 acc[R][N][2];
+  for (int i = 0; i < R; ++i) {
+    for (int a = 0; a < N; ++a)
+      acc[i][a][0] = acc[i][a][1] = _mm512_setzero_ps();
+  }
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
     const int count = static_cast<int>(Min<int64_t>(16, blocks - b0));
-    __m512 combined[R];
-    for (int i = 0; i < R; ++i) combined[i] = scales(i, b0, count);
+    __m512 combined[R][N];
+    for (int i = 0; i < R; ++i) {
+      for (int a = 0; a < N; ++a) combined[i][a] = scales(i, a, b0, count);
+    }
     const uint8_t* at = row + kBlockBytes * b0;
     const int64_t v0 = b0 / kBlocks;
     if (count == 16) {
       RINGMOE_UNROLL
       for (int j = 0; j < 16 / kBlocks; ++j) {
-        PrefetchStreams<R>(prefetch, at + 64 * j, row_step, 0);
+        if (N == 1) {
+          PrefetchStreams<R>(prefetch, at + 64 * j, row_step, 0);
+        } else {
+          for (int i = 0; i < R; ++i) {
+            prefetch.TileRow<N>(at + i * row_step +
+                                64 * (j + kLongRowPrefetchLines));
+          }
+        }
         const __m512i lanes = BlockOfLane<kBlocks>(j);
         for (int i = 0; i < R; ++i) {
-          acc[i][j % 2] =
-              dot(_mm512_loadu_si512(at + i * row_step + 64 * j), v0 + j,
-                  _mm512_permutexvar_ps(lanes, combined[i]), acc[i][j % 2]);
+          const auto widened =
+              widen(_mm512_loadu_si512(at + i * row_step + 64 * j));
+          for (int a = 0; a < N; ++a) {
+            acc[i][a][j % 2] = dot(widened, v0 + j, a,
+                                   _mm512_permutexvar_ps(lanes, combined[i][a]),
+                                   acc[i][a][j % 2]);
+          }
         }
       }
       continue;
@@ -116,14 +140,21 @@ void OneRowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
           (64 - kBlockBytes * Min(kBlocks, count - kBlocks * j)));
       const __m512i lanes = BlockOfLane<kBlocks>(j);
       for (int i = 0; i < R; ++i) {
-        acc[i][0] =
-            dot(_mm512_maskz_loadu_epi8(bytes, at + i * row_step + 64 * j),
-                v0 + j, _mm512_permutexvar_ps(lanes, combined[i]), acc[i][0]);
+        const auto widened =
+            widen(_mm512_maskz_loadu_epi8(bytes, at + i * row_step + 64 * j));
+        for (int a = 0; a < N; ++a) {
+          acc[i][a][0] =
+              dot(widened, v0 + j, a,
+                  _mm512_permutexvar_ps(lanes, combined[i][a]), acc[i][a][0]);
+        }
       }
     }
   }
   for (int i = 0; i < R; ++i) {
-    y[i * y_step] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+    for (int a = 0; a < N; ++a) {
+      y[a * ldy + i * y_step] =
+          _mm512_reduce_add_ps(_mm512_add_ps(acc[i][a][0], acc[i][a][1]));
+    }
   }
 }
 
@@ -227,14 +258,15 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
               int64_t blocks, int64_t r0, int64_t stride, float* y) {
   const uint16_t* ws = scales + r0 * groups;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  OneRowSpans<32, R>(
+  RowSpans<32, R, 1>(
       reinterpret_cast<const uint8_t*>(w + r0 * row_bytes), stride * row_bytes,
       blocks, WeightType::kInt8,
-      [&](int i, int64_t b0, int count) {
+      [&](int i, int, int64_t b0, int count) {
         return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
                                      x_scales);
       },
-      [&](__m512i wv, int64_t v, __m512 scale, __m512 acc) {
+      [](__m512i wv) { return wv; },
+      [&](__m512i wv, int64_t v, int, __m512 scale, __m512 acc) {
         __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start),
                                           _mm512_xor_si512(wv, bias),
                                           _mm512_load_si512(x[v].high));
@@ -244,7 +276,7 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
         }
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       },
-      y + r0, stride);
+      y + r0, stride, 0);
 }
 
 // fp8 products read 64 weights per load and widen them as float bits, the
@@ -562,53 +594,122 @@ void PairChunks(const Int8Chunk* chunks, int64_t count, NibblePair* out,
 }
 
 // Rows r0 + i * stride (i < R) of int4 weights (row_bytes each, 16 per
-// block of 32) with f16 scales per group of G (32 or 64) against one
-// activation row's NibblePairs and block scales.
-template <int G, int R>
+// block of 32) with f16 scales per group of G (32 or 64) against N
+// activation rows' NibblePairs (row a's from x + a * ldx) and block scales
+// (row a's from x_scales + a * ld_scales), each weight vector split into
+// nibbles once for all N: y[a * ldy + r0 + i * stride].
+template <int G, int R, int N>
 void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
-                int64_t groups, const NibblePair* x, const float* x_scales,
-                int64_t r0, int64_t stride, float* y) {
+                int64_t groups, const NibblePair* x, int64_t ldx,
+                const float* x_scales, int64_t ld_scales, int64_t r0,
+                int64_t stride, float* y, int64_t ldy) {
   const uint16_t* ws = scales + r0 * groups;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  OneRowSpans<16, R>(
+  struct Nibbles {
+    __m512i lo, hi;
+  };
+  RowSpans<16, R, N>(
       w + r0 * row_bytes, stride * row_bytes, row_bytes / 16, WeightType::kInt4,
-      [&](int i, int64_t b0, int count) {
+      [&](int i, int a, int64_t b0, int count) {
         return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
-                                     x_scales);
+                                     x_scales + a * ld_scales);
       },
-      [&](__m512i wv, int64_t v, __m512 scale, __m512 acc) {
-        const __m512i lo = _mm512_and_si512(wv, nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start), lo,
-                                          _mm512_load_si512(x[v].even));
-        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(x[v].odd));
+      [&](__m512i wv) {
+        return Nibbles{_mm512_and_si512(wv, nibble),
+                       _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble)};
+      },
+      [&](const Nibbles& w4, int64_t v, int a, __m512 scale, __m512 acc) {
+        const NibblePair& xp = x[a * ldx + v];
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(xp.start), w4.lo,
+                                          _mm512_load_si512(xp.even));
+        dot = _mm512_dpbusd_epi32(dot, w4.hi, _mm512_load_si512(xp.odd));
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       },
-      y + r0, stride);
+      y + r0, stride, ldy);
 }
 
-// Rows [rb, re) of int4 weights against one activation row, quantized to
-// int8 chunks (as the AVX2 path does) and paired.
+// The most activation rows an int4 tile takes at once: four rows' sums and
+// scales beside the nibbles fit the registers, as for mxfp4.
+constexpr int kInt4ActivationGroup = 4;
+
+// Rows [rb, re) of int4 weights against n activation rows (y[a * ldy + r]),
+// quantized to int8 chunks (as the AVX2 path does) and paired: one row as
+// ForEachOneRowTile's streams, more in groups of up to
+// kInt4ActivationGroup that fit L1 over blocks of weight rows kept in L2
+// (ForEachRowBlockAndGroup), a group of one as one row does.
 template <int G>
-void NibbleRows(const float* x, int64_t cols, const uint8_t* data,
+void NibbleRows(const float* x, int64_t n, int64_t cols, const uint8_t* data,
                 int64_t row_bytes, const uint16_t* scales, int64_t groups,
-                int64_t rb, int64_t re, float* y) {
+                int64_t rb, int64_t re, float* y, int64_t ldy) {
   const int64_t chunks = (row_bytes + 31) / 32;
   const int64_t num_pairs = (chunks + 1) / 2;
-  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, chunks);
-  NibblePair* pairs = Scratch<NibblePair>(ScratchSlot::kChunkPairs, num_pairs);
-  float* block_scales = Scratch<float>(ScratchSlot::kActivationScales,
-                                       (2 * chunks + 15) / 16 * 16);
-  avx2::QuantizeActivationsInt8(x, 1, cols, chunks, xq);
-  PairChunks(xq, chunks, pairs, block_scales);
+  const int64_t padded_blocks = (2 * chunks + 15) / 16 * 16;
+  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
+  NibblePair* pairs =
+      Scratch<NibblePair>(ScratchSlot::kChunkPairs, n * num_pairs);
+  float* block_scales =
+      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  avx2::QuantizeActivationsInt8(x, n, cols, chunks, xq);
+  for (int64_t a = 0; a < n; ++a) {
+    PairChunks(xq + a * chunks, chunks, pairs + a * num_pairs,
+               block_scales + a * padded_blocks);
+  }
+  const int64_t activation_bytes =
+      num_pairs * static_cast<int64_t>(sizeof(NibblePair));
+  const auto tile = [&](auto rows, auto activations, int64_t r, int64_t stride,
+                        int64_t a) {
+    NibbleTile<G, decltype(rows)::value, decltype(activations)::value>(
+        data, row_bytes, scales, groups, pairs + a * num_pairs, num_pairs,
+        block_scales + a * padded_blocks, padded_blocks, r, stride, y + a * ldy,
+        ldy);
+  };
+  using One = std::integral_constant<int, 1>;
   // Six streams drew less than three at 7168 columns (docs/PERFORMANCE.md,
   // "Six streams for long rows").
-  ForEachOneRowTile<kStreamSegments>(
-      num_pairs * static_cast<int64_t>(sizeof(NibblePair)), rb, re,
-      [&](int64_t r, int64_t stride, auto rows) {
-        NibbleTile<G, decltype(rows)::value>(data, row_bytes, scales, groups,
-                                             pairs, block_scales, r, stride, y);
+  const auto streams = [&](int64_t r0, int64_t r1, int64_t a) {
+    ForEachOneRowTile<kStreamSegments>(
+        activation_bytes, r0, r1, [&](int64_t r, int64_t stride, auto rows) {
+          tile(rows, One(), r, stride, a);
+        });
+  };
+  if (n == 1) return streams(rb, re, 0);
+  ForEachRowBlockAndGroup(
+      rb, re, L2BlockRows(row_bytes + groups * int64_t{sizeof(uint16_t)}), n,
+      Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
+                     kInt4ActivationGroup),
+      [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
+        const auto each_row = [&](auto activations) {
+          for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, 1, a);
+        };
+        switch (size) {
+          case 1:
+            streams(r0, r1, a);
+            break;
+          case 2:
+            each_row(std::integral_constant<int, 2>());
+            break;
+          case 3:
+            each_row(std::integral_constant<int, 3>());
+            break;
+          default:
+            each_row(std::integral_constant<int, kInt4ActivationGroup>());
+            break;
+        }
       });
+}
+
+// NibbleRows for w's group size.
+void Int4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
+              int64_t re, float* y) {
+  const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = groups * w.group_size / 2;
+  if (w.group_size == 64) {
+    return NibbleRows<64>(x, n, w.cols, data, row_bytes, w.scales, groups, rb,
+                          re, y, w.rows);
+  }
+  NibbleRows<32>(x, n, w.cols, data, row_bytes, w.scales, groups, rb, re, y,
+                 w.rows);
 }
 
 // bf16 weights against 2 to DirectProductRows(kBF16) float32 activation
@@ -807,15 +908,7 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
       break;
     }
     case WeightType::kInt4:
-      if (w.group_size == 64) {
-        NibbleRows<64>(x, cols, static_cast<const uint8_t*>(w.data),
-                       groups * w.group_size / 2, w.scales, groups, row_begin,
-                       row_end, y);
-      } else {
-        NibbleRows<32>(x, cols, static_cast<const uint8_t*>(w.data),
-                       groups * w.group_size / 2, w.scales, groups, row_begin,
-                       row_end, y);
-      }
+      Int4Rows(x, 1, w, row_begin, row_end, y);
       break;
     case WeightType::kMxfp4:
       Mxfp4Rows(x, 1, w, row_begin, row_end, y, activation_levels);
@@ -847,6 +940,11 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, int levels) {
   Mxfp4Rows(x, n, w, row_begin, row_end, y, levels);
+}
+
+void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y) {
+  Int4Rows(x, n, w, row_begin, row_end, y);
 }
 
 void MatMulRowsBf16(const float* x, int64_t n, const Matrix& w,

@@ -98,10 +98,16 @@ void ForEachRowBlockAndGroup(int64_t rb, int64_t re, int64_t block_rows,
   }
 }
 
-// ForEachRowBlockAndGroup's block of mxfp4 weight rows of `blocks` blocks
-// (16 bytes and an exponent each): a quarter of L2, 4 to 64 rows.
+// ForEachRowBlockAndGroup's block of weight rows of `row_bytes` each (with
+// their scales): a quarter of L2, 4 to 64 rows.
+inline int64_t L2BlockRows(int64_t row_bytes) {
+  return Clamp<int64_t>(L2CacheBytes() / 4 / row_bytes, 4, 64);
+}
+
+// L2BlockRows of mxfp4 weight rows of `blocks` blocks (16 bytes and an
+// exponent each).
 inline int64_t Mxfp4BlockRows(int64_t blocks) {
-  return Clamp<int64_t>(L2CacheBytes() / 4 / (blocks * 17), 4, 64);
+  return L2BlockRows(blocks * 17);
 }
 
 // GetWeightPrefetch(type) == WeightPrefetch::kSoftware (cpu_features.h),

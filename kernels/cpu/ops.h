@@ -67,8 +67,9 @@ int64_t Bf16ProductRows();
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
 // UseAvx512Bf16(), and for fp8 weights at n == 1 under the same precisions
 // where UseAvx512Bf16Vbmi(); AVX-512 where UseAvx512() for one row against
-// int8, int4 or fp8 weights, for up to DirectProductRows(kMxfp4) rows against
-// mxfp4 weights and for 2 to DirectProductRows(kBF16) rows against bf16
+// int8 or fp8 weights, for up to 8 rows against int4 weights, for up to
+// DirectProductRows(kMxfp4) rows against mxfp4 weights and for 2 to
+// DirectProductRows(kBF16) rows against bf16
 // weights (float32 activations: each weight widened once for up to 8
 // rows); else AVX2 where UseAvx2(), else scalar. MatMulTransposed and
 // MatMulBatch take it.

@@ -184,11 +184,15 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
     EXPECT_EQ(ProductPath(WeightType::kF16, n), VectorPath()) << n;
   }
   EXPECT_EQ(ProductPath(WeightType::kBF16, direct + 1), VectorPath());
-  for (WeightType t :
-       {WeightType::kInt8, WeightType::kInt4, WeightType::kFp8E4M3}) {
+  for (WeightType t : {WeightType::kInt8, WeightType::kFp8E4M3}) {
     EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
     EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
   }
+  // int4's products of up to a batched decode's 8 rows.
+  for (int64_t n : {1, 2, 8}) {
+    EXPECT_EQ(ProductPath(WeightType::kInt4, n), best) << n;
+  }
+  EXPECT_EQ(ProductPath(WeightType::kInt4, 9), VectorPath());
   // mxfp4's few-row products take the one-row path's kernel.
   const int64_t few = DirectProductRows(WeightType::kMxfp4);
   for (int64_t n : {int64_t{1}, int64_t{2}, few}) {
@@ -782,6 +786,55 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
   }
 }
 
+// The AVX-512 int4 products of a few activation rows (where the CPU has
+// them), groups of 32 and 64, on a thread pool: against the double
+// reference of their int8 activations, against the AVX2 path's, and each
+// row bitwise the product of that row alone (the one-row path) and the
+// same as a share of one row of the batch: activation rows in groups of
+// one to four (as many as fit L1), in tiles and streams, weight rows in one
+// block and in several, columns around the 16-block and 4-block steps.
+TEST(Avx512Int4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
+  if (!UseAvx512()) GTEST_SKIP() << "the CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(73);
+  ThreadPool pool(3);
+  for (const int32_t group : {32, 64}) {
+    for (const int64_t n : {2, 3, 4, 5, 7, 8}) {
+      for (const int64_t cols :
+           {1, 33, 64, 65, 127, 129, 511, 513, 700, 2880, 16411}) {
+        // At the wider shapes, more weight rows than a block of them (64 at
+        // most) holds.
+        const int64_t rows = 9 + (cols + n) % 23 + (cols >= 2880 ? 140 : 0);
+        const TestMatrix m =
+            MakeMatrix(rng, WeightType::kInt4, rows, cols, group);
+        const auto x = RandomVector(rng, n * cols);
+        ASSERT_EQ(ProductPath(WeightType::kInt4, n, ActivationPrecision::kF32),
+                  KernelPath::kAvx512);
+        const auto [y, y_avx2] =
+            ProductHereAndOnAvx2(x, n, m.w, ActivationPrecision::kF32, &pool);
+        const std::string where =
+            std::to_string(group) + ": " + std::to_string(n) + "x" +
+            std::to_string(rows) + "x" + std::to_string(cols);
+        ExpectNearReferenceAndAvx2(
+            y, y_avx2,
+            ReferenceProduct(QuantizedActivations(x, n, cols, 127.f), n, m),
+            cols, where);
+        for (int64_t a = 0; a < n; ++a) {
+          const std::vector<float> want(y.begin() + a * rows,
+                                        y.begin() + (a + 1) * rows);
+          std::vector<float> alone(rows, NAN), share(rows, NAN);
+          const MatMulJob one{x.data() + a * cols, 1, m.w, alone.data()};
+          MatMulJob one_of_n{x.data() + a * cols, 1, m.w, share.data()};
+          one_of_n.batch_rows = n;
+          MatMulBatch({&one, 1}, nullptr);
+          MatMulBatch({&one_of_n, 1}, &pool);
+          ASSERT_EQ(alone, want) << where << ", row " << a;
+          ASSERT_EQ(share, want) << where << ", row " << a << " as a share";
+        }
+      }
+    }
+  }
+}
+
 // The AVX-512 bf16 products of 2 to DirectProductRows activation rows
 // (where the CPU has them) on a thread pool: against the double reference
 // of float32 activations, against the AVX2 path, and each row bitwise the
@@ -1093,8 +1146,8 @@ TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRow) {
                           ActivationPrecision::kInt8};
       MatMulBatch({&job, 1}, &pool);
       const KernelPath path = ProductPath(job);
-      const bool one_level = n == 1 && (path == KernelPath::kAvx2 ||
-                                        path == KernelPath::kAvx512);
+      const bool one_level =
+          n == 1 && (path == KernelPath::kAvx2 || path == KernelPath::kAvx512);
       EXPECT_EQ(one_level, n == 1 && UseAvx2());
       EXPECT_LE(
           RelativeError(
