@@ -158,6 +158,56 @@ void RowSpans(const uint8_t* row, int64_t row_step, int64_t blocks,
   }
 }
 
+// The most activation rows an integer tile (Int8Tile, NibbleTile,
+// Mxfp4Tile) takes at once: four rows' sums for each weight row (eight
+// accumulators) and their scales fit the registers.
+constexpr int kActivationGroup = 4;
+
+// Weight rows [rb, re) against n activation rows of `activation_bytes` each
+// as the integer tiles take them: `tile(std::integral_constant<int, R>(),
+// std::integral_constant<int, N>(), r, stride, a)` computes weight rows
+// r + i * stride (i < R) against activation rows a..a + N - 1. One
+// activation row as ForEachOneRowTile<kLongStreams>'s streams; more in
+// groups of up to kActivationGroup that fit L1 over blocks of `block_rows`
+// weight rows kept in L2 (ForEachRowBlockAndGroup), a group of one as one
+// row does.
+template <int kLongStreams, typename TileFn>
+void ForEachFewRowTile(int64_t n, int64_t rb, int64_t re,
+                       int64_t activation_bytes, int64_t block_rows,
+                       const TileFn& tile) {
+  using One = std::integral_constant<int, 1>;
+  const auto streams = [&](int64_t r0, int64_t r1, int64_t a) {
+    ForEachOneRowTile<kLongStreams>(activation_bytes, r0, r1,
+                                    [&](int64_t r, int64_t stride, auto rows) {
+                                      tile(rows, One(), r, stride, a);
+                                    });
+  };
+  if (n == 1) return streams(rb, re, 0);
+  ForEachRowBlockAndGroup(
+      rb, re, block_rows, n,
+      Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
+                     kActivationGroup),
+      [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
+        const auto each_row = [&](auto activations) {
+          for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, 1, a);
+        };
+        switch (size) {
+          case 1:
+            streams(r0, r1, a);
+            break;
+          case 2:
+            each_row(std::integral_constant<int, 2>());
+            break;
+          case 3:
+            each_row(std::integral_constant<int, 3>());
+            break;
+          default:
+            each_row(std::integral_constant<int, kActivationGroup>());
+            break;
+        }
+      });
+}
+
 // int8 against int16 activations (avx2::QuantizeActivationsInt16), 64
 // weights (two blocks of 32) per two vpdpbusd: each q is split into its
 // high byte h = q >> 8 (signed) and low byte l = q & 255 (unsigned), q =
@@ -249,34 +299,101 @@ void Int8Levels(const Int8Chunk* chunks, int64_t blocks, Int16Levels* out,
 }
 
 // Rows r0 + i * stride (i < R) of int8 weights with f16 scales per group of
-// G (32 or 64) against one activation row's Int16Levels and block scales
-// (x_scales, zero from `blocks` up to a multiple of 16): its int16 split
-// in two levels (L = 2) or its one int8 level (L = 1, Int8Levels).
-template <int L, int G, int R>
+// G (32 or 64) against N activation rows' Int16Levels (row a's from
+// x + a * ldx) and block scales (row a's from x_scales + a * ld_scales,
+// zero from `blocks` up to a multiple of 16): their int16 split in two
+// levels (L = 2) or their one int8 level (L = 1, Int8Levels), each weight
+// vector offset by 128 once for all N: y[a * ldy + r0 + i * stride].
+template <int L, int G, int R, int N>
 void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
-              int64_t groups, const Int16Levels* x, const float* x_scales,
-              int64_t blocks, int64_t r0, int64_t stride, float* y) {
+              int64_t groups, const Int16Levels* x, int64_t ldx,
+              const float* x_scales, int64_t ld_scales, int64_t blocks,
+              int64_t r0, int64_t stride, float* y, int64_t ldy) {
   const uint16_t* ws = scales + r0 * groups;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  RowSpans<32, R, 1>(
+  struct Weights {
+    __m512i plain, biased;
+  };
+  RowSpans<32, R, N>(
       reinterpret_cast<const uint8_t*>(w + r0 * row_bytes), stride * row_bytes,
       blocks, WeightType::kInt8,
-      [&](int i, int, int64_t b0, int count) {
+      [&](int i, int a, int64_t b0, int count) {
         return SixteenBlockScales<G>(ws + i * stride * groups, b0, count,
-                                     x_scales);
+                                     x_scales + a * ld_scales);
       },
-      [](__m512i wv) { return wv; },
-      [&](__m512i wv, int64_t v, int, __m512 scale, __m512 acc) {
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(x[v].start),
-                                          _mm512_xor_si512(wv, bias),
-                                          _mm512_load_si512(x[v].high));
+      [&](__m512i wv) {
+        return Weights{wv, _mm512_xor_si512(wv, bias)};
+      },
+      [&](const Weights& wv, int64_t v, int a, __m512 scale, __m512 acc) {
+        const Int16Levels& xv = x[a * ldx + v];
+        __m512i dot = _mm512_dpbusd_epi32(
+            _mm512_load_si512(xv.start), wv.biased, _mm512_load_si512(xv.high));
         if (L == 2) {
           dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8),
-                                    _mm512_load_si512(x[v].low), wv);
+                                    _mm512_load_si512(xv.low), wv.plain);
         }
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
       },
-      y + r0, stride, 0);
+      y + r0, stride, ldy);
+}
+
+// Rows [rb, re) of int8 weights against n activation rows (y[a * ldy + r]),
+// quantized to int16 and split in two levels, or to one int8 level where
+// activation_levels is 1, as ForEachFewRowTile takes them.
+void Int8Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
+              int64_t re, float* y, int activation_levels) {
+  const int64_t cols = w.cols;
+  const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+  const int64_t blocks = (cols + 31) / 32;
+  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
+  const int64_t num_levels = (blocks + 1) / 2;
+  float* q_scale =
+      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
+  Int16Levels* levels =
+      Scratch<Int16Levels>(ScratchSlot::kInt16Levels, n * num_levels);
+  const bool one_level = activation_levels == 1;
+  if (one_level) {
+    Int8Chunk* chunks =
+        Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * num_levels);
+    avx2::QuantizeActivationsInt8(x, n, cols, num_levels, chunks);
+    for (int64_t a = 0; a < n; ++a) {
+      Int8Levels(chunks + a * num_levels, blocks, levels + a * num_levels,
+                 q_scale + a * padded_blocks);
+    }
+  } else {
+    int16_t* q = Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
+    for (int64_t a = 0; a < n; ++a) {
+      float* scale = q_scale + a * padded_blocks;
+      avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q, scale);
+      std::fill(scale + blocks, scale + padded_blocks, 0.f);
+      SplitInt16Levels(q, blocks, levels + a * num_levels);
+    }
+  }
+  const auto* data = static_cast<const int8_t*>(w.data);
+  const int64_t row_bytes = groups * w.group_size;
+  const auto run = [&](auto level_count) {
+    constexpr int L = decltype(level_count)::value;
+    const auto tile = [&](auto rows, auto activations, int64_t r,
+                          int64_t stride, int64_t a) {
+      constexpr int R = decltype(rows)::value, N = decltype(activations)::value;
+      const Int16Levels* xa = levels + a * num_levels;
+      const float* sa = q_scale + a * padded_blocks;
+      if (w.group_size == 64) {
+        Int8Tile<L, 64, R, N>(data, row_bytes, w.scales, groups, xa, num_levels,
+                              sa, padded_blocks, blocks, r, stride,
+                              y + a * w.rows, w.rows);
+      } else {
+        Int8Tile<L, 32, R, N>(data, row_bytes, w.scales, groups, xa, num_levels,
+                              sa, padded_blocks, blocks, r, stride,
+                              y + a * w.rows, w.rows);
+      }
+    };
+    ForEachFewRowTile<kLongRowStreams>(
+        n, rb, re, num_levels * static_cast<int64_t>(sizeof(Int16Levels)),
+        L2BlockRows(row_bytes + groups * int64_t{sizeof(uint16_t)}), tile);
+  };
+  if (one_level) return run(std::integral_constant<int, 1>());
+  run(std::integral_constant<int, 2>());
 }
 
 // fp8 products read 64 weights per load and widen them as float bits, the
@@ -379,11 +496,6 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
       _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
       _mm512_castsi512_ps(_mm512_slli_epi32(v, 23)), _mm512_set1_ps(0x1p-127f));
 }
-
-// The most activation rows an mxfp4 tile takes at once: four rows' sums
-// for each weight row (eight accumulators) and their scales fit the
-// registers.
-constexpr int kMxfp4ActivationGroup = 4;
 
 // Rows r0..r0 + R - 1 of mxfp4 weights against the first N activation rows
 // of x, quantized in L levels (kMxfp4Levels, or 1 for
@@ -508,9 +620,8 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
 }
 
 // Rows [rb, re) of mxfp4 weights against n activation rows quantized in
-// `levels` levels: one row as ForEachOneRowTile's streams; more go in
-// groups of up to kMxfp4ActivationGroup that fit L1 over blocks of weight rows
-// (ForEachRowBlockAndGroup), a group of one as one row does.
+// `levels` levels, as ForEachFewRowTile takes them (six streams for long
+// rows).
 void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                int64_t re, float* y, int levels) {
   const avx2::Mxfp4QuantizedRows q =
@@ -529,34 +640,8 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
       Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
           data, w.exponents, xa, r, stride, y + a * w.rows, w.rows);
     };
-    using One = std::integral_constant<int, 1>;
-    // One activation row needs no blocks of weight rows.
-    ForEachRowBlockAndGroup(
-        rb, re, n == 1 ? re - rb : Mxfp4BlockRows(blocks), n,
-        Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
-                       kMxfp4ActivationGroup),
-        [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
-          const auto each_row = [&](auto activations) {
-            for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, 1, a);
-          };
-          switch (size) {
-            case 1:
-              ForEachOneRowTile(activation_bytes, r0, r1,
-                                [&](int64_t r, int64_t stride, auto rows) {
-                                  tile(rows, One(), r, stride, a);
-                                });
-              break;
-            case 2:
-              each_row(std::integral_constant<int, 2>());
-              break;
-            case 3:
-              each_row(std::integral_constant<int, 3>());
-              break;
-            default:
-              each_row(std::integral_constant<int, kMxfp4ActivationGroup>());
-              break;
-          }
-        });
+    ForEachFewRowTile<kLongRowStreams>(n, rb, re, activation_bytes,
+                                       Mxfp4BlockRows(blocks), tile);
   };
   if (levels == 1) return run(std::integral_constant<int, 1>());
   run(std::integral_constant<int, kMxfp4Levels>());
@@ -628,15 +713,9 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
       y + r0, stride, ldy);
 }
 
-// The most activation rows an int4 tile takes at once: four rows' sums and
-// scales beside the nibbles fit the registers, as for mxfp4.
-constexpr int kInt4ActivationGroup = 4;
-
 // Rows [rb, re) of int4 weights against n activation rows (y[a * ldy + r]),
-// quantized to int8 chunks (as the AVX2 path does) and paired: one row as
-// ForEachOneRowTile's streams, more in groups of up to
-// kInt4ActivationGroup that fit L1 over blocks of weight rows kept in L2
-// (ForEachRowBlockAndGroup), a group of one as one row does.
+// quantized to int8 chunks (as the AVX2 path does) and paired, as
+// ForEachFewRowTile takes them.
 template <int G>
 void NibbleRows(const float* x, int64_t n, int64_t cols, const uint8_t* data,
                 int64_t row_bytes, const uint16_t* scales, int64_t groups,
@@ -663,39 +742,11 @@ void NibbleRows(const float* x, int64_t n, int64_t cols, const uint8_t* data,
         block_scales + a * padded_blocks, padded_blocks, r, stride, y + a * ldy,
         ldy);
   };
-  using One = std::integral_constant<int, 1>;
   // Six streams drew less than three at 7168 columns (docs/PERFORMANCE.md,
   // "Six streams for long rows").
-  const auto streams = [&](int64_t r0, int64_t r1, int64_t a) {
-    ForEachOneRowTile<kStreamSegments>(
-        activation_bytes, r0, r1, [&](int64_t r, int64_t stride, auto rows) {
-          tile(rows, One(), r, stride, a);
-        });
-  };
-  if (n == 1) return streams(rb, re, 0);
-  ForEachRowBlockAndGroup(
-      rb, re, L2BlockRows(row_bytes + groups * int64_t{sizeof(uint16_t)}), n,
-      Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1,
-                     kInt4ActivationGroup),
-      [&](int64_t r0, int64_t r1, int64_t a, int64_t size) {
-        const auto each_row = [&](auto activations) {
-          for (int64_t r = r0; r < r1; ++r) tile(One(), activations, r, 1, a);
-        };
-        switch (size) {
-          case 1:
-            streams(r0, r1, a);
-            break;
-          case 2:
-            each_row(std::integral_constant<int, 2>());
-            break;
-          case 3:
-            each_row(std::integral_constant<int, 3>());
-            break;
-          default:
-            each_row(std::integral_constant<int, kInt4ActivationGroup>());
-            break;
-        }
-      });
+  ForEachFewRowTile<kStreamSegments>(
+      n, rb, re, activation_bytes,
+      L2BlockRows(row_bytes + groups * int64_t{sizeof(uint16_t)}), tile);
 }
 
 // NibbleRows for w's group size.
@@ -860,53 +911,10 @@ void Bf16Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                int64_t row_end, float* y, int activation_levels) {
   const int64_t cols = w.cols;
-  const int64_t groups =
-      w.group_size > 0 ? (cols + w.group_size - 1) / w.group_size : 0;
   switch (w.type) {
-    case WeightType::kInt8: {
-      const int64_t blocks = (cols + 31) / 32;
-      const int64_t padded_blocks = (blocks + 15) / 16 * 16;
-      float* q_scale =
-          Scratch<float>(ScratchSlot::kActivationScales, padded_blocks);
-      Int16Levels* levels =
-          Scratch<Int16Levels>(ScratchSlot::kInt16Levels, (blocks + 1) / 2);
-      const bool one_level = activation_levels == 1;
-      if (one_level) {
-        Int8Chunk* chunks =
-            Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, (blocks + 1) / 2);
-        avx2::QuantizeActivationsInt8(x, 1, cols, (blocks + 1) / 2, chunks);
-        Int8Levels(chunks, blocks, levels, q_scale);
-      } else {
-        int16_t* q =
-            Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
-        avx2::QuantizeActivationsInt16(x, 1, cols, q, q_scale);
-        for (int64_t b = blocks; b < padded_blocks; ++b) q_scale[b] = 0.f;
-        SplitInt16Levels(q, blocks, levels);
-      }
-      const auto* data = static_cast<const int8_t*>(w.data);
-      const int64_t row_bytes = groups * w.group_size;
-      const auto tiles = [&](auto level_count) {
-        constexpr int L = decltype(level_count)::value;
-        ForEachOneRowTile(
-            (blocks + 1) / 2 * static_cast<int64_t>(sizeof(Int16Levels)),
-            row_begin, row_end, [&](int64_t r, int64_t stride, auto rows) {
-              constexpr int R = decltype(rows)::value;
-              if (w.group_size == 64) {
-                Int8Tile<L, 64, R>(data, row_bytes, w.scales, groups, levels,
-                                   q_scale, blocks, r, stride, y);
-              } else {
-                Int8Tile<L, 32, R>(data, row_bytes, w.scales, groups, levels,
-                                   q_scale, blocks, r, stride, y);
-              }
-            });
-      };
-      if (one_level) {
-        tiles(std::integral_constant<int, 1>());
-      } else {
-        tiles(std::integral_constant<int, 2>());
-      }
+    case WeightType::kInt8:
+      Int8Rows(x, 1, w, row_begin, row_end, y, activation_levels);
       break;
-    }
     case WeightType::kInt4:
       Int4Rows(x, 1, w, row_begin, row_end, y);
       break;
@@ -945,6 +953,12 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y) {
   Int4Rows(x, n, w, row_begin, row_end, y);
+}
+
+void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y,
+                    int activation_levels) {
+  Int8Rows(x, n, w, row_begin, row_end, y, activation_levels);
 }
 
 void MatMulRowsBf16(const float* x, int64_t n, const Matrix& w,

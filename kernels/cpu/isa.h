@@ -195,12 +195,16 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, int levels);
 
-// The same for n activation rows (few: up to ops.cc's kAvx512Int4Rows)
-// against int4 weights, each weight row read from memory once for all of
-// them. Each output is formed exactly as MatMulRow forms it for that
-// activation row alone, whatever n.
+// The same for n activation rows (few: up to ops.cc's kAvx512IntegerRows)
+// against int4 weights, and against int8 weights (their activations as
+// MatMulRow's, by activation_levels), each weight row read from memory once
+// for all of them. Each output is formed exactly as MatMulRow forms it for
+// that activation row alone, whatever n.
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
+void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y,
+                    int activation_levels);
 
 // The same for n activation rows (2 to DirectProductRows(kBF16); one too,
 // as a product of more) against bf16 weights, each weight widened once for

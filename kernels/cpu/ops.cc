@@ -91,6 +91,10 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
       if (p.w.type == WeightType::kInt4) {
         return avx512::MatMulRowsInt4(p.x, p.n, p.w, row_begin, row_end, p.y);
       }
+      if (p.w.type == WeightType::kInt8) {
+        return avx512::MatMulRowsInt8(p.x, p.n, p.w, row_begin, row_end, p.y,
+                                      p.activation_levels);
+      }
       if (p.w.type == WeightType::kBF16) {
         return avx512::MatMulRowsBf16(p.x, p.n, p.w, row_begin, row_end, p.y);
       }
@@ -169,21 +173,21 @@ int64_t Mxfp4IntegerProductRows() {
 
 namespace {
 
-// The most activation rows the AVX-512 int4 products take: a batched
-// decode's (its experts get fewer); prefill's go to the AVX2 tiles.
-constexpr int64_t kAvx512Int4Rows = 8;
+// The most activation rows the AVX-512 int8 and int4 products take: a
+// batched decode's (its experts get fewer); prefill's go to the AVX2 tiles.
+constexpr int64_t kAvx512IntegerRows = 8;
 
 // Whether avx512.cc has a product of n activation rows of `type`: one row
-// of int8 and fp8; int4 up to kAvx512Int4Rows; mxfp4 up to
+// of fp8; int8 and int4 up to kAvx512IntegerRows; mxfp4 up to
 // DirectProductRows; bf16 from 2 rows to DirectProductRows (one row of
 // bf16 is bound by memory on the AVX2 path already).
 bool HasAvx512Product(WeightType type, int64_t n) {
   switch (type) {
-    case WeightType::kInt8:
     case WeightType::kFp8E4M3:
       return n == 1;
+    case WeightType::kInt8:
     case WeightType::kInt4:
-      return n <= kAvx512Int4Rows;
+      return n <= kAvx512IntegerRows;
     case WeightType::kMxfp4:
       return n <= DirectProductRows(type);
     case WeightType::kBF16:

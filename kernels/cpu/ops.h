@@ -48,9 +48,10 @@ enum class ActivationPrecision {
   // MXFP4 against Q8_0 activations: about a third of the integer work, for
   // an error of up to s / 2 per activation (2^-8 of its block's largest)
   // instead of s / 2^17. Products of int8 weights against one activation
-  // row (the AVX2 and AVX-512 paths) likewise take one int8 level instead
-  // of int16 (Q8_0 × Q8_0): on AVX-512 one vpdpbusd per 64 weights instead
-  // of two, on AVX2 one vpmaddubsw per 32 instead of two vpmaddwd.
+  // row on the AVX2 path, and against up to 8 on the AVX-512 one, likewise
+  // take one int8 level instead of int16 (Q8_0 × Q8_0): on AVX-512 one
+  // vpdpbusd per 64 weights instead of two, on AVX2 one vpmaddubsw per 32
+  // instead of two vpmaddwd.
   kInt8,
 };
 
@@ -67,7 +68,7 @@ int64_t Bf16ProductRows();
 // weights when `precision` is kBf16 or kInt8, n >= Bf16ProductRows() and
 // UseAvx512Bf16(), and for fp8 weights at n == 1 under the same precisions
 // where UseAvx512Bf16Vbmi(); AVX-512 where UseAvx512() for one row against
-// int8 or fp8 weights, for up to 8 rows against int4 weights, for up to
+// fp8 weights, for up to 8 rows against int8 and int4 weights, for up to
 // DirectProductRows(kMxfp4) rows against mxfp4 weights and for 2 to
 // DirectProductRows(kBF16) rows against bf16
 // weights (float32 activations: each weight widened once for up to 8

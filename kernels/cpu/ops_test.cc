@@ -184,15 +184,15 @@ TEST(KernelPathTest, IsTheOneTheCpuOffers) {
     EXPECT_EQ(ProductPath(WeightType::kF16, n), VectorPath()) << n;
   }
   EXPECT_EQ(ProductPath(WeightType::kBF16, direct + 1), VectorPath());
-  for (WeightType t : {WeightType::kInt8, WeightType::kFp8E4M3}) {
-    EXPECT_EQ(ProductPath(t, 2), VectorPath()) << WeightTypeName(t);
-    EXPECT_EQ(ProductPath(t, 1), best) << WeightTypeName(t);
+  EXPECT_EQ(ProductPath(WeightType::kFp8E4M3, 2), VectorPath());
+  EXPECT_EQ(ProductPath(WeightType::kFp8E4M3, 1), best);
+  // int8's and int4's products of up to a batched decode's 8 rows.
+  for (WeightType t : {WeightType::kInt8, WeightType::kInt4}) {
+    for (int64_t n : {1, 2, 8}) {
+      EXPECT_EQ(ProductPath(t, n), best) << WeightTypeName(t) << " " << n;
+    }
+    EXPECT_EQ(ProductPath(t, 9), VectorPath()) << WeightTypeName(t);
   }
-  // int4's products of up to a batched decode's 8 rows.
-  for (int64_t n : {1, 2, 8}) {
-    EXPECT_EQ(ProductPath(WeightType::kInt4, n), best) << n;
-  }
-  EXPECT_EQ(ProductPath(WeightType::kInt4, 9), VectorPath());
   // mxfp4's few-row products take the one-row path's kernel.
   const int64_t few = DirectProductRows(WeightType::kMxfp4);
   for (int64_t n : {int64_t{1}, int64_t{2}, few}) {
@@ -786,15 +786,26 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
   }
 }
 
-// The AVX-512 int4 products of a few activation rows (where the CPU has
-// them), groups of 32 and 64, on a thread pool: against the double
-// reference of their int8 activations, against the AVX2 path's, and each
-// row bitwise the product of that row alone (the one-row path) and the
-// same as a share of one row of the batch: activation rows in groups of
+// The AVX-512 int8 and int4 products of a few activation rows (where the
+// CPU has them), groups of 32 and 64, on a thread pool, int8 on int16
+// activations and on one int8 level: against the double reference of
+// their quantized activations, against the AVX2 path's (int8's one level
+// is the AVX2 path's only at one row: there, against the reference only),
+// and each row bitwise the product of that row alone (the one-row path) and
+// the same as a share of one row of the batch: activation rows in groups of
 // one to four (as many as fit L1), in tiles and streams, weight rows in one
 // block and in several, columns around the 16-block and 4-block steps.
-TEST(Avx512Int4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
+class Avx512FewRowsTest : public ::testing::TestWithParam<
+                              std::tuple<WeightType, ActivationPrecision>> {};
+
+TEST_P(Avx512FewRowsTest, MatchReferenceAvx2AndEachRowAlone) {
   if (!UseAvx512()) GTEST_SKIP() << "the CPU lacks AVX-512 F/BW/VL/VNNI";
+  const auto [type, precision] = GetParam();
+  // int16 activations for int8 weights on float32 ones, else one int8 level.
+  const float largest =
+      type == WeightType::kInt8 && precision == ActivationPrecision::kF32
+          ? 32767.f
+          : 127.f;
   std::mt19937 rng(73);
   ThreadPool pool(3);
   for (const int32_t group : {32, 64}) {
@@ -804,26 +815,31 @@ TEST(Avx512Int4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
         // At the wider shapes, more weight rows than a block of them (64 at
         // most) holds.
         const int64_t rows = 9 + (cols + n) % 23 + (cols >= 2880 ? 140 : 0);
-        const TestMatrix m =
-            MakeMatrix(rng, WeightType::kInt4, rows, cols, group);
+        const TestMatrix m = MakeMatrix(rng, type, rows, cols, group);
         const auto x = RandomVector(rng, n * cols);
-        ASSERT_EQ(ProductPath(WeightType::kInt4, n, ActivationPrecision::kF32),
-                  KernelPath::kAvx512);
+        ASSERT_EQ(ProductPath(type, n, precision), KernelPath::kAvx512);
         const auto [y, y_avx2] =
-            ProductHereAndOnAvx2(x, n, m.w, ActivationPrecision::kF32, &pool);
+            ProductHereAndOnAvx2(x, n, m.w, precision, &pool);
         const std::string where =
             std::to_string(group) + ": " + std::to_string(n) + "x" +
             std::to_string(rows) + "x" + std::to_string(cols);
-        ExpectNearReferenceAndAvx2(
-            y, y_avx2,
-            ReferenceProduct(QuantizedActivations(x, n, cols, 127.f), n, m),
-            cols, where);
+        const std::vector<double> want_product =
+            ReferenceProduct(QuantizedActivations(x, n, cols, largest), n, m);
+        if (type == WeightType::kInt8 &&
+            precision == ActivationPrecision::kInt8) {
+          EXPECT_LE(RelativeError(y, want_product), ProductTolerance(cols))
+              << where;
+        } else {
+          ExpectNearReferenceAndAvx2(y, y_avx2, want_product, cols, where);
+        }
         for (int64_t a = 0; a < n; ++a) {
           const std::vector<float> want(y.begin() + a * rows,
                                         y.begin() + (a + 1) * rows);
           std::vector<float> alone(rows, NAN), share(rows, NAN);
-          const MatMulJob one{x.data() + a * cols, 1, m.w, alone.data()};
-          MatMulJob one_of_n{x.data() + a * cols, 1, m.w, share.data()};
+          const MatMulJob one{x.data() + a * cols, 1, m.w, alone.data(),
+                              precision};
+          MatMulJob one_of_n{x.data() + a * cols, 1, m.w, share.data(),
+                             precision};
           one_of_n.batch_rows = n;
           MatMulBatch({&one, 1}, nullptr);
           MatMulBatch({&one_of_n, 1}, &pool);
@@ -835,6 +851,16 @@ TEST(Avx512Int4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(
+    Formats, Avx512FewRowsTest,
+    ::testing::Values(
+        std::make_tuple(WeightType::kInt8, ActivationPrecision::kF32),
+        std::make_tuple(WeightType::kInt8, ActivationPrecision::kInt8),
+        std::make_tuple(WeightType::kInt4, ActivationPrecision::kF32)),
+    [](const auto& info) {
+      return std::string(WeightTypeName(std::get<0>(info.param))) + "_" +
+             ActivationPrecisionName(std::get<1>(info.param));
+    });
 // The AVX-512 bf16 products of 2 to DirectProductRows activation rows
 // (where the CPU has them) on a thread pool: against the double reference
 // of float32 activations, against the AVX2 path, and each row bitwise the
@@ -1126,9 +1152,10 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
   }
 }
 
-// int8 weights under kInt8: one activation row on the AVX2 and AVX-512
-// paths meets one int8 level per block (Q8_0 × Q8_0); every other product,
-// and the scalar path, the int16 activations of kF32 (or its float32 ones).
+// int8 weights under kInt8: one activation row on the AVX2 path and up to 8
+// on the AVX-512 one meet one int8 level per block (Q8_0 × Q8_0); every
+// other product, and the scalar path, the int16 activations of kF32 (or its
+// float32 ones).
 TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRow) {
   std::mt19937 rng(61);
   ThreadPool pool(3);
@@ -1147,8 +1174,8 @@ TEST_P(Mxfp4Int8ActivationsTest, Int8WeightsTakeOneLevelAtOneRow) {
       MatMulBatch({&job, 1}, &pool);
       const KernelPath path = ProductPath(job);
       const bool one_level =
-          n == 1 && (path == KernelPath::kAvx2 || path == KernelPath::kAvx512);
-      EXPECT_EQ(one_level, n == 1 && UseAvx2());
+          path == KernelPath::kAvx512 || (n == 1 && path == KernelPath::kAvx2);
+      EXPECT_EQ(one_level, UseAvx512() || (n == 1 && UseAvx2()));
       EXPECT_LE(
           RelativeError(
               y, one_level ? ReferenceProduct(
