@@ -365,7 +365,9 @@ void Int8Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
     for (int64_t a = 0; a < n; ++a) {
       float* scale = q_scale + a * padded_blocks;
       avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q, scale);
-      std::fill(scale + blocks, scale + padded_blocks, 0.f);
+      // A loop, not std::fill: that would be emitted into this unit, outside
+      // its namespace (isa_symbols_test).
+      for (int64_t b = blocks; b < padded_blocks; ++b) scale[b] = 0.f;
       SplitInt16Levels(q, blocks, levels + a * num_levels);
     }
   }
