@@ -415,6 +415,11 @@ void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
   QuantizeActivationsInOrder(x, n, cols, q, scale);
 }
 
+void QuantizeActivationsInt8InOrder(const float* x, int64_t n, int64_t cols,
+                                    int8_t* q, float* scale) {
+  QuantizeActivationsInOrder(x, n, cols, q, scale);
+}
+
 namespace {
 
 // Σ w · x over one block of 32 as 8 int32 lanes: at most 4 · 128 · 32767 each.
@@ -593,7 +598,7 @@ void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
   float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
   if (alone && one_level) {
     int8_t* q = Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32);
-    QuantizeActivationsInOrder(x, 1, cols, q, scale);
+    QuantizeActivationsInt8InOrder(x, 1, cols, q, scale);
     return Int8RowRange<G>(w, rb, re,
                            BlockActivations<int8_t>{q, scale, blocks}, 1, y,
                            ldy, alone);

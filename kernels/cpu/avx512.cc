@@ -221,7 +221,7 @@ void ForEachFewRowTile(int64_t n, int64_t rb, int64_t re,
 // vpmovsxbw + vpmaddwd took eight beside a scalar scale product per block
 // (docs/PERFORMANCE.md).
 // Under ActivationPrecision::kInt8 the activations are one int8 level per
-// block of 32 (avx2::QuantizeActivationsInt8, llama.cpp's Q8_0 × Q8_0
+// block of 32 (avx2::QuantizeActivationsInt8InOrder, llama.cpp's Q8_0 × Q8_0
 // precision): they take `high`'s place, `low` goes unused and one vpdpbusd
 // per 64 weights gives Σ w q (five vector µops).
 struct alignas(64) Int16Levels {
@@ -272,30 +272,17 @@ void SplitInt16Levels(const int16_t* q, int64_t blocks, Int16Levels* out) {
   }
 }
 
-// The (blocks + 1) / 2 Int16Levels of one activation row quantized as
-// `chunks` Int8Chunks (blocks of 32 int8, the columns of each 64 split by
-// parity for int4's nibbles): their `high` the levels back in column
-// order. Writes each block's scale to block_scales, zero from `blocks` up
-// to a multiple of 16.
-void Int8Levels(const Int8Chunk* chunks, int64_t blocks, Int16Levels* out,
-                float* block_scales) {
+// The (blocks + 1) / 2 Int16Levels of one activation row quantized to one
+// int8 level in column order (avx2::QuantizeActivationsInt8InOrder): its
+// bytes as `high`, an odd last block paired with zeros.
+void Int8Levels(const int8_t* q, int64_t blocks, Int16Levels* out) {
   for (int64_t p = 0; p < (blocks + 1) / 2; ++p) {
-    // Within each 128-bit lane, interleaving even and odd columns' bytes
-    // gives 16 consecutive columns: lane 0 of lo then of hi are columns
-    // 0-31, lane 1 of each 32-63.
-    const __m256i even =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(chunks[p].even));
-    const __m256i odd =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(chunks[p].odd));
-    const __m256i lo = _mm256_unpacklo_epi8(even, odd);
-    const __m256i hi = _mm256_unpackhi_epi8(even, odd);
-    const __m512i high = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-        _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+    const __m512i high = _mm512_maskz_loadu_epi8(
+        2 * p + 1 < blocks ? ~__mmask64{0} : _cvtu64_mask64(0xffffffffu),
+        q + 64 * p);
     _mm512_store_si512(out[p].high, high);
     _mm512_store_si512(out[p].start, LevelStart(high));
   }
-  ChunkBlockScales(chunks, blocks, block_scales);
 }
 
 // Rows r0 + i * stride (i < R) of int8 weights with f16 scales per group of
@@ -352,24 +339,24 @@ void Int8Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
   Int16Levels* levels =
       Scratch<Int16Levels>(ScratchSlot::kInt16Levels, n * num_levels);
   const bool one_level = activation_levels == 1;
-  if (one_level) {
-    Int8Chunk* chunks =
-        Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * num_levels);
-    avx2::QuantizeActivationsInt8(x, n, cols, num_levels, chunks);
-    for (int64_t a = 0; a < n; ++a) {
-      Int8Levels(chunks + a * num_levels, blocks, levels + a * num_levels,
-                 q_scale + a * padded_blocks);
+  int8_t* q8 = one_level
+                   ? Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32)
+                   : nullptr;
+  int16_t* q16 =
+      one_level ? nullptr
+                : Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
+  for (int64_t a = 0; a < n; ++a) {
+    float* scale = q_scale + a * padded_blocks;
+    if (one_level) {
+      avx2::QuantizeActivationsInt8InOrder(x + a * cols, 1, cols, q8, scale);
+      Int8Levels(q8, blocks, levels + a * num_levels);
+    } else {
+      avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q16, scale);
+      SplitInt16Levels(q16, blocks, levels + a * num_levels);
     }
-  } else {
-    int16_t* q = Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
-    for (int64_t a = 0; a < n; ++a) {
-      float* scale = q_scale + a * padded_blocks;
-      avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q, scale);
-      // A loop, not std::fill: that would be emitted into this unit, outside
-      // its namespace (isa_symbols_test).
-      for (int64_t b = blocks; b < padded_blocks; ++b) scale[b] = 0.f;
-      SplitInt16Levels(q, blocks, levels + a * num_levels);
-    }
+    // A loop, not std::fill: that would be emitted into this unit, outside
+    // its namespace (isa_symbols_test).
+    for (int64_t b = blocks; b < padded_blocks; ++b) scale[b] = 0.f;
   }
   const auto* data = static_cast<const int8_t*>(w.data);
   const int64_t row_bytes = groups * w.group_size;

@@ -53,6 +53,11 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols,
 // padding of the last block zero, scale[n, blocks], blocks = ceil(cols / 32).
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols,
                               int16_t* q, float* scale);
+// The same to one int8 level (scale max|x| / 127) in column order, the
+// layout int8 weights meet (QuantizeActivationsInt8 splits each 64 columns
+// by parity for int4's nibbles; both give the same values).
+void QuantizeActivationsInt8InOrder(const float* x, int64_t n, int64_t cols,
+                                    int8_t* q, float* scale);
 
 // mxfp4 products against one activation row run on it quantized in three
 // int8 levels, so that the weights meet it as bytes (vpmaddubsw, vpdpbusd)

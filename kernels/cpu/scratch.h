@@ -10,8 +10,8 @@ namespace ringmoe::kernels {
 // What a scratch buffer holds. Every use has its own slot, so buffers that
 // one kernel needs at the same time never share one.
 enum class ScratchSlot : int {
-  kActivationsInt8,    // int4 (and int8 at kInt8) products: Int8Chunks, or
-                       // (AVX2 int8 at kInt8) int8 in column order
+  kActivationsInt8,    // int4 products: Int8Chunks; int8 at kInt8: int8
+                       // in column order
   kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,   // int8 products: activations as int16
   kInt16Levels,        // AVX-512 int8 products: int16 split, or int8 level
