@@ -52,7 +52,8 @@ void PrintCpu() {
   std::printf("    products, %lld+ activation rows: %s\n", direct + 1,
               ProductPaths(direct + 1).c_str());
   std::printf(
-      "    bf16 products of %lld+ rows, --activation_precision=bf16: %s\n",
+      "    bf16 products of 1 or %lld+ rows, --activation_precision=bf16: "
+      "%s\n",
       static_cast<long long>(kernels::Bf16ProductRows()),
       kernels::KernelPathName(kernels::ProductPath(
           kernels::WeightType::kBF16, kernels::Bf16ProductRows(),

@@ -38,7 +38,7 @@ struct Conversion {
   bool attention;
   int32_t group;
   bool lm_head = false;
-  // The CPU backend's (kBf16 rounds the activations of products of
+  // The CPU backend's (kBf16 rounds the activations of products of one or
   // kernels::Bf16ProductRows() or more rows of bf16 weights, where the CPU
   // has AVX512-BF16, and of one row of fp8 weights where it also has
   // AVX512-VBMI).
@@ -165,9 +165,8 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
     } else if (c.precision == kernels::ActivationPrecision::kBf16) {
       // Rounding the activations (2^-9) costs about what int8 weights do;
       // it flips a near-tie router choice of mixtral's (case 4), which sets
-      // its maximum, hence the median. Where no product rounds (cases 0
-      // and 1 are shorter than Bf16ProductRows(), or the CPU lacks
-      // AVX512-BF16) the float path is used.
+      // its maximum, hence the median. Where no product rounds (the CPU
+      // lacks AVX512-BF16) the float path is used.
       EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
       // And where the CPU has it, the rounding is in effect.
       if (kernels::UseAvx512Bf16()) {

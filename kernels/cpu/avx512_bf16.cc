@@ -5,10 +5,12 @@
 // ops.cc calls into it only when UseAvx512Bf16() holds and the caller asked
 // for bf16 activations (ActivationPrecision::kBf16).
 //
-// Products of few activation rows (up to kGroupRowsMax: batched decode)
-// broadcast the weights against vectors of 8 activation rows (GroupRows);
-// ProductPath sends fewer than Bf16ProductRows() to the float32 kernels,
-// which are as fast there (memory-bound). More rows: sums of outer
+// One activation row (decode) meets 32 weights per vdpbf16ps as rows
+// stream (OneRowTile). Products of few activation rows (up to
+// kGroupRowsMax: batched decode) broadcast the weights against vectors of 8
+// activation rows (GroupRows); ProductPath sends 2 to Bf16ProductRows() - 1
+// to the float32 kernels, which are as fast there (memory-bound). More
+// rows: sums of outer
 // products (prefill), blocked as
 // avx2_blocked.cc blocks its float ones: per block of kc columns and mc
 // weight rows, the weights are packed into panels of 32 rows, column pairs
@@ -253,6 +255,60 @@ void GroupRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
   for (; r < row_end; ++r) tile_rows(r, std::integral_constant<int, 1>());
 }
 
+// Rows r0 + i * stride (i < R) of bf16 weights against one activation row
+// rounded to bf16 (xb, zero past cols to a multiple of 32): y[r] = the
+// row's sum. 64 weight bytes meet 32 activations in one vdpbf16ps, where
+// the float32 kernels widen them first; the bf16 activations take half the
+// L1 of float ones beside the streams (ForEachOneRowTile). Two
+// accumulators per row, each row's sum formed alike whatever R.
+template <int R>
+void OneRowTile(const uint16_t* w, int64_t cols, const uint16_t* xb, int64_t r0,
+                int64_t stride, float* y) {
+  const uint16_t* row = w + r0 * cols;
+  const int64_t row_step = stride * cols;
+  const WeightPrefetcher prefetch(WeightType::kBF16);
+  __m512 acc[R][2];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 64 <= cols; k += 64) {
+    PrefetchStreams<R>(prefetch, row + k, 2 * row_step, 0);
+    PrefetchStreams<R>(prefetch, row + k, 2 * row_step, 64);
+    const __m512bh x0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k));
+    const __m512bh x1 =
+        reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k + 32));
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      const uint16_t* wi = row + i * row_step + k;
+      acc[i][0] = _mm512_dpbf16_ps(
+          acc[i][0], reinterpret_cast<__m512bh>(_mm512_loadu_si512(wi)), x0);
+      acc[i][1] = _mm512_dpbf16_ps(
+          acc[i][1], reinterpret_cast<__m512bh>(_mm512_loadu_si512(wi + 32)),
+          x1);
+    }
+  }
+  // The last columns, 32 at a time: the weights' missing words load as zero
+  // (and the activations are zero there).
+  for (; k < cols; k += 32) {
+    const __mmask32 words =
+        _cvtu32_mask32(cols - k >= 32 ? ~0u : (1u << (cols - k)) - 1);
+    const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k));
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      acc[i][0] =
+          _mm512_dpbf16_ps(acc[i][0],
+                           reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(
+                               words, row + i * row_step + k)),
+                           xv);
+    }
+  }
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) {
+    y[r0 + i * stride] =
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  }
+}
+
 // The first `count` of 16 lanes (none for count <= 0, all from 16).
 inline __mmask16 FirstLanes(int64_t count) {
   return count >= 16  ? __mmask16{0xffff}
@@ -405,10 +461,17 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
 void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
                 int64_t row_begin, int64_t row_end, float* y,
                 int64_t batch_rows) {
+  const uint16_t* weights = static_cast<const uint16_t*>(w.data);
+  if (batch_rows == 1) {
+    return ForEachOneRowTile(
+        ldx * int64_t{sizeof(uint16_t)}, row_begin, row_end,
+        [&](int64_t r, int64_t stride, auto rows) {
+          OneRowTile<decltype(rows)::value>(weights, w.cols, xb, r, stride, y);
+        });
+  }
   if (batch_rows <= kGroupRowsMax) {
     return GroupRows(xb, ldx, n, w, row_begin, row_end, y);
   }
-  const uint16_t* weights = static_cast<const uint16_t*>(w.data);
   const int64_t cols = w.cols, ldy = w.rows;
   const PanelBlocking b = PanelBlockingFor(cols);
   uint32_t* packed =

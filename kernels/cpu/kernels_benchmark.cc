@@ -247,9 +247,11 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
   };
   // bf16 rows of every length in the same bytes: 7168 x 2048 weights.
   constexpr int64_t kBf16Weights = int64_t{7168} * 2048;
-  for (int64_t cols : {2048, 3584, 7168, 14336})
-    add(WeightType::kBF16, kBf16Weights / cols, cols,
-        ActivationPrecision::kF32);
+  for (ActivationPrecision p :
+       {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
+    for (int64_t cols : {2048, 3584, 7168, 14336})
+      add(WeightType::kBF16, kBf16Weights / cols, cols, p);
+  }
   for (ActivationPrecision p :
        {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
     add(WeightType::kFp8E4M3, 7168, 2048, p);

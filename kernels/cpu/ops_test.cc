@@ -922,7 +922,7 @@ TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
   for (int64_t n : {int64_t{1}, int64_t{2}, Bf16ProductRows() - 1,
                     Bf16ProductRows(), int64_t{100}}) {
     EXPECT_EQ(ProductPath(WeightType::kBF16, n, ActivationPrecision::kBf16),
-              UseAvx512Bf16() && n >= Bf16ProductRows()
+              UseAvx512Bf16() && (n == 1 || n >= Bf16ProductRows())
                   ? KernelPath::kAvx512Bf16
                   : ProductPath(WeightType::kBF16, n))
         << n;
@@ -943,14 +943,19 @@ TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
 TEST_P(Bf16ActivationsTest, MatchesReferenceOfRoundedActivations) {
   std::mt19937 rng(53);
   ThreadPool pool(3);
-  // Activation rows on both sides of Bf16ProductRows(), of the groups of 8
-  // and of 32 (group kernel / panels) and of the panels' 12-row tiles;
-  // weight rows on both sides of the 8-row group tiles and the 32-row
-  // panels (and of 16, the vector); columns on both sides of 32 and odd (a
-  // last column pair of one), and more columns and rows than one packed
-  // block holds.
+  // One activation row (the one-row kernel: weight rows on both sides of
+  // its groups of three and six streams, columns on both sides of 32 and
+  // 64 and past a quarter of L1 of bf16 activations, where it takes six
+  // streams, on a pool that cuts the rows differently); activation rows on
+  // both sides of Bf16ProductRows(), of the groups of 8 and of 32 (group
+  // kernel / panels) and of the panels' 12-row tiles; weight rows on both
+  // sides of the 8-row group tiles and the 32-row panels (and of 16, the
+  // vector); columns on both sides of 32 and odd (a last column pair of
+  // one), and more columns and rows than one packed block holds.
   const int64_t shapes[][3] = {
-      {1, 7, 33},      {7, 9, 64},     {8, 8, 1},     {8, 17, 33},
+      {1, 1, 1},       {1, 2, 31},     {1, 7, 33},    {1, 5, 64},
+      {1, 13, 65},     {1, 19, 96},    {1, 203, 517}, {1, 203, 9000},
+      {1, 41, 20000},  {7, 9, 64},     {8, 8, 1},     {8, 17, 33},
       {9, 31, 1030},   {15, 13, 45},   {16, 16, 32},  {17, 96, 63},
       {24, 33, 31},    {25, 47, 95},   {32, 41, 257}, {33, 40, 66},
       {37, 50, 700},   {64, 45, 103},  {100, 21, 77}, {200, 13, 520},
@@ -1024,10 +1029,15 @@ TEST_P(Bf16ActivationsTest, RoundsActivationsToNearestEven) {
               nullptr);
   for (int64_t i = 0; i < n; ++i) {
     const float want = Bf16ToF32(F32ToBf16(x[i]));
+    // And each alone: a one-row product.
+    float alone = 7.f;
+    MatMulBatch({{&x[i], 1, w, &alone, ActivationPrecision::kBf16}}, nullptr);
     if (std::isnan(want)) {
       EXPECT_TRUE(std::isnan(y[i])) << i;
+      EXPECT_TRUE(std::isnan(alone)) << i;
     } else {
       EXPECT_EQ(y[i], want) << i << ": " << x[i];
+      EXPECT_EQ(alone, want) << i << ": " << x[i];
     }
   }
 }

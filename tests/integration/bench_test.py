@@ -76,8 +76,9 @@ class BenchTest(unittest.TestCase):
 
     def test_bf16_activations(self):
         # Prefill products of 8 or more rows of bf16 weights (here those of
-        # attention) round their activations to bf16 where the CPU has
-        # AVX512-BF16, beside their own ceiling; nothing else changes path.
+        # attention) and decode products of one row (every bf16 weight) round
+        # their activations to bf16 where the CPU has AVX512-BF16, beside
+        # their own ceiling; nothing else changes path.
         # int8 (which adds one-level int8 activations for mxfp4 products) is
         # taken and reported; anything but f32, bf16 or int8 is refused,
         # naming the flag.
@@ -89,12 +90,13 @@ class BenchTest(unittest.TestCase):
         paths = r["kernel_paths"]
         if "avx512_bf16" in r["cpu_features"]:
             self.assertGreater(paths["prefill_products"]["avx512_bf16"], 0.1)
+            self.assertEqual(paths["decode_products"], {"avx512_bf16": 1.0})
             self.assertGreater(r["peak_bf16_flops_per_s"], r["peak_flops_per_s"])
             self.assertGreater(r["prefill_bf16_peak_ratio"], 0)
         else:
             self.assertNotIn("avx512_bf16", paths["prefill_products"])
+            self.assertNotIn("avx512_bf16", paths["decode_products"])
             self.assertEqual(r["peak_bf16_flops_per_s"], 0)
-        self.assertNotIn("avx512_bf16", paths["decode_products"])
         out = bench("--gen_tokens=2", "--bench_rounds=1",
                     "--activation_precision=int8")
         self.assertEqual(out.returncode, 0, out.stderr)
