@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <string>
 
 namespace ringmoe {
 namespace {
@@ -55,6 +58,49 @@ HostMemory AllocateHostMemory(size_t bytes) {
   return HostMemory(static_cast<uint8_t*>(std::aligned_alloc(
                         kHostPageBytes, RoundUp(bytes, kHostPageBytes))),
                     HostMemoryDeleter{0});
+}
+
+bool TransparentHugePagesAvailable() {
+  std::ifstream enabled("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(enabled, modes);
+  return modes.find("[always]") != std::string::npos ||
+         modes.find("[madvise]") != std::string::npos;
+}
+
+std::optional<ResidentPages> ResidentPagesOf(const void* p, size_t bytes) {
+  std::ifstream smaps("/proc/self/smaps");
+  if (!smaps) return std::nullopt;
+  const auto first = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t last = first + bytes;
+  ResidentPages pages;
+  bool overlaps = false;
+  for (std::string line; std::getline(smaps, line);) {
+    // A mapping's first line is "begin-end perms ..."; the lines after it
+    // are "Field:  value kB".
+    std::istringstream in(line);
+    std::string name;
+    in >> name;
+    if (name.empty()) continue;
+    if (name.back() != ':') {
+      uintptr_t begin = 0, end = 0;
+      char dash = 0;
+      std::istringstream range(name);
+      overlaps = range >> std::hex >> begin >> dash >> end && dash == '-' &&
+                 begin < last && first < end;
+      continue;
+    }
+    if (!overlaps) continue;
+    int64_t kib = 0;
+    if (!(in >> kib)) continue;
+    if (name == "Rss:") {
+      pages.bytes += kib << 10;
+    } else if (name == "AnonHugePages:" || name == "FilePmdMapped:" ||
+               name == "ShmemPmdMapped:") {
+      pages.huge_bytes += kib << 10;
+    }
+  }
+  return pages;
 }
 
 }  // namespace ringmoe

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace ringmoe {
 
@@ -42,6 +43,20 @@ HostMemory AllocateHostMemory(size_t bytes);
 inline bool HugePagesRequested(const HostMemory& data) {
   return data != nullptr && data.get_deleter().mapped_bytes > 0;
 }
+
+// Whether the kernel backs memory that asks for them (MADV_HUGEPAGE) with
+// transparent huge pages: its THP mode is `always` or `madvise`.
+bool TransparentHugePagesAvailable();
+
+// Of the mappings that overlap [p, p + bytes) (whole mappings counted), the
+// bytes resident in memory and, of those, the bytes mapped as huge pages
+// (anonymous, file or shmem), as /proc/self/smaps reports them; nullopt
+// where it cannot be read.
+struct ResidentPages {
+  int64_t bytes = 0;
+  int64_t huge_bytes = 0;
+};
+std::optional<ResidentPages> ResidentPagesOf(const void* p, size_t bytes);
 
 }  // namespace ringmoe
 

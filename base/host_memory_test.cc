@@ -1,5 +1,6 @@
 #include "base/host_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -70,6 +71,40 @@ TEST(HostMemoryTest, LargeBuffersStartOnAHugePageWithHugePagesRequested) {
           << VmFlagsOf(m.get());
     }
   }
+}
+
+// A large buffer's pages, once written, are huge where the kernel gives
+// them; a small one's are not, nor those of a mapping without the request.
+TEST(HostMemoryTest, ResidentPagesCountHugePages) {
+  HostMemory large = AllocateHostMemory(4 * kHugePageBytes);
+  ASSERT_NE(large, nullptr);
+  for (size_t i = 0; i < 4 * kHugePageBytes; i += kHostPageBytes) large[i] = 1;
+  const std::optional<ResidentPages> pages =
+      ResidentPagesOf(large.get(), 4 * kHugePageBytes);
+  ASSERT_TRUE(pages.has_value());
+  EXPECT_GE(pages->bytes, static_cast<int64_t>(4 * kHugePageBytes));
+  if (TransparentHugePagesAvailable()) {
+    EXPECT_GE(pages->huge_bytes, static_cast<int64_t>(2 * kHugePageBytes));
+  }
+  EXPECT_LE(pages->huge_bytes, pages->bytes);
+
+  const size_t small_bytes = 16 * kHostPageBytes;
+  void* plain = ::mmap(nullptr, small_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(plain, MAP_FAILED);
+#ifdef MADV_NOHUGEPAGE
+  // Its own flags, so the kernel does not merge it into a neighbouring
+  // mapping that may hold huge pages (THP mode `always`).
+  ::madvise(plain, small_bytes, MADV_NOHUGEPAGE);
+#endif
+  for (size_t i = 0; i < small_bytes; i += kHostPageBytes) {
+    static_cast<uint8_t*>(plain)[i] = 1;
+  }
+  const std::optional<ResidentPages> small = ResidentPagesOf(plain, 1);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_GE(small->bytes, static_cast<int64_t>(small_bytes));
+  EXPECT_EQ(small->huge_bytes, 0);
+  ::munmap(plain, small_bytes);
 }
 
 TEST(HostMemoryTest, ImpossibleSizeIsNull) {

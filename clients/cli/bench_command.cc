@@ -275,6 +275,7 @@ int RunBench() {
       {"prompt_tokens", prompt},
       {"gen_tokens", gen},
       {"load_seconds", load_seconds},
+      {"resident_weights_copied", engine.resident_weights_copied()},
       {"prefill_tokens_per_s", batch * prompt / prefill_s},
       {"prefill_flops_per_token", prefill_work.flops / (batch * prompt)},
       {"prefill_flops_per_s", prefill_flops_per_s},

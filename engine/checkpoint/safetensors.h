@@ -88,6 +88,8 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }
+  // The whole file, mapped read-only (file_size() bytes).
+  const void* mapping() const { return mapping_; }
   // Ordered by offset in the file.
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const {

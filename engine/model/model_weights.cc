@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -752,26 +754,42 @@ void PrefaultMatrix(const Weight& m) {
   PrefaultRange(m.exponents, backend::ExponentBytes(m));
 }
 
-// Calls fn on every matrix a step multiplies (all but the embedding
-// table); of the routed experts, only `experts` where given.
-template <typename Fn>
-void ForEachProductMatrix(const ModelWeights& weights,
-                          const std::vector<int32_t>* experts, const Fn& fn) {
-  const auto mlp = [&](const MlpWeights& m) {
-    for (const Weight* w : MlpMatrices(const_cast<MlpWeights*>(&m))) fn(*w);
+// Calls fn on every matrix a step multiplies, and on the embedding table
+// first where `with_embedding`; of the routed experts, those
+// routed(layer, expert) accepts. A matrix bound to two fields (a tied
+// lm_head) is seen twice.
+template <typename RoutedFn, typename Fn>
+void ForEachMatrix(ModelWeights& weights, bool with_embedding,
+                   const RoutedFn& routed, const Fn& fn) {
+  const auto mlp = [&](MlpWeights& m) {
+    for (Weight* w : MlpMatrices(&m)) fn(*w);
   };
+  if (with_embedding) fn(weights.embed_tokens);
   fn(weights.lm_head);
-  for (const LayerWeights& layer : weights.layers) {
-    for (const Weight* m : AttentionMatrices(layer)) fn(*m);
+  for (int l = 0; l < static_cast<int>(weights.layers.size()); ++l) {
+    LayerWeights& layer = weights.layers[l];
+    for (Weight* m : AttentionMatrices(&layer)) fn(*m);
     fn(layer.router);
-    if (experts == nullptr) {
-      for (const MlpWeights& expert : layer.experts) mlp(expert);
-    } else if (!layer.experts.empty()) {
-      for (int32_t e : *experts) mlp(layer.experts[e]);
+    for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
+      if (routed(l, e)) mlp(layer.experts[e]);
     }
     if (layer.has_shared_expert) mlp(layer.shared_expert);
     if (!layer.is_moe) mlp(layer.dense_mlp);
   }
+}
+
+// ForEachMatrix for reading: the matrices a step multiplies (not the
+// embedding table); of the routed experts, only `experts` where given.
+template <typename Fn>
+void ForEachProductMatrix(const ModelWeights& weights,
+                          const std::vector<int32_t>* experts, const Fn& fn) {
+  ForEachMatrix(
+      const_cast<ModelWeights&>(weights), /*with_embedding=*/false,
+      [&](int, int e) {
+        return experts == nullptr ||
+               std::find(experts->begin(), experts->end(), e) != experts->end();
+      },
+      [&](const Weight& m) { fn(m); });
 }
 
 }  // namespace
@@ -798,6 +816,58 @@ std::vector<std::pair<kernels::WeightType, int64_t>> ProductWeightBytes(
 void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts) {
   ForEachProductMatrix(weights, experts, PrefaultMatrix);
+}
+
+absl::Status CopyOutOfCheckpoint(
+    const checkpoint::Checkpoint& checkpoint,
+    const std::function<bool(int layer, int expert)>& routed, ThreadPool* pool,
+    ModelWeights* weights) {
+  // Each distinct range of the mapping once (a tied lm_head is the
+  // embedding), at its offset in the one buffer.
+  absl::flat_hash_map<const void*, int64_t> offset_of;
+  std::vector<std::pair<const void*, int64_t>> ranges;
+  int64_t total = 0;
+  const auto note = [&](const void* p, int64_t bytes) {
+    if (p == nullptr || bytes <= 0 || offset_of.contains(p) ||
+        !checkpoint.Locate(p, static_cast<uint64_t>(bytes))) {
+      return;
+    }
+    offset_of[p] = total;
+    ranges.emplace_back(p, bytes);
+    total += Aligned(bytes);
+  };
+  ForEachMatrix(*weights, /*with_embedding=*/true, routed, [&](Weight& m) {
+    note(m.data, backend::DataBytes(m));
+    note(m.scales, backend::GroupScaleBytes(m));
+    note(m.block_scales, backend::BlockScaleBytes(m));
+    note(m.exponents, backend::ExponentBytes(m));
+  });
+  if (total == 0) return absl::OkStatus();
+  HostMemory buffer = AllocateHostMemory(static_cast<size_t>(total));
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint ", checkpoint.dir(), ": no host memory to copy ", total,
+        " bytes of resident weights out of its mapping"));
+  }
+  uint8_t* const base = buffer.get();
+  ParallelFor(pool, static_cast<int64_t>(ranges.size()), [&](int64_t i) {
+    const auto& [p, bytes] = ranges[i];
+    std::memcpy(base + offset_of.at(p), p, static_cast<size_t>(bytes));
+  });
+  const auto moved = [&](auto* p) {
+    const auto it = offset_of.find(p);
+    return it == offset_of.end()
+               ? p
+               : reinterpret_cast<decltype(p)>(base + it->second);
+  };
+  ForEachMatrix(*weights, /*with_embedding=*/true, routed, [&](Weight& m) {
+    m.data = moved(m.data);
+    m.scales = moved(m.scales);
+    m.block_scales = moved(m.block_scales);
+    m.exponents = moved(m.exponents);
+  });
+  weights->owned.push_back(std::move(buffer));
+  return absl::OkStatus();
 }
 
 }  // namespace ringmoe::model

@@ -9,6 +9,7 @@
 #define RINGMOE_ENGINE_MODEL_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -144,6 +145,21 @@ uint64_t NonExpertBytes(const ModelWeights& weights);
 // other ranks, and their pages are never read here).
 void PrefaultWeights(const ModelWeights& weights,
                      const std::vector<int32_t>* experts = nullptr);
+
+// Copies the weights of every bound matrix (data and scales) that lie in
+// `checkpoint`'s mapping into one new buffer of host memory, in 2 MiB pages
+// where the host gives them (base/host_memory.h), and points the matrices
+// there: the embedding table, lm_head, attention, routers, shared and
+// dense MLPs, and the routed experts routed(layer, expert) accepts (the
+// others keep their views of the mapping, for the memory ring or another
+// rank). Reads through a mapping's 4 KiB pages miss the TLB that much more
+// often (docs/PERFORMANCE.md). Copies on `pool` (may be null); the buffer
+// joins weights->owned. RESOURCE_EXHAUSTED, naming the checkpoint and the
+// bytes, when the host has no memory for it.
+absl::Status CopyOutOfCheckpoint(
+    const checkpoint::Checkpoint& checkpoint,
+    const std::function<bool(int layer, int expert)>& routed, ThreadPool* pool,
+    ModelWeights* weights);
 
 // The types of the matrices a step multiplies (every bound matrix but the
 // embedding table), each once, in WeightType order, with the bytes of

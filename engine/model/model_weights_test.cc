@@ -447,6 +447,107 @@ TEST(ModelWeightsTest, PrefaultMapsInEveryMatrix) {
   }
 }
 
+// The bytes of `m` (data and scales) as a string, and whether each part
+// lies in `checkpoint`'s mapping.
+struct MatrixBytes {
+  std::string bytes;
+  bool mapped = false;
+};
+MatrixBytes BytesOf(const checkpoint::Checkpoint& checkpoint, const Weight& m) {
+  MatrixBytes out;
+  const auto add = [&](const void* p, int64_t n) {
+    if (p == nullptr || n == 0) return;
+    out.bytes.append(static_cast<const char*>(p), n);
+    out.mapped |= checkpoint.Locate(p, n).has_value();
+  };
+  add(m.data, backend::DataBytes(m));
+  add(m.scales, backend::GroupScaleBytes(m));
+  add(m.block_scales, backend::BlockScaleBytes(m));
+  add(m.exponents, backend::ExponentBytes(m));
+  return out;
+}
+
+// Every matrix of `weights` with its name, the embedding first.
+std::vector<std::pair<std::string, const Weight*>> NamedMatrices(
+    const ModelWeights& weights) {
+  std::vector<std::pair<std::string, const Weight*>> out = {
+      {"embed", &weights.embed_tokens}, {"lm_head", &weights.lm_head}};
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    const LayerWeights& layer = weights.layers[l];
+    const std::string at = "layer " + std::to_string(l);
+    for (const Weight* m : AttentionMatrices(layer)) {
+      out.push_back({at + " attention", m});
+    }
+    out.push_back({at + " router", &layer.router});
+    const auto mlp = [&](const MlpWeights& w, const std::string& name) {
+      for (const Weight* m : MlpMatrices(const_cast<MlpWeights*>(&w))) {
+        out.push_back({at + " " + name, m});
+      }
+    };
+    for (size_t e = 0; e < layer.experts.size(); ++e) {
+      mlp(layer.experts[e], "expert " + std::to_string(e));
+    }
+    if (layer.has_shared_expert) mlp(layer.shared_expert, "shared expert");
+    if (!layer.is_moe) mlp(layer.dense_mlp, "dense MLP");
+  }
+  return out;
+}
+
+// CopyOutOfCheckpoint moves every matrix it is given out of the mapping,
+// bytes unchanged (fp8 block scales, mxfp4 exponents and fused experts'
+// slices included), and leaves the routed experts it is not given where
+// they were; a tied lm_head stays the embedding.
+TEST(ModelWeightsTest, CopyOutOfCheckpointMovesWhatItIsGiven) {
+  for (const std::string model :
+       {"mixtral", "deepseek_v3_fp8", "gpt_oss", "qwen2_moe"}) {
+    std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+    auto weights = BindDir("tests/testdata/moe-tiny/" + model, &checkpoint);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    const auto before = NamedMatrices(*weights);
+    std::vector<MatrixBytes> bytes;
+    for (const auto& [name, m] : before) {
+      bytes.push_back(BytesOf(*checkpoint, *m));
+    }
+    const auto kept = [](int layer, int expert) {
+      return expert == 1 || (layer == 0 && expert == 0);
+    };
+    ThreadPool pool(3);
+    ASSERT_TRUE(CopyOutOfCheckpoint(
+                    *checkpoint, [&](int l, int e) { return !kept(l, e); },
+                    &pool, &*weights)
+                    .ok());
+    const auto after = NamedMatrices(*weights);
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      const auto& [name, m] = after[i];
+      const MatrixBytes now = BytesOf(*checkpoint, *m);
+      EXPECT_EQ(now.bytes, bytes[i].bytes) << model << " " << name;
+      bool expert_kept = false;
+      for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
+        for (int e = 0; e < static_cast<int>(weights->layers[l].experts.size());
+             ++e) {
+          expert_kept |= kept(l, e) && name == "layer " + std::to_string(l) +
+                                                   " expert " +
+                                                   std::to_string(e);
+        }
+      }
+      EXPECT_EQ(now.mapped, expert_kept && bytes[i].mapped)
+          << model << " " << name;
+    }
+  }
+  // Tied: one copy, both fields on it.
+  std::unique_ptr<checkpoint::Checkpoint> checkpoint;
+  auto weights = BindDir("tests/testdata/moe-tiny/mixtral", &checkpoint);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  weights->lm_head = weights->embed_tokens;
+  ASSERT_TRUE(
+      CopyOutOfCheckpoint(
+          *checkpoint, [](int, int) { return true; }, nullptr, &*weights)
+          .ok());
+  EXPECT_EQ(weights->lm_head.data, weights->embed_tokens.data);
+  EXPECT_FALSE(checkpoint->Locate(weights->lm_head.data, 1).has_value());
+}
+
 TEST(ModelWeightsTest, ProductWeightBytesByType) {
   using kernels::WeightType;
   std::unique_ptr<checkpoint::Checkpoint> checkpoint;

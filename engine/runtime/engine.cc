@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "base/host_memory.h"
 #include "base/status_macros.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu_backend.h"
@@ -107,6 +109,30 @@ std::vector<kernels::WeightPrefetchTuning> ChooseWeightPrefetch(
     chosen.push_back(it->second);
   }
   return chosen;
+}
+
+// Whether `mode` copies the weights kept as stored out of `checkpoint`'s
+// mapping, its pages already read in (ResidentWeights).
+bool CopiesResidentWeights(ResidentWeights mode,
+                           const checkpoint::Checkpoint& checkpoint) {
+  switch (mode) {
+    case ResidentWeights::kMapped:
+      return false;
+    case ResidentWeights::kCopied:
+      return true;
+    case ResidentWeights::kAuto:
+      break;
+  }
+  if (!TransparentHugePagesAvailable()) return false;
+  ResidentPages mapped;
+  for (const auto& file : checkpoint.files()) {
+    const std::optional<ResidentPages> pages =
+        ResidentPagesOf(file->mapping(), file->file_size());
+    if (!pages) return false;
+    mapped.bytes += pages->bytes;
+    mapped.huge_bytes += pages->huge_bytes;
+  }
+  return mapped.huge_bytes < kMostlyHugePages * mapped.bytes;
 }
 
 }  // namespace
@@ -215,9 +241,31 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     if (options.streaming.memory_budget > 0) {
       std::fprintf(stderr, "ringmoe: %s\n",
                    engine->placement_.Summary().c_str());
+      engine->resident_weights_copied_ = engine->streamed_experts_ != nullptr;
     } else {
-      model::PrefaultWeights(engine->weights_,
-                             expert_placement ? &own_experts : nullptr);
+      const std::vector<int32_t>* served =
+          expert_placement ? &own_experts : nullptr;
+      model::PrefaultWeights(engine->weights_, served);
+      if (CopiesResidentWeights(options.resident_weights,
+                                *engine->checkpoint_)) {
+        const auto start = std::chrono::steady_clock::now();
+        RETURN_IF_ERROR(model::CopyOutOfCheckpoint(
+            *engine->checkpoint_,
+            [served](int, int e) {
+              return served == nullptr ||
+                     std::find(served->begin(), served->end(), e) !=
+                         served->end();
+            },
+            engine->pool_.get(), &engine->weights_));
+        engine->resident_weights_copied_ = true;
+        std::fprintf(
+            stderr,
+            "ringmoe: weights copied out of the checkpoint's mapping into "
+            "memory of their own in %.2f s (--resident_weights)\n",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          start)
+                .count());
+      }
     }
     experts = engine->streamed_experts_.get();
   }

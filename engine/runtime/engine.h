@@ -37,6 +37,25 @@
 
 namespace ringmoe::runtime {
 
+// Where the CPU reads the weights it keeps as the checkpoint stores them
+// when every weight is resident (with StreamingOptions::memory_budget, what
+// stays resident is always copied and the rest streams).
+enum class ResidentWeights {
+  // In place, from the checkpoint's mapping: page-cache pages, shared with
+  // other processes, nothing copied at load.
+  kMapped,
+  // Copied at load into memory of their own (model::CopyOutOfCheckpoint),
+  // in 2 MiB pages where the host gives them.
+  kCopied,
+  // Copied where the host gives memory huge pages and the mapping, its
+  // pages read, holds less than kMostlyHugePages of them in huge pages (the
+  // page cache keeps a file written or first read in small pieces in 4 KiB
+  // pages, whose TLB misses cost decode up to a third of its speed on the
+  // machines measured: docs/PERFORMANCE.md); else mapped.
+  kAuto,
+};
+inline constexpr double kMostlyHugePages = 0.9;
+
 struct EngineOptions {
   std::string model_dir;
   // KV-cache capacity in tokens over all sequences, counted as positions of
@@ -86,6 +105,8 @@ struct EngineOptions {
       kernels::WeightPrefetch::kSoftware;
   // Memory budget and ring settings; with no budget everything is resident.
   StreamingOptions streaming;
+  // With no budget, on the CPU: where the weights kept as stored are read.
+  ResidentWeights resident_weights = ResidentWeights::kAuto;
   // Count the tokens routed to each expert (expert_usage()).
   bool count_expert_tokens = false;
   // Expert parallelism: the job (null, or one rank: every expert here)
@@ -158,6 +179,9 @@ class Engine {
   const std::vector<kernels::WeightPrefetchTuning>& weight_prefetch() const {
     return weight_prefetch_;
   }
+  // Whether the weights kept as stored were copied out of the checkpoint's
+  // mapping at load (ResidentWeights; always so with a memory budget).
+  bool resident_weights_copied() const { return resident_weights_copied_; }
   // On a device with experts outside its memory: where each expert runs,
   // as calibrated at start-up and refined by the steps so far; else null.
   const PlacementPolicy* placement_policy() const {
@@ -209,6 +233,7 @@ class Engine {
   model::ModelWeights device_weights_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<kernels::WeightPrefetchTuning> weight_prefetch_;
+  bool resident_weights_copied_ = false;
   std::unique_ptr<backend::Backend> backend_;
   memory_ring::RingStats ring_stats_;
   memory_ring::PlacementPlan placement_;

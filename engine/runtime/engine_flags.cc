@@ -27,7 +27,7 @@ ABSL_FLAG(std::string, activation_precision, "f32",
           "fp8, mxfp4 and int8 weights: f32 (exact to float32), bf16 (bf16 "
           "products round them to bf16, as llama.cpp and GPU servers do, "
           "where the CPU multiplies bf16 natively (AVX512-BF16): faster "
-          "prefill and batched decode; so do fp8 decode products where the "
+          "prefill and decode; so do fp8 decode products where the "
           "CPU also has AVX512-VBMI) or int8 (as bf16, and mxfp4 products, "
           "and int8 ones of one row on AVX-512, quantize them to one int8 "
           "level per block of 32, as llama.cpp's Q8_0: faster mxfp4 and int8 "
@@ -38,6 +38,15 @@ ABSL_FLAG(std::string, weight_prefetch, "auto",
           "0.1-0.2 s), software (prefetch instructions ahead of the "
           "streams) or hardware (the hardware prefetchers alone). Outputs "
           "do not depend on it.");
+ABSL_FLAG(std::string, resident_weights, "auto",
+          "With every weight resident on the CPU (no --host_memory_budget): "
+          "where the weights kept as the checkpoint stores them are read: "
+          "mapped (in place, from the checkpoint's page-cache pages), copied "
+          "(into memory of their own at load, in 2 MiB pages where the host "
+          "gives them) or auto (copied where the host gives huge pages and "
+          "the page cache holds the checkpoint mostly in 4 KiB pages, as it "
+          "does a file just written or first read in small pieces: their "
+          "TLB misses slow decode).");
 ABSL_FLAG(int, weight_group_size, 32,
           "Columns per scale of int8 and int4 weights: 32 or 64.");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
@@ -164,6 +173,17 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--weight_prefetch=", prefetch,
                      ": expected auto, software or hardware"));
+  }
+  if (const std::string resident = absl::GetFlag(FLAGS_resident_weights);
+      resident == "auto") {
+    options.resident_weights = ResidentWeights::kAuto;
+  } else if (resident == "mapped") {
+    options.resident_weights = ResidentWeights::kMapped;
+  } else if (resident == "copied") {
+    options.resident_weights = ResidentWeights::kCopied;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--resident_weights=", resident, ": expected auto, mapped or copied"));
   }
   conversion.group_size = absl::GetFlag(FLAGS_weight_group_size);
   if (conversion.group_size != 32 && conversion.group_size != 64) {

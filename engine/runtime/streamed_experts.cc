@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
   }
 
   // Experts this executor does not serve stay out of the plan: the plan
-  // marks them resident, and CopyResidentIntoMemory leaves them unread.
+  // marks them resident, and CopyOutOfCheckpoint leaves them unread.
   std::vector<int32_t> served = options.served_experts;
   if (served.empty()) {
     for (int e = 0; e < num_experts; ++e) served.push_back(e);
@@ -122,7 +122,12 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
         "larger memory budget or use --weight_dtype=auto"));
   }
   s->resident_ = plan->expert_resident;
-  RETURN_IF_ERROR(s->CopyResidentIntoMemory(mutable_weights));
+  // What stays resident is read from memory of its own (2 MiB pages), not
+  // from the mapping whose pages the page cache may give back.
+  RETURN_IF_ERROR(model::CopyOutOfCheckpoint(
+      checkpoint,
+      [&](int l, int e) { return s->served_[e] && !s->Streams(l, e); },
+      /*pool=*/nullptr, mutable_weights));
 
   ASSIGN_OR_RETURN(s->tier_,
                    memory_ring::CreateDiskTier(
@@ -144,59 +149,6 @@ absl::StatusOr<std::unique_ptr<StreamedExperts>> StreamedExperts::Create(
 StreamedExperts::~StreamedExperts() {
   // The ring waits for loads in flight before the tier goes away.
   ring_.reset();
-}
-
-absl::Status StreamedExperts::CopyResidentIntoMemory(
-    model::ModelWeights* weights) const {
-  int64_t missing_bytes = 0;  // of copies the host had no memory for
-  auto owned_copy = [&](const void* src, int64_t bytes) -> const void* {
-    if (src == nullptr || bytes == 0) return src;
-    HostMemory buffer = AllocateHostMemory(bytes);
-    if (buffer == nullptr) {
-      missing_bytes += bytes;
-      return src;
-    }
-    std::memcpy(buffer.get(), src, bytes);
-    weights->owned.push_back(std::move(buffer));
-    return weights->owned.back().get();
-  };
-  // Data and scales separately: they need not be adjacent in the checkpoint.
-  auto copy = [&](backend::Weight* m) {
-    if (m->data == nullptr) return;
-    m->data = owned_copy(m->data, backend::DataBytes(*m));
-    m->scales = static_cast<const uint16_t*>(
-        owned_copy(m->scales, backend::GroupScaleBytes(*m)));
-    m->block_scales = static_cast<const float*>(
-        owned_copy(m->block_scales, backend::BlockScaleBytes(*m)));
-    m->exponents = static_cast<const uint8_t*>(
-        owned_copy(m->exponents, backend::ExponentBytes(*m)));
-  };
-  auto copy_mlp = [&](model::MlpWeights* mlp) {
-    for (backend::Weight* m : model::MlpMatrices(mlp)) copy(m);
-  };
-  const bool tied = weights->lm_head.data == weights->embed_tokens.data;
-  copy(&weights->embed_tokens);
-  if (tied) {
-    weights->lm_head = weights->embed_tokens;
-  } else {
-    copy(&weights->lm_head);
-  }
-  for (int l = 0; l < static_cast<int>(weights->layers.size()); ++l) {
-    model::LayerWeights& layer = weights->layers[l];
-    for (backend::Weight* m : model::AttentionMatrices(&layer)) copy(m);
-    copy(&layer.router);
-    if (layer.has_shared_expert) copy_mlp(&layer.shared_expert);
-    if (!layer.is_moe) copy_mlp(&layer.dense_mlp);
-    for (int e = 0; e < static_cast<int>(layer.experts.size()); ++e) {
-      if (served_[e] && !Streams(l, e)) copy_mlp(&layer.experts[e]);
-    }
-  }
-  if (missing_bytes > 0) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no host memory to copy ", missing_bytes,
-                     " bytes of resident weights out of the checkpoint"));
-  }
-  return absl::OkStatus();
 }
 
 std::vector<memory_ring::CopyPiece> StreamedExperts::PiecesFor(

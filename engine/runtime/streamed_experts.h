@@ -132,9 +132,6 @@ class StreamedExperts : public moe::ExpertExecutor {
                absl::Span<const moe::ExpertTask* const> task_of,
                backend::Backend& backend);
   model::MlpWeights ViewAt(int layer, int expert, const uint8_t* base) const;
-  // Copies every matrix that stays resident into owned memory.
-  // RESOURCE_EXHAUSTED when the host has no memory for them.
-  absl::Status CopyResidentIntoMemory(model::ModelWeights* weights) const;
 
   const model::ModelSpec& spec_;
   const model::ModelWeights& weights_;

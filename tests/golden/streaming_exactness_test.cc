@@ -3,7 +3,8 @@
 // rings of 2, 3 and 4 slots, prefetch depth 0 to K-1, layer and expert mode,
 // expert cache on and off, sections of a whole layer, of one expert and of
 // three (a layer in uneven sections) — are bitwise identical to the
-// all-resident run.
+// all-resident run; so are the all-resident runs whose weights are read from
+// the checkpoint's mapping and from a copy.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -30,11 +31,13 @@ constexpr int kCases = 5;
 constexpr int kGreedy = 16;
 
 std::unique_ptr<runtime::Engine> Load(
-    const std::string& dir, const runtime::StreamingOptions& streaming) {
+    const std::string& dir, const runtime::StreamingOptions& streaming,
+    runtime::ResidentWeights resident = runtime::ResidentWeights::kMapped) {
   runtime::EngineOptions options;
   options.model_dir = dir;
   options.threads = 1;
   options.streaming = streaming;
+  options.resident_weights = resident;
   auto engine = runtime::Engine::Load(options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
@@ -48,9 +51,22 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
   ASSERT_EQ(inputs.size(), kCases);
   auto resident = Load(dir, {});
   ASSERT_NE(resident, nullptr);
+  EXPECT_FALSE(resident->resident_weights_copied());
   const Trace want = RunTrace(*resident, inputs, kGreedy);
   const memory_ring::PlacementPlan& sizes = resident->placement();
   ASSERT_GT(sizes.layer_experts, 3);
+
+  auto copied = Load(dir, {}, runtime::ResidentWeights::kCopied);
+  ASSERT_NE(copied, nullptr);
+  EXPECT_TRUE(copied->resident_weights_copied());
+  const Trace from_copy = RunTrace(*copied, inputs, kGreedy);
+  for (int i = 0; i < kCases; ++i) {
+    EXPECT_TRUE(Bitwise(from_copy.logits[i], want.logits[i])) << "case " << i;
+    EXPECT_EQ(from_copy.greedy[i], want.greedy[i]) << "case " << i;
+  }
+  EXPECT_TRUE(Bitwise(from_copy.batched, want.batched));
+  EXPECT_TRUE(Bitwise(from_copy.batched_decode, want.batched_decode));
+  copied.reset();
 
   struct Ring {
     int section_experts, slots, depth;
@@ -95,6 +111,7 @@ TEST_P(StreamingExactnessTest, EveryRingConfigurationIsBitwiseIdentical) {
         ASSERT_EQ(plan.num_slots, ring.slots) << config;
         ASSERT_EQ(plan.section_experts, ring.section_experts) << config;
         ASSERT_EQ(plan.resident_experts, 0) << config;
+        EXPECT_TRUE(streamed->resident_weights_copied()) << config;
         const Trace got = RunTrace(*streamed, inputs, kGreedy);
         for (int i = 0; i < kCases; ++i) {
           EXPECT_TRUE(Bitwise(got.logits[i], want.logits[i]))
