@@ -135,6 +135,32 @@ bool CopiesResidentWeights(ResidentWeights mode,
   return mapped.huge_bytes < kMostlyHugePages * mapped.bytes;
 }
 
+// Maps in every page of the weights a step reads (of the routed experts
+// only `served`, where given), then copies them out of the checkpoint's
+// mapping where `mode` says so: whether it did.
+absl::StatusOr<bool> KeepResidentWeights(
+    ResidentWeights mode, const checkpoint::Checkpoint& checkpoint,
+    const std::vector<int32_t>* served, ThreadPool* pool,
+    model::ModelWeights* weights) {
+  model::PrefaultWeights(*weights, served);
+  if (!CopiesResidentWeights(mode, checkpoint)) return false;
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(model::CopyOutOfCheckpoint(
+      checkpoint,
+      [served](int, int e) {
+        return served == nullptr ||
+               std::find(served->begin(), served->end(), e) != served->end();
+      },
+      pool, weights));
+  std::fprintf(
+      stderr,
+      "ringmoe: weights copied out of the checkpoint's mapping into "
+      "memory of their own in %.2f s (--resident_weights)\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
@@ -241,31 +267,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(
     if (options.streaming.memory_budget > 0) {
       std::fprintf(stderr, "ringmoe: %s\n",
                    engine->placement_.Summary().c_str());
-      engine->resident_weights_copied_ = engine->streamed_experts_ != nullptr;
+    }
+    if (engine->streamed_experts_ != nullptr) {
+      // What stays resident was copied out of the mapping (StreamedExperts).
+      engine->resident_weights_copied_ = true;
     } else {
-      const std::vector<int32_t>* served =
-          expert_placement ? &own_experts : nullptr;
-      model::PrefaultWeights(engine->weights_, served);
-      if (CopiesResidentWeights(options.resident_weights,
-                                *engine->checkpoint_)) {
-        const auto start = std::chrono::steady_clock::now();
-        RETURN_IF_ERROR(model::CopyOutOfCheckpoint(
-            *engine->checkpoint_,
-            [served](int, int e) {
-              return served == nullptr ||
-                     std::find(served->begin(), served->end(), e) !=
-                         served->end();
-            },
-            engine->pool_.get(), &engine->weights_));
-        engine->resident_weights_copied_ = true;
-        std::fprintf(
-            stderr,
-            "ringmoe: weights copied out of the checkpoint's mapping into "
-            "memory of their own in %.2f s (--resident_weights)\n",
-            std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start)
-                .count());
-      }
+      ASSIGN_OR_RETURN(
+          engine->resident_weights_copied_,
+          KeepResidentWeights(options.resident_weights, *engine->checkpoint_,
+                              expert_placement ? &own_experts : nullptr,
+                              engine->pool_.get(), &engine->weights_));
     }
     experts = engine->streamed_experts_.get();
   }

@@ -38,8 +38,8 @@
 namespace ringmoe::runtime {
 
 // Where the CPU reads the weights it keeps as the checkpoint stores them
-// when every weight is resident (with StreamingOptions::memory_budget, what
-// stays resident is always copied and the rest streams).
+// when every weight is resident (where experts stream through the memory
+// ring, what stays resident is always copied).
 enum class ResidentWeights {
   // In place, from the checkpoint's mapping: page-cache pages, shared with
   // other processes, nothing copied at load.
@@ -105,7 +105,8 @@ struct EngineOptions {
       kernels::WeightPrefetch::kSoftware;
   // Memory budget and ring settings; with no budget everything is resident.
   StreamingOptions streaming;
-  // With no budget, on the CPU: where the weights kept as stored are read.
+  // With every weight resident on the CPU: where the weights kept as
+  // stored are read.
   ResidentWeights resident_weights = ResidentWeights::kAuto;
   // Count the tokens routed to each expert (expert_usage()).
   bool count_expert_tokens = false;
@@ -180,7 +181,7 @@ class Engine {
     return weight_prefetch_;
   }
   // Whether the weights kept as stored were copied out of the checkpoint's
-  // mapping at load (ResidentWeights; always so with a memory budget).
+  // mapping at load (ResidentWeights; always so where experts stream).
   bool resident_weights_copied() const { return resident_weights_copied_; }
   // On a device with experts outside its memory: where each expert runs,
   // as calibrated at start-up and refined by the steps so far; else null.

@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, weight_prefetch, "auto",
           "streams) or hardware (the hardware prefetchers alone). Outputs "
           "do not depend on it.");
 ABSL_FLAG(std::string, resident_weights, "auto",
-          "With every weight resident on the CPU (no --host_memory_budget): "
+          "With every weight resident on the CPU (no expert streaming): "
           "where the weights kept as the checkpoint stores them are read: "
           "mapped (in place, from the checkpoint's page-cache pages), copied "
           "(into memory of their own at load, in 2 MiB pages where the host "
