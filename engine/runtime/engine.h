@@ -50,7 +50,7 @@ enum class ResidentWeights {
   // Copied where the host gives memory huge pages and the mapping, its
   // pages read, holds less than kMostlyHugePages of them in huge pages (the
   // page cache keeps a file written or first read in small pieces in 4 KiB
-  // pages, whose TLB misses cost decode up to a third of its speed on the
+  // pages, whose TLB misses cost decode about a fifth of its speed on the
   // machines measured: docs/PERFORMANCE.md); else mapped.
   kAuto,
 };

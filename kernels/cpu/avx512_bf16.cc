@@ -10,8 +10,7 @@
 // kGroupRowsMax: batched decode) broadcast the weights against vectors of 8
 // activation rows (GroupRows); ProductPath sends 2 to Bf16ProductRows() - 1
 // to the float32 kernels, which are as fast there (memory-bound). More
-// rows: sums of outer
-// products (prefill), blocked as
+// rows: sums of outer products (prefill), blocked as
 // avx2_blocked.cc blocks its float ones: per block of kc columns and mc
 // weight rows, the weights are packed into panels of 32 rows, column pairs
 // outermost ([kc / 2][32 rows][2]: one column pair of 32 rows is two
