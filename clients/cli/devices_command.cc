@@ -52,12 +52,9 @@ void PrintCpu() {
   std::printf("    products, %lld+ activation rows: %s\n", direct + 1,
               ProductPaths(direct + 1).c_str());
   std::printf(
-      "    bf16 products of 1 or %lld+ rows, --activation_precision=bf16: "
-      "%s\n",
-      static_cast<long long>(kernels::Bf16ProductRows()),
+      "    bf16 products, --activation_precision=bf16: %s\n",
       kernels::KernelPathName(kernels::ProductPath(
-          kernels::WeightType::kBF16, kernels::Bf16ProductRows(),
-          kernels::ActivationPrecision::kBf16)));
+          kernels::WeightType::kBF16, 1, kernels::ActivationPrecision::kBf16)));
   std::printf(
       "    attention (decode, prefill), norms, softmax, rotary, silu: %s\n",
       kernels::KernelPathName(kernels::VectorPath()));

@@ -38,10 +38,9 @@ struct Conversion {
   bool attention;
   int32_t group;
   bool lm_head = false;
-  // The CPU backend's (kBf16 rounds the activations of products of one or
-  // kernels::Bf16ProductRows() or more rows of bf16 weights, where the CPU
-  // has AVX512-BF16, and of one row of fp8 weights where it also has
-  // AVX512-VBMI).
+  // The CPU backend's (kBf16 rounds the activations of products of bf16
+  // weights, where the CPU has AVX512-BF16, and of one row of fp8 weights
+  // where it also has AVX512-VBMI).
   kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 

@@ -6,11 +6,11 @@
 // for bf16 activations (ActivationPrecision::kBf16).
 //
 // One activation row (decode) meets 32 weights per vdpbf16ps as rows
-// stream (OneRowTile). Products of few activation rows (up to
-// kGroupRowsMax: batched decode) broadcast the weights against vectors of 8
-// activation rows (GroupRows); ProductPath sends 2 to Bf16ProductRows() - 1
-// to the float32 kernels, which are as fast there (memory-bound). More
-// rows: sums of outer products (prefill), blocked as
+// stream (OneRowTile), and so do up to kStreamActsMax rows, each weight
+// vector once for all of them (FewRowTile: batched decode's experts).
+// Products of more activation rows, up to kGroupRowsMax, broadcast the
+// weights against vectors of 8 activation rows (GroupRows). More rows:
+// sums of outer products (prefill), blocked as
 // avx2_blocked.cc blocks its float ones: per block of kc columns and mc
 // weight rows, the weights are packed into panels of 32 rows, column pairs
 // outermost ([kc / 2][32 rows][2]: one column pair of 32 rows is two
@@ -254,6 +254,79 @@ void GroupRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
   for (; r < row_end; ++r) tile_rows(r, std::integral_constant<int, 1>());
 }
 
+// The most activation rows FewRowTile takes: its R x N accumulators (and
+// an activation vector per row) must fit the 32 vector registers.
+constexpr int64_t kStreamActsMax = 7;
+
+// Rows r0 + i * stride (i < R) of bf16 weights against the N activation
+// rows at xb (ldx apart, rounded to bf16, zero past cols to a multiple of
+// 32): y[a * ldy + r] = the sum of weight row r and activation row a. Each
+// 64 weight bytes are loaded once for the N rows, one vdpbf16ps each. One
+// accumulator per (weight row, activation row), so each sum is formed
+// alike whatever R and N.
+template <int R, int N>
+void FewRowTile(const uint16_t* w, int64_t cols, const uint16_t* xb,
+                int64_t ldx, int64_t r0, int64_t stride, float* y,
+                int64_t ldy) {
+  const uint16_t* row = w + r0 * cols;
+  const int64_t row_step = stride * cols;
+  const WeightPrefetcher prefetch(WeightType::kBF16);
+  __m512 acc[R][N];
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) {
+    RINGMOE_UNROLL
+    for (int a = 0; a < N; ++a) acc[i][a] = _mm512_setzero_ps();
+  }
+  // 32 columns at a time; the last chunk's missing weight words load as
+  // zero (the activations are zero there).
+  for (int64_t k = 0; k < cols; k += 32) {
+    const __mmask32 words =
+        _cvtu32_mask32(cols - k >= 32 ? ~0u : (1u << (cols - k)) - 1);
+    PrefetchStreams<R>(prefetch, row + k, 2 * row_step, 0);
+    __m512bh x[N];
+    RINGMOE_UNROLL
+    for (int a = 0; a < N; ++a) {
+      x[a] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + a * ldx + k));
+    }
+    RINGMOE_UNROLL
+    for (int i = 0; i < R; ++i) {
+      const __m512bh wv = reinterpret_cast<__m512bh>(
+          _mm512_maskz_loadu_epi16(words, row + i * row_step + k));
+      RINGMOE_UNROLL
+      for (int a = 0; a < N; ++a)
+        acc[i][a] = _mm512_dpbf16_ps(acc[i][a], wv, x[a]);
+    }
+  }
+  RINGMOE_UNROLL
+  for (int i = 0; i < R; ++i) {
+    RINGMOE_UNROLL
+    for (int a = 0; a < N; ++a) {
+      y[a * ldy + r0 + i * stride] = _mm512_reduce_add_ps(acc[i][a]);
+    }
+  }
+}
+
+// FewRowTile's N as a constant, for 1 <= n <= kStreamActsMax.
+template <typename Fn>
+void WithActs(int64_t n, const Fn& fn) {
+  switch (n) {
+    case 1:
+      return fn(std::integral_constant<int, 1>());
+    case 2:
+      return fn(std::integral_constant<int, 2>());
+    case 3:
+      return fn(std::integral_constant<int, 3>());
+    case 4:
+      return fn(std::integral_constant<int, 4>());
+    case 5:
+      return fn(std::integral_constant<int, 5>());
+    case 6:
+      return fn(std::integral_constant<int, 6>());
+    default:
+      return fn(std::integral_constant<int, 7>());
+  }
+}
+
 // Rows r0 + i * stride (i < R) of bf16 weights against one activation row
 // rounded to bf16 (xb, zero past cols to a multiple of 32): y[r] = the
 // row's sum. 64 weight bytes meet 32 activations in one vdpbf16ps, where
@@ -467,6 +540,15 @@ void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
         [&](int64_t r, int64_t stride, auto rows) {
           OneRowTile<decltype(rows)::value>(weights, w.cols, xb, r, stride, y);
         });
+  }
+  if (batch_rows <= kStreamActsMax) {
+    return WithActs(n, [&](auto acts) {
+      ForEachStreamGroup(
+          row_begin, row_end, [&](int64_t r, int64_t stride, auto rows) {
+            FewRowTile<decltype(rows)::value, decltype(acts)::value>(
+                weights, w.cols, xb, ldx, r, stride, y, w.rows);
+          });
+    });
   }
   if (batch_rows <= kGroupRowsMax) {
     return GroupRows(xb, ldx, n, w, row_begin, row_end, y);

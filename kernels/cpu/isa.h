@@ -232,8 +232,8 @@ void RoundToBf16(const float* x, int64_t n, int64_t cols, int64_t ldx,
 // of 32 >= w.cols, zero past w.cols): every product of two bf16 exact in
 // float32, summed in float32 (with vdpbf16ps, which treats subnormal inputs
 // and results as zero). The kernel is that of a product of `batch_rows`
-// (>= n) rows, each row's sum formed alike whatever n (MatMulJob): one row
-// streams its weight rows, more broadcast them.
+// (>= n) rows, each row's sum formed alike whatever n (MatMulJob): up to 7
+// rows stream the weight rows, more broadcast them.
 void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
                 int64_t row_begin, int64_t row_end, float* y,
                 int64_t batch_rows);

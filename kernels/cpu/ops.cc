@@ -165,8 +165,6 @@ int64_t DirectProductRows(WeightType type) {
   }
 }
 
-int64_t Bf16ProductRows() { return 8; }
-
 int64_t Mxfp4IntegerProductRows() {
   return UseAvx2() ? DirectProductRows(WeightType::kMxfp4) : 0;
 }
@@ -202,8 +200,7 @@ bool HasAvx512Product(WeightType type, int64_t n) {
 KernelPath ProductPath(WeightType type, int64_t n,
                        ActivationPrecision precision) {
   if (precision != ActivationPrecision::kF32 &&
-      ((type == WeightType::kBF16 && (n == 1 || n >= Bf16ProductRows()) &&
-        UseAvx512Bf16()) ||
+      ((type == WeightType::kBF16 && UseAvx512Bf16()) ||
        (type == WeightType::kFp8E4M3 && n == 1 && UseAvx512Bf16Vbmi()))) {
     return KernelPath::kAvx512Bf16;
   }

@@ -28,15 +28,14 @@ enum class ActivationPrecision {
   // float32 activations: every product is exact to float32 rounding (the
   // golden tests hold the models to 1e-4 of a float64 reference this way).
   kF32,
-  // Products of bf16 weights against one activation row or at least
-  // Bf16ProductRows() of them, where the CPU multiplies bf16 pairs natively
+  // Products of bf16 weights, where the CPU multiplies bf16 pairs natively
   // (UseAvx512Bf16()), round the activations to bf16 (to nearest even)
   // first, as llama.cpp's CPU kernels and GPU servers do: each product of
   // two bf16 is exact and the sums are float32, so what is lost is the
   // activations' rounding (2^-9 relative at most), for twice the
-  // multiply-adds per instruction (faster prefill and batched decode) and,
-  // at one row, no widening of the weights and half the activations' bytes
-  // (decode draws more of memory's bandwidth). So do products of fp8 weights
+  // multiply-adds per instruction (faster prefill and batched decode) and
+  // no widening of the weights, with half the activations' bytes (decode
+  // draws more of memory's bandwidth). So do products of fp8 weights
   // against one
   // activation row (decode) where the CPU also has AVX512-VBMI
   // (UseAvx512Bf16Vbmi()), each activation rounded after its block scale:
@@ -61,16 +60,11 @@ enum class ActivationPrecision {
 // "f32", "bf16" or "int8" (the engine's --activation_precision values).
 const char* ActivationPrecisionName(ActivationPrecision precision);
 
-// The fewest activation rows, past one, a product rounds to bf16 under
-// kBf16: from 2 rows to one fewer the float32 kernels, bound by memory
-// there, were as fast (docs/PERFORMANCE.md).
-int64_t Bf16ProductRows();
-
 // The path of a product of `n` activation rows against weights of `type` on
 // this CPU (with the paths cpu_features.h forces): AVX512-BF16 for bf16
-// weights when `precision` is kBf16 or kInt8, n == 1 or n >=
-// Bf16ProductRows() and UseAvx512Bf16(), and for fp8 weights at n == 1 under
-// the same precisions where UseAvx512Bf16Vbmi(); AVX-512 where UseAvx512() for
+// weights when `precision` is kBf16 or kInt8 and UseAvx512Bf16(), and for
+// fp8 weights at n == 1 under the same precisions where
+// UseAvx512Bf16Vbmi(); AVX-512 where UseAvx512() for
 // one row against fp8 weights, for up to 8 rows against int8 and int4 weights,
 // for up to DirectProductRows(kMxfp4) rows against mxfp4 weights and for 2 to
 // DirectProductRows(kBF16) rows against bf16

@@ -919,12 +919,10 @@ class Bf16ActivationsTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(Bf16ActivationsTest, PathIsNativeWhereTheCpuHasIt) {
-  for (int64_t n : {int64_t{1}, int64_t{2}, Bf16ProductRows() - 1,
-                    Bf16ProductRows(), int64_t{100}}) {
+  for (int64_t n : {1, 2, 7, 8, 100}) {
     EXPECT_EQ(ProductPath(WeightType::kBF16, n, ActivationPrecision::kBf16),
-              UseAvx512Bf16() && (n == 1 || n >= Bf16ProductRows())
-                  ? KernelPath::kAvx512Bf16
-                  : ProductPath(WeightType::kBF16, n))
+              UseAvx512Bf16() ? KernelPath::kAvx512Bf16
+                              : ProductPath(WeightType::kBF16, n))
         << n;
     for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kInt8,
                          WeightType::kInt4, WeightType::kMxfp4}) {
@@ -946,20 +944,23 @@ TEST_P(Bf16ActivationsTest, MatchesReferenceOfRoundedActivations) {
   // One activation row (the one-row kernel: weight rows on both sides of
   // its groups of three and six streams, columns on both sides of 32 and
   // 64 and past a quarter of L1 of bf16 activations, where it takes six
-  // streams, on a pool that cuts the rows differently); activation rows on
-  // both sides of Bf16ProductRows(), of the groups of 8 and of 32 (group
-  // kernel / panels) and of the panels' 12-row tiles; weight rows on both
+  // streams, on a pool that cuts the rows differently); 2 to 7 (the
+  // few-row streams, the same columns and rows); activation rows on both
+  // sides of 8 and of 32 (group kernel / panels) and of the panels' 12-row
+  // tiles; weight rows on both
   // sides of the 8-row group tiles and the 32-row panels (and of 16, the
   // vector); columns on both sides of 32 and odd (a last column pair of
   // one), and more columns and rows than one packed block holds.
   const int64_t shapes[][3] = {
-      {1, 1, 1},       {1, 2, 31},     {1, 7, 33},    {1, 5, 64},
-      {1, 13, 65},     {1, 19, 96},    {1, 203, 517}, {1, 203, 9000},
-      {1, 41, 20000},  {7, 9, 64},     {8, 8, 1},     {8, 17, 33},
-      {9, 31, 1030},   {15, 13, 45},   {16, 16, 32},  {17, 96, 63},
-      {24, 33, 31},    {25, 47, 95},   {32, 41, 257}, {33, 40, 66},
-      {37, 50, 700},   {64, 45, 103},  {100, 21, 77}, {200, 13, 520},
-      {30, 203, 3001}, {45, 1100, 600}};
+      {1, 1, 1},      {1, 2, 31},    {1, 7, 33},     {1, 5, 64},
+      {1, 13, 65},    {1, 19, 96},   {1, 203, 517},  {1, 203, 9000},
+      {1, 41, 20000}, {2, 1, 1},     {2, 5, 31},     {3, 13, 65},
+      {4, 203, 517},  {5, 19, 96},   {6, 41, 9000},  {7, 2, 33},
+      {7, 9, 64},     {8, 8, 1},     {8, 17, 33},    {9, 31, 1030},
+      {15, 13, 45},   {16, 16, 32},  {17, 96, 63},   {24, 33, 31},
+      {25, 47, 95},   {32, 41, 257}, {33, 40, 66},   {37, 50, 700},
+      {64, 45, 103},  {100, 21, 77}, {200, 13, 520}, {30, 203, 3001},
+      {45, 1100, 600}};
   std::vector<TestMatrix> mats;
   std::vector<std::vector<float>> xs, ys, ys_single;
   std::vector<MatMulJob> jobs;
@@ -1017,27 +1018,28 @@ TEST_P(Bf16ActivationsTest, RoundsActivationsToNearestEven) {
                           0.f,
                           -0.f,
                           NAN};
-  // Repeated to fill a product that rounds.
+  // Repeated past 32 rows; products of its first 1, 5, 12 and all rows
+  // take the one-row, few-row, group and panel kernels.
   std::vector<float> x;
-  while (static_cast<int64_t>(x.size()) < Bf16ProductRows())
-    x.insert(x.end(), std::begin(values), std::end(values));
-  const int64_t n = static_cast<int64_t>(x.size());
+  while (x.size() < 40) x.insert(x.end(), std::begin(values), std::end(values));
   const uint16_t one = F32ToBf16(1.f);
   const Matrix w{&one, WeightType::kBF16, 1, 1};
-  std::vector<float> y(n, 7.f);
-  MatMulBatch({{x.data(), n, w, y.data(), ActivationPrecision::kBf16}},
-              nullptr);
-  for (int64_t i = 0; i < n; ++i) {
-    const float want = Bf16ToF32(F32ToBf16(x[i]));
-    // And each alone: a one-row product.
-    float alone = 7.f;
-    MatMulBatch({{&x[i], 1, w, &alone, ActivationPrecision::kBf16}}, nullptr);
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(y[i])) << i;
-      EXPECT_TRUE(std::isnan(alone)) << i;
-    } else {
-      EXPECT_EQ(y[i], want) << i << ": " << x[i];
-      EXPECT_EQ(alone, want) << i << ": " << x[i];
+  for (const int64_t n :
+       {int64_t{1}, int64_t{5}, int64_t{12}, static_cast<int64_t>(x.size())}) {
+    for (int64_t first = 0; first + n <= static_cast<int64_t>(x.size());
+         first += n) {
+      std::vector<float> y(n, 7.f);
+      MatMulBatch({{&x[first], n, w, y.data(), ActivationPrecision::kBf16}},
+                  nullptr);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[first + i];
+        const float want = Bf16ToF32(F32ToBf16(v));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(y[i])) << n << " rows, " << first + i;
+        } else {
+          EXPECT_EQ(y[i], want) << n << " rows, " << first + i << ": " << v;
+        }
+      }
     }
   }
 }
