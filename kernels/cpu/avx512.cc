@@ -849,15 +849,6 @@ void Bf16Tile(const uint16_t* w, int64_t cols, const float* xs, int64_t ldx,
   }
 }
 
-// fn(std::integral_constant<int, count>()) for a run-time count in [1, kMax].
-template <int kMax, typename Fn>
-void WithCount(int64_t count, const Fn& fn) {
-  if constexpr (kMax > 1) {
-    if (count < kMax) return WithCount<kMax - 1>(count, fn);
-  }
-  fn(std::integral_constant<int, kMax>());
-}
-
 // Activation rows per Bf16Tile: 8 rows and 3 weight rows are 24
 // accumulators, 6 widened weights and 2 activations, the 32 registers.
 constexpr int kBf16ActivationGroup = 8;

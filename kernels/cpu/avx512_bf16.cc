@@ -306,27 +306,6 @@ void FewRowTile(const uint16_t* w, int64_t cols, const uint16_t* xb,
   }
 }
 
-// FewRowTile's N as a constant, for 1 <= n <= kStreamActsMax.
-template <typename Fn>
-void WithActs(int64_t n, const Fn& fn) {
-  switch (n) {
-    case 1:
-      return fn(std::integral_constant<int, 1>());
-    case 2:
-      return fn(std::integral_constant<int, 2>());
-    case 3:
-      return fn(std::integral_constant<int, 3>());
-    case 4:
-      return fn(std::integral_constant<int, 4>());
-    case 5:
-      return fn(std::integral_constant<int, 5>());
-    case 6:
-      return fn(std::integral_constant<int, 6>());
-    default:
-      return fn(std::integral_constant<int, 7>());
-  }
-}
-
 // Rows r0 + i * stride (i < R) of bf16 weights against one activation row
 // rounded to bf16 (xb, zero past cols to a multiple of 32): y[r] = the
 // row's sum. 64 weight bytes meet 32 activations in one vdpbf16ps, where
@@ -542,7 +521,7 @@ void MatMulRows(const uint16_t* xb, int64_t ldx, int64_t n, const Matrix& w,
         });
   }
   if (batch_rows <= kStreamActsMax) {
-    return WithActs(n, [&](auto acts) {
+    return WithCount<kStreamActsMax>(n, [&](auto acts) {
       ForEachStreamGroup(
           row_begin, row_end, [&](int64_t r, int64_t stride, auto rows) {
             FewRowTile<decltype(rows)::value, decltype(acts)::value>(

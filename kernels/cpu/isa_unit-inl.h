@@ -169,6 +169,15 @@ inline void PrefetchStreams(const WeightPrefetcher& prefetch, const void* p,
     prefetch.Stream(static_cast<const char*>(p) + i * stride + ahead);
 }
 
+// fn(std::integral_constant<int, count>()) for a run-time count in [1, kMax].
+template <int kMax, typename Fn>
+void WithCount(int64_t count, const Fn& fn) {
+  if constexpr (kMax > 1) {
+    if (count < kMax) return WithCount<kMax - 1>(count, fn);
+  }
+  fn(std::integral_constant<int, kMax>());
+}
+
 // Rows [rb, re) against one activation row of `activation_bytes`, as
 // ForEachStreamGroup's streams: kStreamSegments while the activations stay
 // in L1 (ShortActivationBytes()), kLongRowStreams beyond (tiles of four
