@@ -56,15 +56,20 @@ inline void Transpose8x8(__m256 r[8]) {
   }
 }
 
-// sums[v][i] = Σ_k w[i * ldw + k] · xp[(k * V + v) * 8 ...+ 8] for i < R:
-// R weight rows against one packed group of 8V activation rows over
-// kc >= 1 columns. Kept apart from what consumes the sums, and written as
-// a do-while, because otherwise GCC 12 keeps a memory copy of the
-// accumulators and stores them on every iteration.
+// sums[v][i] = Σ_k w[i * ldw + k] · xp[(k * V + v) * 8 ...+ 8] for i <
+// rows (1 <= rows <= R), zero for the others: up to R weight rows against
+// one packed group of 8V activation rows over kc >= 1 columns. A shorter
+// tile reads its last row again in place of the rows it lacks, never the
+// memory past it (the end of a mapped checkpoint, or the next widened
+// block's rows), and leaves those sums zero. Kept apart from what consumes
+// the sums, and written as a do-while, because otherwise GCC 12 keeps a
+// memory copy of the accumulators and stores them on every iteration.
 template <int R, int V>
 __attribute__((noinline)) void OuterSums(const float* w, int64_t ldw,
-                                         const float* xp, int64_t kc,
-                                         __m256 (&sums)[V][8]) {
+                                         int64_t rows, const float* xp,
+                                         int64_t kc, __m256 (&sums)[V][8]) {
+  const float* row[R];
+  for (int i = 0; i < R; ++i) row[i] = w + Min<int64_t>(i, rows - 1) * ldw;
   __m256 acc[V][R];
   for (int v = 0; v < V; ++v) {
     for (int i = 0; i < R; ++i) acc[v][i] = _mm256_setzero_ps();
@@ -74,14 +79,14 @@ __attribute__((noinline)) void OuterSums(const float* w, int64_t ldw,
     __m256 xv[V];
     for (int v = 0; v < V; ++v) xv[v] = _mm256_load_ps(xp + (k * V + v) * 8);
     for (int i = 0; i < R; ++i) {
-      const __m256 wv = _mm256_broadcast_ss(w + i * ldw + k);
+      const __m256 wv = _mm256_broadcast_ss(row[i] + k);
       for (int v = 0; v < V; ++v)
         acc[v][i] = _mm256_fmadd_ps(wv, xv[v], acc[v][i]);
     }
   } while (++k < kc);
   for (int v = 0; v < V; ++v) {
     for (int i = 0; i < 8; ++i)
-      sums[v][i] = i < R ? acc[v][i] : _mm256_setzero_ps();
+      sums[v][i] = i < R && i < rows ? acc[v][i] : _mm256_setzero_ps();
   }
 }
 
@@ -95,7 +100,7 @@ void OuterTile(const float* w, int64_t ldw, const float* xp, int64_t kc,
                int64_t rows, int64_t acts, bool accumulate, float* y,
                int64_t ldy, int64_t room) {
   __m256 sums[V][8];
-  OuterSums<R, V>(w, ldw, xp, kc, sums);
+  OuterSums<R, V>(w, ldw, rows, xp, kc, sums);
   const bool plain = room >= 8;
   const __m256i mask = TailMask(Min<int64_t>(rows, 8));
   for (int v = 0; v < V; ++v) {

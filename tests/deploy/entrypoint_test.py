@@ -27,12 +27,19 @@ RING_METRICS = {
 }
 
 
-def free_port():
+def free_ports(count):
     # The entrypoint takes fixed ports (as in the container), so pick free
-    # ones; the window before the server binds them is tiny on loopback.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # ones; the window before the server binds them is tiny on loopback. All
+    # sockets stay bound until every port is picked: one closed before the
+    # next bind can be handed out twice.
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class EntrypointTest(unittest.TestCase):
@@ -44,8 +51,7 @@ class EntrypointTest(unittest.TestCase):
         for name, var in [("ringmoe_server", "RINGMOE_SERVER"), ("ringmoe", "RINGMOE_CLI")]:
             os.symlink(os.path.abspath(os.environ[var]), os.path.join(self.home, "bin", name))
         self.cli = os.path.join(self.home, "bin", "ringmoe")
-        self.grpc_port, self.metrics_port = free_port(), free_port()
-        self.http_port = free_port()
+        self.grpc_port, self.metrics_port, self.http_port = free_ports(3)
         self.env = dict(os.environ, RINGMOE_HOME=self.home,
                         RINGMOE_GRPC_PORT=str(self.grpc_port),
                         RINGMOE_METRICS_PORT=str(self.metrics_port),
