@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -618,34 +620,70 @@ TEST_P(MatMulTest, OneRowSameWhateverRangeHoldsIt) {
   }
 }
 
-// A matrix may end where its memory does (the last tensor of a mapped
-// checkpoint): the weights' data ends at an inaccessible page here, and
-// products of every row count the kernels tile differently (one row's
-// streams, few-row tiles, the blocked path's groups of 16 and of 8), over
-// every count of weight rows left after the full tiles, over one and two
-// blocks of columns, and under each activation precision, read none of
-// it. On machines with a 512 KiB L2 (Zen 2 and 3), 600 rows also end a
-// widened block of the blocked path (252 rows) within a tile. The float
-// results match the reference; the others' precision has its own tests,
-// here they must only be near it.
+// Copies that each end where an inaccessible page begins, unmapped with
+// this object.
+class GuardedCopies {
+ public:
+  GuardedCopies() = default;
+  GuardedCopies(const GuardedCopies&) = delete;
+  GuardedCopies& operator=(const GuardedCopies&) = delete;
+  ~GuardedCopies() {
+    for (const auto& [base, size] : mappings_) munmap(base, size);
+  }
+
+  // The first `count` values of `src`, copied so that the last one is the
+  // mapping's last accessible value.
+  template <typename T>
+  const T* Copy(const T* src, int64_t count) {
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    const int64_t size = (bytes + page - 1) / page * page + page;
+    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      ADD_FAILURE() << "cannot map " << size << " bytes";
+      std::abort();
+    }
+    mappings_.emplace_back(base, size);
+    char* guard = static_cast<char*>(base) + size - page;
+    EXPECT_EQ(mprotect(guard, page, PROT_NONE), 0);
+    std::memcpy(guard - bytes, src, bytes);
+    return reinterpret_cast<const T*>(guard - bytes);
+  }
+
+ private:
+  std::vector<std::pair<void*, int64_t>> mappings_;
+};
+
+// A matrix may end where its memory does (the last tensors of a mapped
+// checkpoint): its data, group scales, block scales and exponents each end
+// at an inaccessible page here, and products of every row count the
+// kernels tile differently (one row's streams, few-row tiles, the blocked
+// path's groups of 16 and of 8), over every count of weight rows left after
+// the full tiles, over one and two blocks of columns, and under each
+// activation precision, read none of it. On machines with a 512 KiB L2
+// (Zen 2 and 3), 600 rows also end a widened block of the blocked path (252
+// rows) within a tile. The float results match the reference; the others'
+// precision has its own tests, here they must only be near it.
 TEST_P(MatMulTest, ReadsNothingPastTheLastRow) {
   std::mt19937 rng(53);
   const WeightType type = std::get<0>(GetParam());
-  const int64_t page = sysconf(_SC_PAGESIZE);
   for (int64_t cols : {48, 300}) {
     for (int64_t rows :
          {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 600}) {
       TestMatrix m = MakeMatrix(rng, type, rows, cols);
-      const int64_t bytes = QuantizedDataBytes(type, rows, cols, 32);
-      const int64_t mapped = (bytes + page - 1) / page * page + page;
-      void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      ASSERT_NE(base, MAP_FAILED);
-      char* guard = static_cast<char*>(base) + mapped - page;
-      ASSERT_EQ(mprotect(guard, page, PROT_NONE), 0);
-      char* data = guard - bytes;
-      std::copy_n(static_cast<const char*>(m.w.data), bytes, data);
-      m.w.data = data;
+      GuardedCopies guarded;
+      m.w.data =
+          guarded.Copy(static_cast<const uint8_t*>(m.w.data),
+                       QuantizedDataBytes(type, rows, cols, m.w.group_size));
+      if (!m.scales.empty())
+        m.w.scales = guarded.Copy(m.scales.data(), m.scales.size());
+      if (!m.block_scales.empty()) {
+        m.w.block_scales =
+            guarded.Copy(m.block_scales.data(), m.block_scales.size());
+      }
+      if (!m.exponents.empty())
+        m.w.exponents = guarded.Copy(m.exponents.data(), m.exponents.size());
       for (int64_t n : {1, 2, 3, 5, 8, 9, 40, 70}) {
         const auto x = RandomVector(rng, n * cols);
         const std::vector<double> want = ExpectedProduct(x, n, m);
@@ -674,7 +712,6 @@ TEST_P(MatMulTest, ReadsNothingPastTheLastRow) {
           }
         }
       }
-      munmap(base, mapped);
     }
   }
 }
