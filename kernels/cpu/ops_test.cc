@@ -661,10 +661,11 @@ class GuardedCopies {
 // kernels tile differently (one row's streams, few-row tiles, the blocked
 // path's groups of 16 and of 8), over every count of weight rows left after
 // the full tiles, over one and two blocks of columns, and under each
-// activation precision, read none of it. On machines with a 512 KiB L2
-// (Zen 2 and 3), 600 rows also end a widened block of the blocked path (252
-// rows) within a tile. The float results match the reference; the others'
-// precision has its own tests, here they must only be near it.
+// activation precision, read none of it; nor does the untransposed product
+// (AccumulateRowProducts). On machines with a 512 KiB L2 (Zen 2 and 3), 600
+// rows also end a widened block of the blocked path (252 rows) within a
+// tile. The float results match the reference; the others' precision has
+// its own tests, here they must only be near it.
 TEST_P(MatMulTest, ReadsNothingPastTheLastRow) {
   std::mt19937 rng(53);
   const WeightType type = std::get<0>(GetParam());
@@ -709,6 +710,25 @@ TEST_P(MatMulTest, ReadsNothingPastTheLastRow) {
             ASSERT_LE(std::abs(y[i] - want[i]), tolerance * magnitude[i])
                 << n << "x" << rows << "x" << cols << " precision "
                 << static_cast<int>(precision) << " at " << i;
+          }
+        }
+      }
+      // The untransposed product over all rows (MLA's), for a few counts.
+      for (int64_t n : {1, 3, 9}) {
+        const auto c = RandomVector(rng, n * rows);
+        std::vector<float> y(n * cols, 0.f);
+        AccumulateRowProducts(c.data(), rows, n, m.w, 0, rows, y.data(), cols);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t k = 0; k < cols; ++k) {
+            double want = 0, magnitude = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+              const double term = c[i * rows + r] * m.dequantized[r * cols + k];
+              want += term;
+              magnitude += std::abs(term);
+            }
+            ASSERT_LE(std::abs(y[i * cols + k] - want), 1e-5 * magnitude)
+                << "accumulated " << n << "x" << rows << "x" << cols << " at "
+                << i << "," << k;
           }
         }
       }
