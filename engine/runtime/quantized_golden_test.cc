@@ -40,7 +40,8 @@ struct Conversion {
   bool lm_head = false;
   // The CPU backend's (kBf16 rounds the activations of products of bf16
   // weights, where the CPU has AVX512-BF16, and of one row of fp8 weights
-  // where it also has AVX512-VBMI).
+  // where it also has AVX512-VBMI, and takes two int8 levels of mxfp4's on
+  // AVX2 and AVX-512).
   kernels::ActivationPrecision precision = kernels::ActivationPrecision::kF32;
 };
 
@@ -165,7 +166,8 @@ TEST_P(QuantizedGoldenTest, AccuracyAgainstReference) {
       // Rounding the activations (2^-9) costs about what int8 weights do;
       // it flips a near-tie router choice of mixtral's (case 4), which sets
       // its maximum, hence the median. Where no product rounds (the CPU
-      // lacks AVX512-BF16) the float path is used.
+      // lacks AVX512-BF16) the float path is used, but for mxfp4's two
+      // levels (gpt_oss).
       EXPECT_LE(a.median_relative_error, 1e-2) << c.name;
       // And where the CPU has it, the rounding is in effect.
       if (kernels::UseAvx512Bf16()) {

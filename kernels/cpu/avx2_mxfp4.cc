@@ -1,8 +1,8 @@
 // AVX2 products of mxfp4 weights against few activation rows (up to
-// DirectProductRows, ops.h), as integer
-// products on the activations quantized in three int8 levels, or in one
-// (ActivationPrecision::kInt8) (Mxfp4Span, isa.h), and that quantizer (which
-// the AVX-512 unit shares). Widening each
+// DirectProductRows, ops.h), as integer products on the activations
+// quantized in three int8 levels, or in two (ActivationPrecision::kBf16) or
+// one (kInt8) (Mxfp4Span, isa.h), and that quantizer (which the AVX-512
+// unit shares). Widening each
 // weight to float costs about a vector µop per weight; here 64 weights meet
 // each level of each activation row in two vpmaddubsw and a vpmaddwd, two
 // blocks of 32 take one convert and one FMA, and the weights' bias comes off
@@ -58,26 +58,30 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
       const __m256 r = _mm256_mul_ps(
           _mm256_sub_ps(t, _mm256_cvtepi32_ps(q1_rounded)), level);
       const __m256i q2_rounded = _mm256_cvtps_epi32(r);
-      q[2][j] = _mm256_min_epi32(
-          _mm256_cvtps_epi32(_mm256_mul_ps(
-              _mm256_sub_ps(r, _mm256_cvtepi32_ps(q2_rounded)), level)),
-          _mm256_set1_epi32(127));
       // All ones (-1) where q2 rounded to 128.
       const __m256i halfway = _mm256_cmpeq_epi32(q2_rounded, top);
       q[0][j] = _mm256_sub_epi32(q1_rounded, halfway);
       q[1][j] = _mm256_sub_epi32(
           q2_rounded, _mm256_and_si256(halfway, _mm256_set1_epi32(256)));
-      const __m256i sum = _mm256_add_epi32(
-          _mm256_slli_epi32(
-              _mm256_add_epi32(_mm256_slli_epi32(q[0][j], 8), q[1][j]), 8),
-          q[2][j]);
+      __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(q[0][j], 8), q[1][j]);
+      if (levels == kMxfp4Levels) {
+        q[2][j] = _mm256_min_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(
+                _mm256_sub_ps(r, _mm256_cvtepi32_ps(q2_rounded)), level)),
+            _mm256_set1_epi32(127));
+        sum = _mm256_add_epi32(_mm256_slli_epi32(sum, 8), q[2][j]);
+      }
       span.offset[4 * part + j] = kMxfp4WeightBias * HSumInt(sum);
     }
     for (int l = 0; l < levels; ++l) {
       StoreEvenOddBytes(q[l], span.even[l] + 16 * part,
                         span.odd[l] + 16 * part);
     }
-    scales[b] = max_abs / 127.f / (levels == 1 ? 2.f : 131072.f);
+    // s / 2 (the weights are 2 * e2m1) over q1's weight in the levels' sum.
+    scales[b] = max_abs / 127.f /
+                (levels == 1   ? 2.f
+                 : levels == 2 ? 512.f
+                               : 131072.f);
   }
   for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
 }
@@ -139,15 +143,15 @@ inline Mxfp4Codes LookUpCodes(__m256i bytes) {
               table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble))};
 }
 
-// Σ (2 * e2m1 + 12) * (65536 q1 + 256 q2 + q3) (L = 3) or Σ (2 * e2m1 +
-// 12) * q1 (L = 1) per int32 lane of two
-// blocks against half `half` of span `x`: the codes meet each level in two
+// Σ (2 * e2m1 + 12) * (65536 q1 + 256 q2 + q3) (L = 3), * (256 q1 + q2)
+// (L = 2) or * q1 (L = 1) per int32 lane of two blocks against half
+// `half` of span `x`: the codes meet each level in two
 // vpmaddubsw (pair sums at most 2 · 24 · 128, two of them still int16); the
 // levels are joined in int32 (at most 24 · 8 · (127 · 65536 + 128 · 257),
 // below 2^31). The weights' bias (the span's offsets) is left on.
 template <int L>
 inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
-  static_assert(L == 1 || L == kMxfp4Levels);
+  static_assert(L >= 1 && L <= kMxfp4Levels);
   __m256i pairs[L];
   for (int l = 0; l < L; ++l) {
     pairs[l] = _mm256_add_epi16(
@@ -165,6 +169,7 @@ inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
     const __m256i upper =
         _mm256_add_epi32(_mm256_madd_epi16(pairs[0], _mm256_set1_epi16(256)),
                          _mm256_madd_epi16(pairs[1], ones));
+    if constexpr (L == 2) return upper;
     return _mm256_add_epi32(_mm256_slli_epi32(upper, 8),
                             _mm256_madd_epi16(pairs[2], ones));
   }
@@ -353,6 +358,9 @@ void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                             q.padded_blocks};
   if (levels == 1) {
     return Mxfp4Products<1>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
+  }
+  if (levels == 2) {
+    return Mxfp4Products<2>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
   }
   Mxfp4Products<kMxfp4Levels>(rows, xq, n, row_begin, row_end, y, w.rows,
                               alone);

@@ -9,9 +9,9 @@
 // row after another, so the matrix is read as sequential streams: see
 // ForEachOneRowTile), except int8 and int4, whose products run on quantized
 // activations (see Int8Rows and Int8Chunk), and mxfp4 against up to three
-// rows (three int8 levels of activations, Mxfp4Span). With more rows, a panel of four weight rows is
-// widened to float32 once into a small buffer and reused for every activation
-// row (prefill: bound by FMA throughput).
+// rows (three int8 levels of activations, Mxfp4Span). With more rows, a panel
+// of four weight rows is widened to float32 once into a small buffer and reused
+// for every activation row (prefill: bound by FMA throughput).
 #ifndef RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
 #define RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_
 
@@ -312,7 +312,7 @@ void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, bool alone);
 // MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_mxfp4.cc), on
-// activations quantized in `levels` (1 or kMxfp4Levels) int8 levels.
+// activations quantized in `levels` (1 to kMxfp4Levels) int8 levels.
 void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, bool alone,
                      int levels);

@@ -487,13 +487,13 @@ inline __m512 E8m0x16(const uint8_t* e, __mmask16 lanes) {
 }
 
 // Rows r0..r0 + R - 1 of mxfp4 weights against the first N activation rows
-// of x, quantized in L levels (kMxfp4Levels, or 1 for
-// ActivationPrecision::kInt8), y[a *
-// ldy + r0 + i]: a span's 64 weight bytes are split into nibbles and looked
-// up (vpshufb) as 2 * e2m1 + 12 once for all N rows, then meet each row's
-// activation levels in two dpbusd each, shifting the sum by 8 before each
-// next level; less the offsets that is Σ 2 * e2m1 * (65536 q1 + 256 q2 +
-// q3) (or Σ 2 * e2m1 * q1) exactly, the AVX2 path's integers. One convert
+// of x, quantized in L levels (kMxfp4Levels; 2 for
+// ActivationPrecision::kBf16, 1 for kInt8), y[a * ldy + r0 + i]: a span's
+// 64 weight bytes are split into nibbles and looked up (vpshufb) as 2 *
+// e2m1 + 12 once for all N rows, then meet each row's activation levels in
+// two dpbusd each, shifting the sum by 8 before each next level; less the
+// offsets that is Σ 2 * e2m1 * (65536 q1 + 256 q2 + q3), (256 q1 + q2) or
+// q1 for L = 3, 2, 1 exactly, the AVX2 path's integers. One convert
 // and one FMA with each block's weight scale times its activation scale,
 // taken 16 blocks at a time. Each (weight row, activation row) sum is
 // formed alike whatever R and N: a batch's rows come out the same in any
@@ -633,6 +633,7 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
                                        Mxfp4BlockRows(blocks), tile);
   };
   if (levels == 1) return run(std::integral_constant<int, 1>());
+  if (levels == 2) return run(std::integral_constant<int, 2>());
   run(std::integral_constant<int, kMxfp4Levels>());
 }
 

@@ -92,9 +92,12 @@ struct alignas(64) Mxfp4Span {
 // (t - q1) (exact in float), q2 = round(r) and q3 = round(256 * (r - q2))
 // up to 127, each rounded to nearest even; where q2 rounds to 128 (only
 // where q1 was rounded down, so q1 < 127), q1 + 1 and q2 - 256 stand for q1
-// and q2, as int8 holds -128 but not 128. With `levels` 1 (rather than
-// kMxfp4Levels) only q1 is written, the offsets are kMxfp4WeightBias × Σ q1
-// and the scales s / 2: x ≈ s * q1, llama.cpp's Q8_0 precision.
+// and q2, as int8 holds -128 but not 128. With `levels` 2 (rather than
+// kMxfp4Levels) q1 and q2 are written, the offsets are kMxfp4WeightBias × Σ
+// (256 q1 + q2) and the scales s / 2^9: x ≈ s * (q1 + q2 / 256), within s /
+// 2^9 (finer than bf16 for every x above 2^-7 of its block's largest).
+// With 1 only q1 is written, the offsets are kMxfp4WeightBias × Σ q1 and
+// the scales s / 2: x ≈ s * q1, llama.cpp's Q8_0 precision.
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
                               int levels, Mxfp4Span* spans, float* scales);
 
@@ -115,7 +118,7 @@ Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
 // weight read once from memory and widened in registers (int8, int4 and
 // mxfp4: multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes; mxfp4's in `activation_levels` levels, 1 or
+// MatMulTransposed describes; mxfp4's in `activation_levels` levels, 1 to
 // kMxfp4Levels, and int8's, where x's one row is alone, as one int8 level
 // per block of 32 when that is 1, else as int16): for few activation rows.
 // `alone`: x's one row is the whole batch, read against the weights as
@@ -186,10 +189,10 @@ namespace avx512 {
 // activation row against int8, int4, mxfp4 or fp8 weights, on the AVX2
 // path's quantized or scaled activations, so their integer dot products are
 // the same; only the order of the float sums differs. activation_levels
-// (ActivationPrecision::kInt8 sets 1): mxfp4's activations in that many
-// int8 levels, 1 or kMxfp4Levels; int8's as one int8 level per block of 32
-// when 1 (Q8_0 × Q8_0: one vpdpbusd per 64 weights instead of two), else as
-// int16.
+// (ActivationPrecision::kInt8 sets 1, kBf16 2 for mxfp4): mxfp4's
+// activations in that many int8 levels, 1 to kMxfp4Levels; int8's as one
+// int8 level per block of 32 when 1 (Q8_0 × Q8_0: one vpdpbusd per 64
+// weights instead of two), else as int16.
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
                int64_t row_end, float* y, int activation_levels);
 

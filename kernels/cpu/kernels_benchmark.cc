@@ -264,7 +264,10 @@ void BM_OneRowBesideProbe(benchmark::State& state) {
   // int8 against one int8 activation level (Q8_0 × Q8_0).
   add(WeightType::kInt8, 2048, 7168, ActivationPrecision::kInt8);
   add(WeightType::kInt8, 4096, 14336, ActivationPrecision::kInt8);
-  add(WeightType::kMxfp4, 2880, 2880, ActivationPrecision::kF32);
+  for (ActivationPrecision p :
+       {ActivationPrecision::kF32, ActivationPrecision::kBf16}) {
+    add(WeightType::kMxfp4, 2880, 2880, p);
+  }
   const HostMemory probe_memory = AllocateHostMemory(kProbeBytes);
   auto* const probe = reinterpret_cast<float*>(probe_memory.get());
   for (int64_t i = 0; i < kProbeBytes / 4; ++i)
@@ -368,8 +371,9 @@ BENCHMARK(BM_MatMul)
 
 // bf16 products, and fp8 ones of one row, whose activations may be rounded
 // to bf16 (ActivationPrecision::kBf16: AVX512-BF16 where the CPU has it,
-// and AVX512-VBMI for fp8), at BM_MatMul's shapes and activation counts, to
-// set beside their float32 cases.
+// and AVX512-VBMI for fp8), and mxfp4 ones on two int8 levels of
+// activations, at BM_MatMul's shapes and activation counts, to set beside
+// their float32 (mxfp4: three-level) cases.
 void BM_MatMulBf16Activations(benchmark::State& state) {
   MatMul(state, int64_t{768} << 20, ActivationPrecision::kBf16);
 }
@@ -377,6 +381,7 @@ BENCHMARK(BM_MatMulBf16Activations)
     ->Apply([](auto* b) {
       AddMatMulArgs(b, {1, 4, 8, 16, 32, 64, 128, 512}, {WeightType::kBF16});
       AddMatMulArgs(b, {1}, {WeightType::kFp8E4M3});
+      AddMatMulArgs(b, {1, 2, 4, 8}, {WeightType::kMxfp4});
     }) -> UseRealTime() -> MinTime(0.3);
 
 // BM_MatMulInCache's one-row fp8 case on bf16 activations.

@@ -50,7 +50,8 @@ struct PreparedProduct {
   float* y = nullptr;
   KernelPath path = KernelPath::kScalar;
   // Int8 levels of the integer products' activations (avx512::MatMulRow):
-  // 1 under ActivationPrecision::kInt8, else mxfp4's three.
+  // 1 under ActivationPrecision::kInt8, 2 for mxfp4 weights under kBf16,
+  // else mxfp4's three.
   int activation_levels = avx2::kMxfp4Levels;
 };
 
@@ -65,6 +66,10 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   p.y = job.y;
   p.path = ProductPath(job);
   if (job.precision == ActivationPrecision::kInt8) p.activation_levels = 1;
+  if (job.precision == ActivationPrecision::kBf16 &&
+      job.w.type == WeightType::kMxfp4) {
+    p.activation_levels = 2;
+  }
   if (p.path == KernelPath::kAvx512Bf16 && job.w.type == WeightType::kBF16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
     bf16->resize(static_cast<size_t>(job.n * p.ldx));

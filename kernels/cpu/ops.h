@@ -21,8 +21,8 @@ enum class KernelPath { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 // "scalar", "avx2", "avx512" or "avx512_bf16".
 const char* KernelPathName(KernelPath path);
 
-// The precision a product of bf16 or fp8 (kBf16, kInt8) or mxfp4 (kInt8)
-// weights may multiply its activations in. Weights of every other type
+// The precision a product of bf16, fp8 or mxfp4 (kBf16, kInt8) or int8
+// (kInt8) weights may multiply its activations in. Weights of every other type
 // ignore it.
 enum class ActivationPrecision {
   // float32 activations: every product is exact to float32 rounding (the
@@ -40,13 +40,19 @@ enum class ActivationPrecision {
   // activation row (decode) where the CPU also has AVX512-VBMI
   // (UseAvx512Bf16Vbmi()), each activation rounded after its block scale:
   // fp8 servers multiply in bf16 (DeepSeek's own inference rounds further,
-  // to fp8), and there it halves the vector work per weight.
+  // to fp8), and there it halves the vector work per weight. Products of
+  // mxfp4 weights against at most DirectProductRows(kMxfp4) activation
+  // rows (the AVX2 and AVX-512 integer paths) quantize their activations
+  // in two int8 levels per block of 32 instead of three (x ≈ s · (q1 + q2
+  // / 256), s = max|x| / 127: within s / 2^9, finer than bf16's rounding
+  // for every activation above 2^-7 of its block's largest), for a third
+  // less integer work per weight.
   // Other products multiply float32.
   kBf16,
   // As kBf16, and products of mxfp4 weights against at most
   // DirectProductRows(kMxfp4) activation rows (the AVX2 and AVX-512
   // integer paths) quantize their activations to one int8 level per block
-  // of 32 (scale max|x| / 127) instead of three, as llama.cpp multiplies
+  // of 32 (scale max|x| / 127) instead of two or three, as llama.cpp multiplies
   // MXFP4 against Q8_0 activations: about a third of the integer work, for
   // an error of up to s / 2 per activation (2^-8 of its block's largest)
   // instead of s / 2^17. Products of int8 weights against one activation
@@ -119,7 +125,7 @@ int64_t Mxfp4IntegerProductRows();
 // levels, x ≈ s · (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, each
 // level the rounded remainder of the one before (QuantizeMxfp4Activations
 // in isa.h: within s / 2^17 of x), and multiply exactly likewise; a
-// MatMulJob's ActivationPrecision::kInt8 keeps q1 alone.
+// MatMulJob's ActivationPrecision::kBf16 keeps q1 and q2, kInt8 q1 alone.
 // Everything else is computed on float32 activations.
 void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y);
 

@@ -383,9 +383,9 @@ std::vector<double> QuantizedActivations(const std::vector<float>& x, int64_t n,
 // The activations as the mxfp4 products for one row see them: per block of
 // 32, s * (q1 + q2 / 256 + q3 / 65536) with s = max|x| / 127, q1 = round(x /
 // s), q2 and q3 the rounded remainders (as QuantizeMxfp4Activations in
-// isa.h).
-std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
-                                          int64_t n, int64_t cols) {
+// isa.h); with `levels` 2, s * (q1 + q2 / 256).
+std::vector<double> LevelActivations(const std::vector<float>& x, int64_t n,
+                                     int64_t cols, int levels = 3) {
   std::vector<double> out(x.size());
   for (int64_t i = 0; i < n; ++i) {
     const float* row = x.data() + i * cols;
@@ -400,7 +400,9 @@ std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
         float q1 = std::nearbyint(t);
         const float r = (t - q1) * 256.f;
         float q2 = std::nearbyint(r);
-        const float q3 = std::min(std::nearbyint((r - q2) * 256.f), 127.f);
+        const float q3 = levels == 3
+                             ? std::min(std::nearbyint((r - q2) * 256.f), 127.f)
+                             : 0.f;
         if (q2 == 128.f) {
           q1 += 1;
           q2 -= 256;
@@ -422,7 +424,7 @@ std::vector<double> ThreeLevelActivations(const std::vector<float>& x,
 std::vector<double> ExpectedProduct(const std::vector<float>& x, int64_t n,
                                     const TestMatrix& m) {
   if (m.w.type == WeightType::kMxfp4 && n <= Mxfp4IntegerProductRows())
-    return ReferenceProduct(ThreeLevelActivations(x, n, m.w.cols), n, m);
+    return ReferenceProduct(LevelActivations(x, n, m.w.cols), n, m);
   if (n <= DirectProductRows(m.w.type) && UseAvx2()) {
     if (m.w.type == WeightType::kInt8)
       return ReferenceProduct(QuantizedActivations(x, n, m.w.cols, 32767.f), n,
@@ -888,7 +890,7 @@ TEST(Avx512Mxfp4Test, FewRowsMatchReferenceAvx2AndEachRowAlone) {
             precision == ActivationPrecision::kInt8
                 ? ReferenceProduct(QuantizedActivations(x, n, cols, 127.f), n,
                                    m)
-                : ReferenceProduct(ThreeLevelActivations(x, n, cols), n, m);
+                : ReferenceProduct(LevelActivations(x, n, cols), n, m);
         const std::string where =
             std::to_string(n) + "x" + std::to_string(rows) + "x" +
             std::to_string(cols) + " " + ActivationPrecisionName(precision);
@@ -1279,6 +1281,48 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
       std::vector<float> first(rows, NAN);
       const MatMulJob alone{
           x.data(), 1, m.w, first.data(), ActivationPrecision::kInt8, n};
+      MatMulBatch({&alone, 1}, &pool);
+      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(first[r], y[r]) << r;
+    }
+  }
+}
+
+// mxfp4 products under ActivationPrecision::kBf16 likewise, against the
+// double reference of two int8 levels per block (s · (q1 + q2 / 256)).
+TEST_P(Mxfp4Int8ActivationsTest, TwoLevelsUnderBf16) {
+  std::mt19937 rng(67);
+  ThreadPool pool(3);
+  const int64_t shapes[][3] = {{1, 1, 1},      {1, 7, 33},    {2, 13, 45},
+                               {3, 65, 31},    {4, 9, 70},    {5, 129, 200},
+                               {8, 37, 95},    {1, 203, 331}, {1, 11, 12301},
+                               {1, 619, 2880}, {9, 21, 77}};
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], rows = s[1], cols = s[2];
+    const TestMatrix m = MakeMatrix(rng, WeightType::kMxfp4, rows, cols);
+    const auto x = RandomVector(rng, n * cols);
+    std::vector<float> y(n * rows, NAN);
+    const MatMulJob job{x.data(), n, m.w, y.data(), ActivationPrecision::kBf16};
+    MatMulBatch({&job, 1}, &pool);
+    const bool integer = n <= Mxfp4IntegerProductRows();
+    const std::vector<double> exact = ReferenceProduct(x, n, m);
+    EXPECT_LE(
+        RelativeError(
+            y, integer ? ReferenceProduct(LevelActivations(x, n, cols, 2), n, m)
+                       : exact),
+        ProductTolerance(cols))
+        << n << "x" << rows << "x" << cols;
+    // Two levels are in effect: further from the exact product than three,
+    // nearer than one.
+    if (integer && cols >= 200) {
+      const double error = RelativeError(y, exact);
+      EXPECT_GT(error, 2 * ProductTolerance(cols))
+          << n << "x" << rows << "x" << cols;
+      EXPECT_LE(error, 1e-4) << n << "x" << rows << "x" << cols;
+    }
+    if (integer && n > 1) {
+      std::vector<float> first(rows, NAN);
+      const MatMulJob alone{
+          x.data(), 1, m.w, first.data(), ActivationPrecision::kBf16, n};
       MatMulBatch({&alone, 1}, &pool);
       for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(first[r], y[r]) << r;
     }
