@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -1244,10 +1245,18 @@ class Mxfp4Int8ActivationsTest : public ::testing::TestWithParam<ForcedPath> {
   }
 };
 
-TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
-  EXPECT_EQ(ProductPath(WeightType::kMxfp4, 1, ActivationPrecision::kInt8),
-            UseAvx512() ? KernelPath::kAvx512 : VectorPath());
-  std::mt19937 rng(59);
+// mxfp4 products under `precision` on ragged shapes on a thread pool:
+// against the double reference of `levels`' activations (the product of
+// LevelActivations-like quantized rows) where the integer paths take them,
+// of the exact ones elsewhere; where they do, at more than min_error(cols)
+// and at most max_error from the exact product, and each row's sum alike
+// alone or in a batch.
+void ExpectMxfp4ProductsOnLevels(
+    ActivationPrecision precision, uint32_t seed,
+    const std::function<std::vector<double>(const std::vector<float>&, int64_t,
+                                            int64_t)>& levels,
+    const std::function<double(int64_t)>& min_error, double max_error) {
+  std::mt19937 rng(seed);
   ThreadPool pool(3);
   const int64_t shapes[][3] = {{1, 1, 1},      {1, 7, 33},    {2, 13, 45},
                                {3, 65, 31},    {4, 9, 70},    {5, 129, 200},
@@ -1258,75 +1267,52 @@ TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
     const TestMatrix m = MakeMatrix(rng, WeightType::kMxfp4, rows, cols);
     const auto x = RandomVector(rng, n * cols);
     std::vector<float> y(n * rows, NAN);
-    const MatMulJob job{x.data(), n, m.w, y.data(), ActivationPrecision::kInt8};
+    const MatMulJob job{x.data(), n, m.w, y.data(), precision};
     MatMulBatch({&job, 1}, &pool);
     const bool integer = n <= Mxfp4IntegerProductRows();
     const std::vector<double> exact = ReferenceProduct(x, n, m);
     EXPECT_LE(
         RelativeError(
-            y, integer ? ReferenceProduct(
-                             QuantizedActivations(x, n, cols, 127.f), n, m)
-                       : exact),
+            y, integer ? ReferenceProduct(levels(x, n, cols), n, m) : exact),
         ProductTolerance(cols))
         << n << "x" << rows << "x" << cols;
-    // One level is in effect: further from the exact product than the
-    // three levels may be, as close as int4's int8 activations.
     if (integer && cols >= 200) {
       const double error = RelativeError(y, exact);
-      EXPECT_GT(error, 1e-4) << n << "x" << rows << "x" << cols;
-      EXPECT_LE(error, 1e-2) << n << "x" << rows << "x" << cols;
+      EXPECT_GT(error, min_error(cols)) << n << "x" << rows << "x" << cols;
+      EXPECT_LE(error, max_error) << n << "x" << rows << "x" << cols;
     }
-    // Each row's sum alike alone or in a batch.
     if (integer && n > 1) {
       std::vector<float> first(rows, NAN);
-      const MatMulJob alone{
-          x.data(), 1, m.w, first.data(), ActivationPrecision::kInt8, n};
+      const MatMulJob alone{x.data(), 1, m.w, first.data(), precision, n};
       MatMulBatch({&alone, 1}, &pool);
       for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(first[r], y[r]) << r;
     }
   }
 }
 
+TEST_P(Mxfp4Int8ActivationsTest, MatchesReferenceOfOneLevel) {
+  EXPECT_EQ(ProductPath(WeightType::kMxfp4, 1, ActivationPrecision::kInt8),
+            UseAvx512() ? KernelPath::kAvx512 : VectorPath());
+  // One level is in effect: further from the exact product than the three
+  // levels may be, as close as int4's int8 activations.
+  ExpectMxfp4ProductsOnLevels(
+      ActivationPrecision::kInt8, 59,
+      [](const std::vector<float>& x, int64_t n, int64_t cols) {
+        return QuantizedActivations(x, n, cols, 127.f);
+      },
+      [](int64_t) { return 1e-4; }, 1e-2);
+}
+
 // mxfp4 products under ActivationPrecision::kBf16 likewise, against the
-// double reference of two int8 levels per block (s · (q1 + q2 / 256)).
+// double reference of two int8 levels per block (s · (q1 + q2 / 256)):
+// further from the exact product than three, nearer than one.
 TEST_P(Mxfp4Int8ActivationsTest, TwoLevelsUnderBf16) {
-  std::mt19937 rng(67);
-  ThreadPool pool(3);
-  const int64_t shapes[][3] = {{1, 1, 1},      {1, 7, 33},    {2, 13, 45},
-                               {3, 65, 31},    {4, 9, 70},    {5, 129, 200},
-                               {8, 37, 95},    {1, 203, 331}, {1, 11, 12301},
-                               {1, 619, 2880}, {9, 21, 77}};
-  for (const auto& s : shapes) {
-    const int64_t n = s[0], rows = s[1], cols = s[2];
-    const TestMatrix m = MakeMatrix(rng, WeightType::kMxfp4, rows, cols);
-    const auto x = RandomVector(rng, n * cols);
-    std::vector<float> y(n * rows, NAN);
-    const MatMulJob job{x.data(), n, m.w, y.data(), ActivationPrecision::kBf16};
-    MatMulBatch({&job, 1}, &pool);
-    const bool integer = n <= Mxfp4IntegerProductRows();
-    const std::vector<double> exact = ReferenceProduct(x, n, m);
-    EXPECT_LE(
-        RelativeError(
-            y, integer ? ReferenceProduct(LevelActivations(x, n, cols, 2), n, m)
-                       : exact),
-        ProductTolerance(cols))
-        << n << "x" << rows << "x" << cols;
-    // Two levels are in effect: further from the exact product than three,
-    // nearer than one.
-    if (integer && cols >= 200) {
-      const double error = RelativeError(y, exact);
-      EXPECT_GT(error, 2 * ProductTolerance(cols))
-          << n << "x" << rows << "x" << cols;
-      EXPECT_LE(error, 1e-4) << n << "x" << rows << "x" << cols;
-    }
-    if (integer && n > 1) {
-      std::vector<float> first(rows, NAN);
-      const MatMulJob alone{
-          x.data(), 1, m.w, first.data(), ActivationPrecision::kBf16, n};
-      MatMulBatch({&alone, 1}, &pool);
-      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(first[r], y[r]) << r;
-    }
-  }
+  ExpectMxfp4ProductsOnLevels(
+      ActivationPrecision::kBf16, 67,
+      [](const std::vector<float>& x, int64_t n, int64_t cols) {
+        return LevelActivations(x, n, cols, 2);
+      },
+      [](int64_t cols) { return 2 * ProductTolerance(cols); }, 1e-4);
 }
 
 // int8 weights under kInt8: one activation row on the AVX2 path and up to 8
