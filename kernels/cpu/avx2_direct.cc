@@ -3,6 +3,7 @@
 // int4 go to avx2_quantized.cc, mxfp4 to avx2_mxfp4.cc), and AccumulateRows.
 #include <immintrin.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cpu/avx2_internal.h"
@@ -503,8 +504,8 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y, alone);
     case WeightType::kMxfp4:
-      return MatMulRowsMxfp4(x, n, w, row_begin, row_end, y, alone,
-                             activation_levels);
+      // Takes its activations quantized once per product (MatMulRowsMxfp4).
+      std::abort();
   }
 }
 

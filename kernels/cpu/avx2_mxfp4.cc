@@ -86,23 +86,6 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
   for (int64_t b = padded; b % 16 != 0; ++b) scales[b] = 0.f;
 }
 
-Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
-                                     int levels) {
-  Mxfp4QuantizedRows q;
-  q.blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
-  q.num_spans = (q.blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
-  q.padded_blocks = (q.blocks + 15) / 16 * 16;
-  q.spans = Scratch<Mxfp4Span>(ScratchSlot::kMxfp4Spans, n * q.num_spans);
-  q.scales =
-      Scratch<float>(ScratchSlot::kActivationScales, n * q.padded_blocks);
-  for (int64_t j = 0; j < n; ++j) {
-    QuantizeMxfp4Activations(x + j * cols, cols, q.blocks, levels,
-                             q.spans + j * q.num_spans,
-                             q.scales + j * q.padded_blocks);
-  }
-  return q;
-}
-
 namespace {
 
 struct Mxfp4Rows {
@@ -175,21 +158,8 @@ inline __m256i Mxfp4Dot(const Mxfp4Codes& w, const Mxfp4Span& x, int half) {
   }
 }
 
-// Activation rows as QuantizeMxfp4Activations leaves them, and ArrangeBlocks
-// after it: row j's spans at spans + j * num_spans, its block scales and
-// block offsets (the sum of a block's span offsets, 0 past the last block)
-// at scales and offsets + j * padded_blocks, each group of eight in the
-// order of kArrangedLane.
-struct Mxfp4Activations {
-  const Mxfp4Span* spans;
-  const float* scales;
-  const float* offsets;
-  int64_t num_spans;
-  int64_t padded_blocks;  // a multiple of 16
-};
-
 // Puts one activation row's block scales in kArrangedLane's order and
-// writes its block offsets likewise (Mxfp4Activations).
+// writes its block offsets likewise (Mxfp4QuantizedRows).
 void ArrangeBlocks(const Mxfp4Span* spans, int64_t num_spans,
                    int64_t padded_blocks, float* scales, float* offsets) {
   for (int64_t g = 0; g < padded_blocks; g += 8) {
@@ -220,7 +190,7 @@ void ArrangeBlocks(const Mxfp4Span* spans, int64_t num_spans,
 // levels (Mxfp4Dot).
 template <int L, int R, int N, int kAhead>
 void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
-               const Mxfp4Activations& x, float* y, int64_t ldy) {
+               const Mxfp4QuantizedRows& x, float* y, int64_t ldy) {
   constexpr bool kStream = N == 1 && (R == 1 || kAhead == kRowsAreStreams);
   const WeightPrefetcher prefetch(WeightType::kMxfp4);
   const int64_t row_bytes = w.blocks * 16;
@@ -297,9 +267,9 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t r0, int64_t stride,
 
 // MatMulRowsMxfp4 on activations quantized in L levels (xq, n rows).
 template <int L>
-void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
-                   int64_t row_begin, int64_t row_end, float* y, int64_t ldy,
-                   bool alone) {
+void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4QuantizedRows& xq,
+                   int64_t n, int64_t row_begin, int64_t row_end, float* y,
+                   int64_t ldy, bool alone) {
   const int64_t activation_bytes =
       xq.num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
   if (!alone) {
@@ -309,10 +279,10 @@ void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
         row_begin, row_end, Mxfp4BlockRows(rows.blocks), n,
         Clamp<int64_t>(L1DataCacheBytes() / activation_bytes, 1, 3),
         [&](int64_t r0, int64_t r1, int64_t j, int64_t size) {
-          const Mxfp4Activations xj{xq.spans + j * xq.num_spans,
-                                    xq.scales + j * xq.padded_blocks,
-                                    xq.offsets + j * xq.padded_blocks,
-                                    xq.num_spans, xq.padded_blocks};
+          Mxfp4QuantizedRows xj = xq;
+          xj.spans += j * xq.num_spans;
+          xj.scales += j * xq.padded_blocks;
+          xj.offsets += j * xq.padded_blocks;
           for (int64_t r = r0; r < r1; ++r) {
             switch (size) {
               case 1:
@@ -341,29 +311,46 @@ void Mxfp4Products(const Mxfp4Rows& rows, const Mxfp4Activations& xq, int64_t n,
 
 }  // namespace
 
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
+Mxfp4QuantizedRows Mxfp4QuantizedLayout(int64_t cols) {
+  Mxfp4QuantizedRows q;
+  q.blocks = (cols + kMxfp4Block - 1) / kMxfp4Block;
+  q.num_spans = (q.blocks + kMxfp4BlocksPerSpan - 1) / kMxfp4BlocksPerSpan;
+  q.padded_blocks = (q.blocks + 15) / 16 * 16;
+  return q;
+}
+
+Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
+                                     int levels, Mxfp4Span* spans,
+                                     float* scales, float* offsets) {
+  Mxfp4QuantizedRows q = Mxfp4QuantizedLayout(cols);
+  for (int64_t j = 0; j < n; ++j) {
+    Mxfp4Span* row_spans = spans + j * q.num_spans;
+    float* row_scales = scales + j * q.padded_blocks;
+    QuantizeMxfp4Activations(x + j * cols, cols, q.blocks, levels, row_spans,
+                             row_scales);
+    if (offsets != nullptr) {
+      ArrangeBlocks(row_spans, q.num_spans, q.padded_blocks, row_scales,
+                    offsets + j * q.padded_blocks);
+    }
+  }
+  q.spans = spans;
+  q.scales = scales;
+  q.offsets = offsets;
+  return q;
+}
+
+void MatMulRowsMxfp4(const Mxfp4QuantizedRows& x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, bool alone,
                      int levels) {
-  const Mxfp4QuantizedRows q = QuantizeMxfp4Rows(x, n, w.cols, levels);
-  float* offsets =
-      Scratch<float>(ScratchSlot::kMxfp4BlockOffsets, n * q.padded_blocks);
-  for (int64_t j = 0; j < n; ++j) {
-    ArrangeBlocks(q.spans + j * q.num_spans, q.num_spans, q.padded_blocks,
-                  q.scales + j * q.padded_blocks,
-                  offsets + j * q.padded_blocks);
-  }
-  const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), q.blocks,
+  const Mxfp4Rows rows{static_cast<const uint8_t*>(w.data), x.blocks,
                        w.exponents};
-  const Mxfp4Activations xq{q.spans, q.scales, offsets, q.num_spans,
-                            q.padded_blocks};
   if (levels == 1) {
-    return Mxfp4Products<1>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
+    return Mxfp4Products<1>(rows, x, n, row_begin, row_end, y, w.rows, alone);
   }
   if (levels == 2) {
-    return Mxfp4Products<2>(rows, xq, n, row_begin, row_end, y, w.rows, alone);
+    return Mxfp4Products<2>(rows, x, n, row_begin, row_end, y, w.rows, alone);
   }
-  Mxfp4Products<kMxfp4Levels>(rows, xq, n, row_begin, row_end, y, w.rows,
-                              alone);
+  Mxfp4Products<kMxfp4Levels>(rows, x, n, row_begin, row_end, y, w.rows, alone);
 }
 
 }  // namespace ringmoe::kernels::avx2

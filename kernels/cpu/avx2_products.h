@@ -311,11 +311,6 @@ void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
 // MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, bool alone);
-// MatMulRowsDirect (isa.h) for mxfp4 weights (avx2_mxfp4.cc), on
-// activations quantized in `levels` (1 to kMxfp4Levels) int8 levels.
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y, bool alone,
-                     int levels);
 
 }  // namespace ringmoe::kernels::avx2
 

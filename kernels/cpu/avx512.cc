@@ -609,12 +609,10 @@ void Mxfp4Tile(const uint8_t* w, const uint8_t* exponents,
 }
 
 // Rows [rb, re) of mxfp4 weights against n activation rows quantized in
-// `levels` levels, as ForEachFewRowTile takes them (six streams for long
-// rows).
-void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
-               int64_t re, float* y, int levels) {
-  const avx2::Mxfp4QuantizedRows q =
-      avx2::QuantizeMxfp4Rows(x, n, w.cols, levels);
+// `levels` levels (q), as ForEachFewRowTile takes them (six streams for
+// long rows).
+void Mxfp4Rows(const avx2::Mxfp4QuantizedRows& q, int64_t n, const Matrix& w,
+               int64_t rb, int64_t re, float* y, int levels) {
   const int64_t blocks = q.blocks;
   const int64_t activation_bytes =
       q.num_spans * static_cast<int64_t>(sizeof(Mxfp4Span));
@@ -623,9 +621,9 @@ void Mxfp4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
     constexpr int L = decltype(levels_constant)::value;
     const auto tile = [&](auto rows, auto activations, int64_t r,
                           int64_t stride, int64_t a) {
-      const avx2::Mxfp4QuantizedRows xa{q.spans + a * q.num_spans,
-                                        q.scales + a * q.padded_blocks, blocks,
-                                        q.num_spans, q.padded_blocks};
+      avx2::Mxfp4QuantizedRows xa = q;
+      xa.spans += a * q.num_spans;
+      xa.scales += a * q.padded_blocks;
       Mxfp4Tile<L, decltype(rows)::value, decltype(activations)::value>(
           data, w.exponents, xa, r, stride, y + a * w.rows, w.rows);
     };
@@ -890,18 +888,9 @@ void Bf16Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
 }  // namespace
 
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y, int activation_levels) {
+               int64_t row_end, float* y) {
   const int64_t cols = w.cols;
   switch (w.type) {
-    case WeightType::kInt8:
-      Int8Rows(x, 1, w, row_begin, row_end, y, activation_levels);
-      break;
-    case WeightType::kInt4:
-      Int4Rows(x, 1, w, row_begin, row_end, y);
-      break;
-    case WeightType::kMxfp4:
-      Mxfp4Rows(x, 1, w, row_begin, row_end, y, activation_levels);
-      break;
     case WeightType::kFp8E4M3: {
       float* scaled = Scratch<float>(ScratchSlot::kScaledActivations, 2 * cols);
       float* ordered = scaled + cols;
@@ -926,8 +915,9 @@ void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
   }
 }
 
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y, int levels) {
+void MatMulRowsMxfp4(const avx2::Mxfp4QuantizedRows& x, int64_t n,
+                     const Matrix& w, int64_t row_begin, int64_t row_end,
+                     float* y, int levels) {
   Mxfp4Rows(x, n, w, row_begin, row_end, y, levels);
 }
 

@@ -101,32 +101,50 @@ struct alignas(64) Mxfp4Span {
 void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
                               int levels, Mxfp4Span* spans, float* scales);
 
-// n activation rows of `cols` quantized by QuantizeMxfp4Activations into
-// the calling thread's scratch (ScratchSlot::kMxfp4Spans and
-// kActivationScales): row j's spans at spans + j * num_spans, its block
-// scales at scales + j * padded_blocks (blocks rounded up to 16).
+// n activation rows of `cols` quantized by QuantizeMxfp4Activations: row
+// j's spans at spans + j * num_spans, its block scales at scales + j *
+// padded_blocks (blocks rounded up to 16) and, for the AVX2 kernels, the
+// scales of each group of eight blocks in the order of avx2_mxfp4.cc's
+// kArrangedLane, its block offsets (the sum of a block's span offsets, 0
+// past the last block) likewise at offsets + j * padded_blocks. ops.cc
+// quantizes a product's activations once, before its rows are shared out
+// among the threads, and every piece of the product reads them: quantizing
+// them again for each piece cost as much as the pieces' products.
 struct Mxfp4QuantizedRows {
-  Mxfp4Span* spans;
-  float* scales;
-  int64_t blocks;
-  int64_t num_spans;
-  int64_t padded_blocks;
+  const Mxfp4Span* spans = nullptr;
+  const float* scales = nullptr;
+  const float* offsets = nullptr;  // the AVX2 kernels' only
+  int64_t blocks = 0;
+  int64_t num_spans = 0;
+  int64_t padded_blocks = 0;  // a multiple of 16
 };
+// The layout of rows of `cols` (no storage).
+Mxfp4QuantizedRows Mxfp4QuantizedLayout(int64_t cols);
+// Quantizes n rows of `cols` into spans (n * num_spans) and scales (n *
+// padded_blocks floats, 64-byte aligned) and, where `offsets` (as many
+// floats) is not null, arranges them for the AVX2 kernels.
 Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
-                                     int levels);
+                                     int levels, Mxfp4Span* spans,
+                                     float* scales, float* offsets);
 
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
-// weight read once from memory and widened in registers (int8, int4 and
-// mxfp4: multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes; mxfp4's in `activation_levels` levels, 1 to
-// kMxfp4Levels, and int8's, where x's one row is alone, as one int8 level
-// per block of 32 when that is 1, else as int16): for few activation rows.
-// `alone`: x's one row is the whole batch, read against the weights as
-// streams; otherwise every row, one or several, goes in tiles, so each
-// row's sum is formed alike whatever n is.
+// weight read once from memory and widened in registers (int8 and int4:
+// multiplied as integers against quantized activations, as ops.h's
+// MatMulTransposed describes; int8's, where x's one row is alone, as one
+// int8 level per block of 32 when `activation_levels` is 1, else as
+// int16): for few activation rows of every type but mxfp4
+// (MatMulRowsMxfp4). `alone`: x's one row is the whole batch, read against
+// the weights as streams; otherwise every row, one or several, goes in
+// tiles, so each row's sum is formed alike whatever n is.
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
                       int64_t row_begin, int64_t row_end, float* y, bool alone,
-                      int activation_levels = kMxfp4Levels);
+                      int activation_levels = 2);
+// The same for mxfp4 weights, on n activation rows quantized in `levels`
+// (1 to kMxfp4Levels) int8 levels and arranged for these kernels
+// (QuantizeMxfp4Rows with offsets).
+void MatMulRowsMxfp4(const Mxfp4QuantizedRows& x, int64_t n, const Matrix& w,
+                     int64_t row_begin, int64_t row_end, float* y, bool alone,
+                     int levels);
 // The same blocked for the caches, on float32 activations: for many
 // activation rows of f32, bf16, f16, int8 and mxfp4 weights (int4 goes
 // direct).
@@ -186,28 +204,29 @@ float FmaLoop(int64_t iterations);
 namespace avx512 {
 
 // Rows [row_begin, row_end) of y[w.rows] = x[w.cols] · wᵀ for one
-// activation row against int8, int4, mxfp4 or fp8 weights, on the AVX2
-// path's quantized or scaled activations, so their integer dot products are
-// the same; only the order of the float sums differs. activation_levels
-// (ActivationPrecision::kInt8 sets 1, kBf16 2 for mxfp4): mxfp4's
-// activations in that many int8 levels, 1 to kMxfp4Levels; int8's as one
-// int8 level per block of 32 when 1 (Q8_0 × Q8_0: one vpdpbusd per 64
-// weights instead of two), else as int16.
+// activation row against fp8 weights, on the AVX2 path's scaled
+// activations, so only the order of the float sums differs (other types:
+// the AVX2 path's).
 void MatMulRow(const float* x, const Matrix& w, int64_t row_begin,
-               int64_t row_end, float* y, int activation_levels);
+               int64_t row_end, float* y);
 
-// The same for n activation rows (few: up to DirectProductRows(kMxfp4))
-// against mxfp4 weights, each weight row read from memory once for all of
-// them. Each output is formed exactly as MatMulRow forms it for that
-// activation row alone, whatever n.
-void MatMulRowsMxfp4(const float* x, int64_t n, const Matrix& w,
-                     int64_t row_begin, int64_t row_end, float* y, int levels);
+// Rows [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ for n
+// activation rows (few: up to DirectProductRows(kMxfp4)) against mxfp4
+// weights, on the AVX2 path's quantized activations in `levels` levels
+// (QuantizeMxfp4Rows, no offsets needed), so the integer dot products are
+// the AVX2 path's; only the order of the float sums differs. Each weight
+// row is read from memory once for all n, and each output is formed alike
+// whatever n.
+void MatMulRowsMxfp4(const avx2::Mxfp4QuantizedRows& x, int64_t n,
+                     const Matrix& w, int64_t row_begin, int64_t row_end,
+                     float* y, int levels);
 
 // The same for n activation rows (few: up to ops.cc's kAvx512IntegerRows)
-// against int4 weights, and against int8 weights (their activations as
-// MatMulRow's, by activation_levels), each weight row read from memory once
-// for all of them. Each output is formed exactly as MatMulRow forms it for
-// that activation row alone, whatever n.
+// against int4 weights, and against int8 weights (activation_levels 1:
+// one int8 level per block of 32, Q8_0 × Q8_0, one vpdpbusd per 64 weights
+// instead of two; else as int16), each weight row read from memory once
+// for all of them, on the AVX2 path's quantized activations. Each output
+// is formed alike whatever n.
 void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
 void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,

@@ -39,25 +39,39 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
 
 // A product as its kernel reads it: the float32 activations, or for the
 // AVX512-BF16 path the same rounded to bf16 in rows of ldx (a multiple of
-// 32) with zeros past w.cols.
+// 32) with zeros past w.cols, or for the integer mxfp4 products the same
+// quantized (`mxfp4`).
 struct PreparedProduct {
   const float* x = nullptr;
   const uint16_t* xb = nullptr;
   int64_t ldx = 0;
+  avx2::Mxfp4QuantizedRows mxfp4;
   int64_t n = 0;
   int64_t batch_rows = 0;  // MatMulJob's, at least n
   Matrix w;
   float* y = nullptr;
   KernelPath path = KernelPath::kScalar;
-  // Int8 levels of the integer products' activations (avx512::MatMulRow):
-  // 1 under ActivationPrecision::kInt8, 2 for mxfp4 weights under kBf16,
-  // else mxfp4's three.
+  // Int8 levels of the integer products' activations: 1 under
+  // ActivationPrecision::kInt8, 2 for mxfp4 weights under kBf16, else
+  // mxfp4's three.
   int activation_levels = avx2::kMxfp4Levels;
 };
 
-// `job` prepared for its path; `bf16` holds the rounded activations where
-// the path takes them.
-PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
+// What a PreparedProduct's prepared activations are stored in.
+struct PreparedActivations {
+  // A block scale or offset row's 16 floats, aligned for 512-bit loads.
+  struct alignas(64) SixteenFloats {
+    float v[16];
+  };
+  std::vector<uint16_t> bf16;
+  std::vector<avx2::Mxfp4Span> mxfp4_spans;
+  std::vector<SixteenFloats> mxfp4_scales, mxfp4_offsets;
+};
+
+// `job` prepared for its path, its activations rounded or quantized once
+// into `storage` where the path takes them so: once for the whole
+// product, not once per piece of it that a thread takes.
+PreparedProduct Prepare(const MatMulJob& job, PreparedActivations* storage) {
   PreparedProduct p;
   p.x = job.x;
   p.n = job.n;
@@ -72,9 +86,32 @@ PreparedProduct Prepare(const MatMulJob& job, std::vector<uint16_t>* bf16) {
   }
   if (p.path == KernelPath::kAvx512Bf16 && job.w.type == WeightType::kBF16) {
     p.ldx = CeilDiv(job.w.cols, 32) * 32;
-    bf16->resize(static_cast<size_t>(job.n * p.ldx));
-    avx512bf16::RoundToBf16(job.x, job.n, job.w.cols, p.ldx, bf16->data());
-    p.xb = bf16->data();
+    storage->bf16.resize(static_cast<size_t>(job.n * p.ldx));
+    avx512bf16::RoundToBf16(job.x, job.n, job.w.cols, p.ldx,
+                            storage->bf16.data());
+    p.xb = storage->bf16.data();
+  }
+  const bool integer_mxfp4 =
+      job.w.type == WeightType::kMxfp4 &&
+      (p.path == KernelPath::kAvx512 ||
+       (p.path == KernelPath::kAvx2 &&
+        p.batch_rows <= DirectProductRows(WeightType::kMxfp4)));
+  if (integer_mxfp4) {
+    const avx2::Mxfp4QuantizedRows layout =
+        avx2::Mxfp4QuantizedLayout(job.w.cols);
+    const auto rows_of_16 =
+        static_cast<size_t>(job.n * layout.padded_blocks / 16);
+    storage->mxfp4_spans.resize(static_cast<size_t>(job.n * layout.num_spans));
+    storage->mxfp4_scales.resize(rows_of_16);
+    // Only the AVX2 kernels take the blocks' offsets (and scales arranged).
+    float* offsets = nullptr;
+    if (p.path == KernelPath::kAvx2) {
+      storage->mxfp4_offsets.resize(rows_of_16);
+      offsets = storage->mxfp4_offsets.data()->v;
+    }
+    p.mxfp4 = avx2::QuantizeMxfp4Rows(
+        job.x, job.n, job.w.cols, p.activation_levels,
+        storage->mxfp4_spans.data(), storage->mxfp4_scales.data()->v, offsets);
   }
   return p;
 }
@@ -90,8 +127,8 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
                                     p.y, p.batch_rows);
     case KernelPath::kAvx512:
       if (p.w.type == WeightType::kMxfp4) {
-        return avx512::MatMulRowsMxfp4(p.x, p.n, p.w, row_begin, row_end, p.y,
-                                       p.activation_levels);
+        return avx512::MatMulRowsMxfp4(p.mxfp4, p.n, p.w, row_begin, row_end,
+                                       p.y, p.activation_levels);
       }
       if (p.w.type == WeightType::kInt4) {
         return avx512::MatMulRowsInt4(p.x, p.n, p.w, row_begin, row_end, p.y);
@@ -103,10 +140,14 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
       if (p.w.type == WeightType::kBF16) {
         return avx512::MatMulRowsBf16(p.x, p.n, p.w, row_begin, row_end, p.y);
       }
-      return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y,
-                               p.activation_levels);
+      return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y);
     case KernelPath::kAvx2:
       if (p.batch_rows <= DirectProductRows(p.w.type)) {
+        if (p.w.type == WeightType::kMxfp4) {
+          return avx2::MatMulRowsMxfp4(p.mxfp4, p.n, p.w, row_begin, row_end,
+                                       p.y, /*alone=*/p.batch_rows == 1,
+                                       p.activation_levels);
+        }
         return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
                                       /*alone=*/p.batch_rows == 1,
                                       p.activation_levels);
@@ -423,10 +464,10 @@ void MatMulTransposed(const float* x, int64_t n, const Matrix& w, float* y) {
 void MatMulTransposedRows(const float* x, int64_t n, const Matrix& w,
                           int64_t row_begin, int64_t row_end, float* y,
                           int64_t batch_rows) {
-  std::vector<uint16_t> unused;
+  PreparedActivations storage;
   MatMulJob job{x, n, w, y};
   job.batch_rows = batch_rows;
-  MatMulRows(Prepare(job, &unused), row_begin, row_end);
+  MatMulRows(Prepare(job, &storage), row_begin, row_end);
 }
 
 void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
@@ -448,11 +489,11 @@ void AccumulateRowProducts(const float* c, int64_t ldc, int64_t n,
 
 void MatMulBatch(absl::Span<const MatMulJob> jobs, ThreadPool* pool) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  std::vector<std::vector<uint16_t>> bf16(jobs.size());
+  std::vector<PreparedActivations> storage(jobs.size());
   std::vector<PreparedProduct> prepared;
   prepared.reserve(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i)
-    prepared.push_back(Prepare(jobs[i], &bf16[i]));
+    prepared.push_back(Prepare(jobs[i], &storage[i]));
   if (threads == 1) {
     for (const PreparedProduct& p : prepared) MatMulRows(p, 0, p.w.rows);
     return;
