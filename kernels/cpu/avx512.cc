@@ -324,40 +324,20 @@ void Int8Tile(const int8_t* w, int64_t row_bytes, const uint16_t* scales,
       y + r0, stride, ldy);
 }
 
-// Rows [rb, re) of int8 weights against n activation rows (y[a * ldy + r]),
-// quantized to int16 and split in two levels, or to one int8 level where
-// activation_levels is 1, as ForEachFewRowTile takes them.
-void Int8Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
-              int64_t re, float* y, int activation_levels) {
+// Rows [rb, re) of int8 weights against n activation rows (y[a * ldy + r])
+// prepared by PrepareIntegerActivations (Int16Levels: their int16 split in
+// two levels, or their one int8 level where activation_levels is 1), as
+// ForEachFewRowTile takes them.
+void Int8Rows(const IntegerActivations& x, int64_t n, const Matrix& w,
+              int64_t rb, int64_t re, float* y, int activation_levels) {
   const int64_t cols = w.cols;
   const int64_t groups = (cols + w.group_size - 1) / w.group_size;
   const int64_t blocks = (cols + 31) / 32;
-  const int64_t padded_blocks = (blocks + 15) / 16 * 16;
-  const int64_t num_levels = (blocks + 1) / 2;
-  float* q_scale =
-      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
-  Int16Levels* levels =
-      Scratch<Int16Levels>(ScratchSlot::kInt16Levels, n * num_levels);
+  const int64_t padded_blocks = x.padded_blocks;
+  const int64_t num_levels = x.row_bytes / int64_t{sizeof(Int16Levels)};
+  const auto* levels = static_cast<const Int16Levels*>(x.rows);
+  const float* q_scale = x.scales;
   const bool one_level = activation_levels == 1;
-  int8_t* q8 = one_level
-                   ? Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32)
-                   : nullptr;
-  int16_t* q16 =
-      one_level ? nullptr
-                : Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
-  for (int64_t a = 0; a < n; ++a) {
-    float* scale = q_scale + a * padded_blocks;
-    if (one_level) {
-      avx2::QuantizeActivationsInt8InOrder(x + a * cols, 1, cols, q8, scale);
-      Int8Levels(q8, blocks, levels + a * num_levels);
-    } else {
-      avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q16, scale);
-      SplitInt16Levels(q16, blocks, levels + a * num_levels);
-    }
-    // A loop, not std::fill: that would be emitted into this unit, outside
-    // its namespace (isa_symbols_test).
-    for (int64_t b = blocks; b < padded_blocks; ++b) scale[b] = 0.f;
-  }
   const auto* data = static_cast<const int8_t*>(w.data);
   const int64_t row_bytes = groups * w.group_size;
   const auto run = [&](auto level_count) {
@@ -701,26 +681,17 @@ void NibbleTile(const uint8_t* w, int64_t row_bytes, const uint16_t* scales,
       y + r0, stride, ldy);
 }
 
-// Rows [rb, re) of int4 weights against n activation rows (y[a * ldy + r]),
-// quantized to int8 chunks (as the AVX2 path does) and paired, as
-// ForEachFewRowTile takes them.
+// Rows [rb, re) of int4 weights against n activation rows (y[a * ldy + r])
+// prepared by PrepareIntegerActivations (int8 chunks, as the AVX2 path
+// quantizes them, paired), as ForEachFewRowTile takes them.
 template <int G>
-void NibbleRows(const float* x, int64_t n, int64_t cols, const uint8_t* data,
+void NibbleRows(const IntegerActivations& x, int64_t n, const uint8_t* data,
                 int64_t row_bytes, const uint16_t* scales, int64_t groups,
                 int64_t rb, int64_t re, float* y, int64_t ldy) {
-  const int64_t chunks = (row_bytes + 31) / 32;
-  const int64_t num_pairs = (chunks + 1) / 2;
-  const int64_t padded_blocks = (2 * chunks + 15) / 16 * 16;
-  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
-  NibblePair* pairs =
-      Scratch<NibblePair>(ScratchSlot::kChunkPairs, n * num_pairs);
-  float* block_scales =
-      Scratch<float>(ScratchSlot::kActivationScales, n * padded_blocks);
-  avx2::QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  for (int64_t a = 0; a < n; ++a) {
-    PairChunks(xq + a * chunks, chunks, pairs + a * num_pairs,
-               block_scales + a * padded_blocks);
-  }
+  const int64_t num_pairs = x.row_bytes / int64_t{sizeof(NibblePair)};
+  const int64_t padded_blocks = x.padded_blocks;
+  const auto* pairs = static_cast<const NibblePair*>(x.rows);
+  const float* block_scales = x.scales;
   const int64_t activation_bytes =
       num_pairs * static_cast<int64_t>(sizeof(NibblePair));
   const auto tile = [&](auto rows, auto activations, int64_t r, int64_t stride,
@@ -738,17 +709,16 @@ void NibbleRows(const float* x, int64_t n, int64_t cols, const uint8_t* data,
 }
 
 // NibbleRows for w's group size.
-void Int4Rows(const float* x, int64_t n, const Matrix& w, int64_t rb,
-              int64_t re, float* y) {
+void Int4Rows(const IntegerActivations& x, int64_t n, const Matrix& w,
+              int64_t rb, int64_t re, float* y) {
   const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = groups * w.group_size / 2;
   if (w.group_size == 64) {
-    return NibbleRows<64>(x, n, w.cols, data, row_bytes, w.scales, groups, rb,
-                          re, y, w.rows);
+    return NibbleRows<64>(x, n, data, row_bytes, w.scales, groups, rb, re, y,
+                          w.rows);
   }
-  NibbleRows<32>(x, n, w.cols, data, row_bytes, w.scales, groups, rb, re, y,
-                 w.rows);
+  NibbleRows<32>(x, n, data, row_bytes, w.scales, groups, rb, re, y, w.rows);
 }
 
 // bf16 weights against 2 to DirectProductRows(kBF16) float32 activation
@@ -921,12 +891,71 @@ void MatMulRowsMxfp4(const avx2::Mxfp4QuantizedRows& x, int64_t n,
   Mxfp4Rows(x, n, w, row_begin, row_end, y, levels);
 }
 
-void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+IntegerActivations IntegerActivationLayout(const Matrix& w) {
+  IntegerActivations x;
+  if (w.type == WeightType::kInt8) {
+    const int64_t blocks = (w.cols + 31) / 32;
+    x.row_bytes = (blocks + 1) / 2 * int64_t{sizeof(Int16Levels)};
+    x.padded_blocks = (blocks + 15) / 16 * 16;
+  } else {
+    const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
+    const int64_t chunks = (groups * w.group_size / 2 + 31) / 32;
+    x.row_bytes = (chunks + 1) / 2 * int64_t{sizeof(NibblePair)};
+    x.padded_blocks = (2 * chunks + 15) / 16 * 16;
+  }
+  return x;
+}
+
+IntegerActivations PrepareIntegerActivations(const float* x, int64_t n,
+                                             const Matrix& w,
+                                             int activation_levels, void* rows,
+                                             float* scales) {
+  IntegerActivations out = IntegerActivationLayout(w);
+  out.rows = rows;
+  out.scales = scales;
+  const int64_t cols = w.cols;
+  auto* bytes = static_cast<uint8_t*>(rows);
+  if (w.type == WeightType::kInt4) {
+    const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+    const int64_t chunks = (groups * w.group_size / 2 + 31) / 32;
+    Int8Chunk* xq =
+        Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
+    avx2::QuantizeActivationsInt8(x, n, cols, chunks, xq);
+    for (int64_t a = 0; a < n; ++a) {
+      PairChunks(xq + a * chunks, chunks,
+                 reinterpret_cast<NibblePair*>(bytes + a * out.row_bytes),
+                 scales + a * out.padded_blocks);
+    }
+    return out;
+  }
+  const int64_t blocks = (cols + 31) / 32;
+  const bool one_level = activation_levels == 1;
+  for (int64_t a = 0; a < n; ++a) {
+    float* scale = scales + a * out.padded_blocks;
+    auto* levels = reinterpret_cast<Int16Levels*>(bytes + a * out.row_bytes);
+    if (one_level) {
+      int8_t* q8 = Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32);
+      avx2::QuantizeActivationsInt8InOrder(x + a * cols, 1, cols, q8, scale);
+      Int8Levels(q8, blocks, levels);
+    } else {
+      int16_t* q16 =
+          Scratch<int16_t>(ScratchSlot::kActivationsInt16, blocks * 32);
+      avx2::QuantizeActivationsInt16(x + a * cols, 1, cols, q16, scale);
+      SplitInt16Levels(q16, blocks, levels);
+    }
+    // A loop, not std::fill: that would be emitted into this unit, outside
+    // its namespace (isa_symbols_test).
+    for (int64_t b = blocks; b < out.padded_blocks; ++b) scale[b] = 0.f;
+  }
+  return out;
+}
+
+void MatMulRowsInt4(const IntegerActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y) {
   Int4Rows(x, n, w, row_begin, row_end, y);
 }
 
-void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+void MatMulRowsInt8(const IntegerActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y,
                     int activation_levels) {
   Int8Rows(x, n, w, row_begin, row_end, y, activation_levels);

@@ -221,15 +221,39 @@ void MatMulRowsMxfp4(const avx2::Mxfp4QuantizedRows& x, int64_t n,
                      const Matrix& w, int64_t row_begin, int64_t row_end,
                      float* y, int levels);
 
-// The same for n activation rows (few: up to ops.cc's kAvx512IntegerRows)
-// against int4 weights, and against int8 weights (activation_levels 1:
-// one int8 level per block of 32, Q8_0 × Q8_0, one vpdpbusd per 64 weights
-// instead of two; else as int16), each weight row read from memory once
-// for all of them, on the AVX2 path's quantized activations. Each output
-// is formed alike whatever n.
-void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+// n activation rows prepared once per product (ops.cc) for the int8 or
+// int4 products below, in memory the caller owns: row a's quantized
+// activations at rows + a * row_bytes (int8: their int16 split in two int8
+// levels, or their one int8 level; int4: int8 chunks of 32 as the AVX2 path
+// quantizes them, paired to meet 64 weight bytes), its block scales at
+// scales + a * padded_blocks (a multiple of 16).
+struct IntegerActivations {
+  const void* rows = nullptr;
+  int64_t row_bytes = 0;  // a multiple of 64
+  const float* scales = nullptr;
+  int64_t padded_blocks = 0;
+};
+// row_bytes and padded_blocks for activations against w (int8 or int4).
+IntegerActivations IntegerActivationLayout(const Matrix& w);
+// Quantizes x's n rows for products against w (int8: to one int8 level
+// where activation_levels is 1, else to int16) into rows (n * row_bytes)
+// and scales (n * padded_blocks floats), both 64-byte aligned.
+IntegerActivations PrepareIntegerActivations(const float* x, int64_t n,
+                                             const Matrix& w,
+                                             int activation_levels, void* rows,
+                                             float* scales);
+
+// Rows [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ for n
+// activation rows (few: up to ops.cc's kAvx512IntegerRows) prepared by
+// PrepareIntegerActivations against int4 weights, and against int8 weights
+// (activation_levels 1: one int8 level per block of 32, Q8_0 × Q8_0, one
+// vpdpbusd per 64 weights instead of two; else int16), each weight row read
+// from memory once for all of them. The integer dot products are the AVX2
+// path's; only the order of the float sums differs. Each output is formed
+// alike whatever n.
+void MatMulRowsInt4(const IntegerActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y);
-void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+void MatMulRowsInt8(const IntegerActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y,
                     int activation_levels);
 

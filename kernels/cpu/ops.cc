@@ -39,13 +39,15 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
 
 // A product as its kernel reads it: the float32 activations, or for the
 // AVX512-BF16 path the same rounded to bf16 in rows of ldx (a multiple of
-// 32) with zeros past w.cols, or for the integer mxfp4 products the same
-// quantized (`mxfp4`).
+// 32) with zeros past w.cols, or for the integer products of mxfp4 weights
+// (`mxfp4`) and of int8 and int4 weights on AVX-512 (`integer`) the same
+// quantized.
 struct PreparedProduct {
   const float* x = nullptr;
   const uint16_t* xb = nullptr;
   int64_t ldx = 0;
   avx2::Mxfp4QuantizedRows mxfp4;
+  avx512::IntegerActivations integer;
   int64_t n = 0;
   int64_t batch_rows = 0;  // MatMulJob's, at least n
   Matrix w;
@@ -59,13 +61,20 @@ struct PreparedProduct {
 
 // What a PreparedProduct's prepared activations are stored in.
 struct PreparedActivations {
-  // A block scale or offset row's 16 floats, aligned for 512-bit loads.
-  struct alignas(64) SixteenFloats {
+  // 64 bytes aligned for 512-bit loads: 16 block scales or offsets, or a
+  // 64th of a row of quantized activations.
+  struct alignas(64) Line {
     float v[16];
   };
+  // `lines` resized to hold `count` items of `unit_bytes`.
+  static Line* Resize(std::vector<Line>* lines, int64_t count,
+                      int64_t unit_bytes) {
+    lines->resize(static_cast<size_t>(CeilDiv(count * unit_bytes, 64)));
+    return lines->data();
+  }
   std::vector<uint16_t> bf16;
   std::vector<avx2::Mxfp4Span> mxfp4_spans;
-  std::vector<SixteenFloats> mxfp4_scales, mxfp4_offsets;
+  std::vector<Line> rows, scales, offsets;
 };
 
 // `job` prepared for its path, its activations rounded or quantized once
@@ -99,19 +108,33 @@ PreparedProduct Prepare(const MatMulJob& job, PreparedActivations* storage) {
   if (integer_mxfp4) {
     const avx2::Mxfp4QuantizedRows layout =
         avx2::Mxfp4QuantizedLayout(job.w.cols);
-    const auto rows_of_16 =
-        static_cast<size_t>(job.n * layout.padded_blocks / 16);
+    const int64_t scale_count = job.n * layout.padded_blocks;
     storage->mxfp4_spans.resize(static_cast<size_t>(job.n * layout.num_spans));
-    storage->mxfp4_scales.resize(rows_of_16);
     // Only the AVX2 kernels take the blocks' offsets (and scales arranged).
     float* offsets = nullptr;
     if (p.path == KernelPath::kAvx2) {
-      storage->mxfp4_offsets.resize(rows_of_16);
-      offsets = storage->mxfp4_offsets.data()->v;
+      offsets = PreparedActivations::Resize(&storage->offsets, scale_count,
+                                            sizeof(float))
+                    ->v;
     }
     p.mxfp4 = avx2::QuantizeMxfp4Rows(
         job.x, job.n, job.w.cols, p.activation_levels,
-        storage->mxfp4_spans.data(), storage->mxfp4_scales.data()->v, offsets);
+        storage->mxfp4_spans.data(),
+        PreparedActivations::Resize(&storage->scales, scale_count,
+                                    sizeof(float))
+            ->v,
+        offsets);
+  }
+  if (p.path == KernelPath::kAvx512 &&
+      (job.w.type == WeightType::kInt8 || job.w.type == WeightType::kInt4)) {
+    const avx512::IntegerActivations layout =
+        avx512::IntegerActivationLayout(job.w);
+    p.integer = avx512::PrepareIntegerActivations(
+        job.x, job.n, job.w, p.activation_levels,
+        PreparedActivations::Resize(&storage->rows, job.n, layout.row_bytes),
+        PreparedActivations::Resize(&storage->scales,
+                                    job.n * layout.padded_blocks, sizeof(float))
+            ->v);
   }
   return p;
 }
@@ -131,11 +154,12 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
                                        p.y, p.activation_levels);
       }
       if (p.w.type == WeightType::kInt4) {
-        return avx512::MatMulRowsInt4(p.x, p.n, p.w, row_begin, row_end, p.y);
+        return avx512::MatMulRowsInt4(p.integer, p.n, p.w, row_begin, row_end,
+                                      p.y);
       }
       if (p.w.type == WeightType::kInt8) {
-        return avx512::MatMulRowsInt8(p.x, p.n, p.w, row_begin, row_end, p.y,
-                                      p.activation_levels);
+        return avx512::MatMulRowsInt8(p.integer, p.n, p.w, row_begin, row_end,
+                                      p.y, p.activation_levels);
       }
       if (p.w.type == WeightType::kBF16) {
         return avx512::MatMulRowsBf16(p.x, p.n, p.w, row_begin, row_end, p.y);
