@@ -12,14 +12,10 @@ namespace ringmoe::kernels {
 enum class ScratchSlot : int {
   kActivationsInt8,    // int4 products: Int8Chunks; int8 at kInt8: int8
                        // in column order
-  kChunkPairs,         // AVX-512 int4 products: Int8Chunk pairs
   kActivationsInt16,   // int8 products: activations as int16
-  kInt16Levels,        // AVX-512 int8 products: int16 split, or int8 level
-  kActivationScales,   // int8, int4 and mxfp4 products: block scales
+  kActivationScales,   // AVX2 int8 and int4 products: block scales
   kScaledActivations,  // fp8 decode products: activations times block scales
   kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
-  kMxfp4Spans,         // mxfp4 one-row products: three-level int8 spans
-  kMxfp4BlockOffsets,  // AVX2 mxfp4 products: the spans' offsets per block
   kSplitActivations,   // AVX-512 bf16 products: columns split by parity
   kWeightPanel,        // prefill products: weight rows widened to float
   kActivationPanel,    // prefill products: activations packed in groups
