@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: sets up the machine, builds everything, writes
+# The README's first command: sets up the machine, builds the server and the
+# clients the demo runs (`bazel build --config=opt //...` builds every test
+# and benchmark too, minutes more on a fresh output tree), writes
 # the demo checkpoint (moe-adder: a small trained Mixtral that adds integers,
 # with the real Mistral tokenizer), starts ringmoe_server on loopback,
 # streams generations through the Python client and a chat completion over
@@ -9,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
-bazel build --config=opt //...
+bazel build --config=opt //server:ringmoe_server //clients/cli:ringmoe \
+  //clients/python:ringmoe_client
 # The output tree of this build (the bazel-bin link can point elsewhere when
 # builds with other options ran since).
 bin=$(bazel info --config=opt bazel-bin)
