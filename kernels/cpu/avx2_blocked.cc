@@ -3,6 +3,8 @@
 // outer products (MatMulRowsBlocked).
 #include <immintrin.h>
 
+#include <cstdlib>
+
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_products.h"
 #include "kernels/cpu/isa.h"
@@ -215,10 +217,9 @@ void PackedRows(const L& w, bool is_f32, const float* x, int64_t n,
 
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y) {
-  // int4's integer products beat the blocked float ones at every count.
-  if (w.type == WeightType::kInt4) {
-    return MatMulRowsDirect(x, n, w, row_begin, row_end, y, /*alone=*/false);
-  }
+  // int4's integer products beat the blocked float ones at every count, so
+  // it has no loader here (isa.h).
+  if (w.type == WeightType::kInt4) std::abort();
   VisitLoader(w, [&](const auto& loader) {
     PackedRows(loader, w.type == WeightType::kF32, x, n, w.cols, row_begin,
                row_end, y, w.rows);

@@ -481,8 +481,8 @@ void AccumulateRows(const float* c, int64_t ldc, int64_t n, const Matrix& w,
 }
 
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y, bool alone,
-                      int activation_levels) {
+                      int64_t row_begin, int64_t row_end, float* y,
+                      bool alone) {
   const int64_t cols = w.cols;
   switch (w.type) {
     case WeightType::kF32:
@@ -496,15 +496,13 @@ void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
       return DirectRows(
           F16Loader{{}, static_cast<const uint16_t*>(w.data), cols}, x, n, cols,
           row_begin, row_end, y, w.rows, alone);
-    case WeightType::kInt8:
-      return MatMulRowsInt8(x, n, w, row_begin, row_end, y, alone,
-                            activation_levels == 1);
-    case WeightType::kInt4:
-      return MatMulRowsInt4(x, n, w, row_begin, row_end, y, alone);
     case WeightType::kFp8E4M3:
       return Fp8DirectRows(w, x, n, row_begin, row_end, y, alone);
+    case WeightType::kInt8:
+    case WeightType::kInt4:
     case WeightType::kMxfp4:
-      // Takes its activations quantized once per product (MatMulRowsMxfp4).
+      // They take their activations quantized once per product
+      // (MatMulRowsInt8, MatMulRowsInt4, MatMulRowsMxfp4).
       std::abort();
   }
 }

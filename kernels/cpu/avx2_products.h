@@ -302,16 +302,6 @@ void VisitLoader(const Matrix& w, Fn&& fn) {
 // a few activation rows are prefetched (see DirectRows).
 constexpr int kPrefetchLines = 8;
 
-// MatMulRowsDirect (isa.h) for int8 weights (avx2_quantized.cc), on
-// activations quantized to int16, or to one int8 level per block of 32
-// where `one_level` and `alone`.
-void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y, bool alone,
-                    bool one_level);
-// MatMulRowsDirect (isa.h) for int4 weights (avx2_quantized.cc).
-void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
-                    int64_t row_begin, int64_t row_end, float* y, bool alone);
-
 }  // namespace ringmoe::kernels::avx2
 
 #endif  // RINGMOE_KERNELS_CPU_AVX2_PRODUCTS_H_

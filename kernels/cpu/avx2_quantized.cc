@@ -313,23 +313,17 @@ void NibbleRowRange(const NibbleRows& w, int64_t rb, int64_t re,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Activation rows against int4 weights, through Int8Chunk.
+// Activation rows prepared as Int8Chunks (PrepareDirectActivations)
+// against int4 weights.
 template <int G>
-void NibbleDirectRows(const NibbleRows& w, const float* x, int64_t n,
-                      int64_t cols, int64_t rb, int64_t re, float* y,
-                      int64_t ldy, bool alone) {
+void NibbleDirectRows(const NibbleRows& w, const DirectActivations& x,
+                      int64_t n, int64_t rb, int64_t re, float* y, int64_t ldy,
+                      bool alone) {
   const int64_t chunks = (w.row_bytes + 31) / 32;
-  Int8Chunk* xq = Scratch<Int8Chunk>(ScratchSlot::kActivationsInt8, n * chunks);
-  QuantizeActivationsInt8(x, n, cols, chunks, xq);
-  const int64_t ld4 = 8 * (chunks / 4);
-  float* four = Scratch<float>(ScratchSlot::kActivationScales,
-                               Max<int64_t>(1, 2 * n * ld4));
-  for (int64_t j = 0; j < n; ++j) {
-    ArrangeFourChunks(xq + j * chunks, chunks, four + j * ld4,
-                      four + (n + j) * ld4);
-  }
-  NibbleRowRange<G>(w, rb, re, xq, n, chunks, {four, four + n * ld4}, ld4, y,
-                    ldy, alone);
+  // Four-chunk scales exist for one row only (PrepareDirectActivations).
+  const int64_t ld4 = n == 1 ? 8 * (chunks / 4) : 0;
+  NibbleRowRange<G>(w, rb, re, static_cast<const Int8Chunk*>(x.q), n, chunks,
+                    {x.scales, x.scales + ld4}, ld4, y, ldy, alone);
 }
 
 // int8 weights against few activation rows: widening every weight to float
@@ -586,33 +580,71 @@ void Int8RowRange(const Int8Rows& w, int64_t rb, int64_t re,
   for (; r < re; ++r) tile(r, std::integral_constant<int, 1>());
 }
 
-// Activation rows against int8 weights, quantized to int16, or to one int8
-// level where `one_level` and x's one row is the whole batch.
+// Activation rows prepared by PrepareDirectActivations against int8
+// weights: as int16, or as one int8 level where `one_level` (x's one row
+// is then the whole batch).
 template <int G>
-void Int8DirectRows(const Int8Rows& w, const float* x, int64_t n, int64_t cols,
-                    int64_t rb, int64_t re, float* y, int64_t ldy, bool alone,
-                    bool one_level) {
-  // Only blocks holding real columns: with groups of 64 a row may end in a
-  // block of padding, whose zero weights need not be read.
+void Int8DirectRows(const Int8Rows& w, const DirectActivations& x, int64_t n,
+                    int64_t cols, int64_t rb, int64_t re, float* y, int64_t ldy,
+                    bool alone, bool one_level) {
   const int64_t blocks = (cols + 31) / 32;
-  float* scale = Scratch<float>(ScratchSlot::kActivationScales, n * blocks);
-  if (alone && one_level) {
-    int8_t* q = Scratch<int8_t>(ScratchSlot::kActivationsInt8, blocks * 32);
-    QuantizeActivationsInt8InOrder(x, 1, cols, q, scale);
-    return Int8RowRange<G>(w, rb, re,
-                           BlockActivations<int8_t>{q, scale, blocks}, 1, y,
-                           ldy, alone);
+  if (one_level) {
+    return Int8RowRange<G>(
+        w, rb, re,
+        BlockActivations<int8_t>{static_cast<const int8_t*>(x.q), x.scales,
+                                 blocks},
+        1, y, ldy, alone);
   }
-  int16_t* q =
-      Scratch<int16_t>(ScratchSlot::kActivationsInt16, n * blocks * 32);
-  QuantizeActivationsInt16(x, n, cols, q, scale);
-  Int8RowRange<G>(w, rb, re, BlockActivations<int16_t>{q, scale, blocks}, n, y,
-                  ldy, alone);
+  Int8RowRange<G>(w, rb, re,
+                  BlockActivations<int16_t>{static_cast<const int16_t*>(x.q),
+                                            x.scales, blocks},
+                  n, y, ldy, alone);
 }
 
 }  // namespace
 
-void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
+DirectActivations DirectActivationLayout(const Matrix& w, int64_t n,
+                                         bool one_level) {
+  DirectActivations x;
+  if (w.type == WeightType::kInt4) {
+    const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
+    const int64_t chunks = (groups * w.group_size / 2 + 31) / 32;
+    x.q_bytes = n * chunks * int64_t{sizeof(Int8Chunk)};
+    // Only a row alone is read four chunks at a time (NibbleTile).
+    x.scale_count = n == 1 ? 2 * 8 * (chunks / 4) : 0;
+  } else {
+    // Only blocks holding real columns: with groups of 64 a row may end in
+    // a block of padding, whose zero weights need not be read.
+    const int64_t blocks = (w.cols + 31) / 32;
+    x.q_bytes = n * blocks * 32 * (one_level ? 1 : int64_t{sizeof(int16_t)});
+    x.scale_count = n * blocks;
+  }
+  return x;
+}
+
+DirectActivations PrepareDirectActivations(const float* x, int64_t n,
+                                           const Matrix& w, bool one_level,
+                                           void* q, float* scales) {
+  DirectActivations out = DirectActivationLayout(w, n, one_level);
+  out.q = q;
+  out.scales = scales;
+  if (w.type == WeightType::kInt4) {
+    const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
+    const int64_t chunks = (groups * w.group_size / 2 + 31) / 32;
+    const int64_t ld4 = 8 * (chunks / 4);
+    auto* xq = static_cast<Int8Chunk*>(q);
+    QuantizeActivationsInt8(x, n, w.cols, chunks, xq);
+    if (n == 1) ArrangeFourChunks(xq, chunks, scales, scales + ld4);
+  } else if (one_level) {
+    QuantizeActivationsInt8InOrder(x, n, w.cols, static_cast<int8_t*>(q),
+                                   scales);
+  } else {
+    QuantizeActivationsInt16(x, n, w.cols, static_cast<int16_t*>(q), scales);
+  }
+  return out;
+}
+
+void MatMulRowsInt8(const DirectActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, bool alone,
                     bool one_level) {
   const int64_t cols = w.cols;
@@ -627,18 +659,16 @@ void MatMulRowsInt8(const float* x, int64_t n, const Matrix& w,
                             alone, one_level);
 }
 
-void MatMulRowsInt4(const float* x, int64_t n, const Matrix& w,
+void MatMulRowsInt4(const DirectActivations& x, int64_t n, const Matrix& w,
                     int64_t row_begin, int64_t row_end, float* y, bool alone) {
-  const int64_t cols = w.cols;
-  const int64_t groups = (cols + w.group_size - 1) / w.group_size;
+  const int64_t groups = (w.cols + w.group_size - 1) / w.group_size;
   const NibbleRows rows{static_cast<const uint8_t*>(w.data),
                         groups * w.group_size / 2, w.scales, groups};
   if (w.group_size == 64) {
-    return NibbleDirectRows<64>(rows, x, n, cols, row_begin, row_end, y, w.rows,
+    return NibbleDirectRows<64>(rows, x, n, row_begin, row_end, y, w.rows,
                                 alone);
   }
-  return NibbleDirectRows<32>(rows, x, n, cols, row_begin, row_end, y, w.rows,
-                              alone);
+  return NibbleDirectRows<32>(rows, x, n, row_begin, row_end, y, w.rows, alone);
 }
 
 }  // namespace ringmoe::kernels::avx2

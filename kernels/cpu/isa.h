@@ -128,17 +128,44 @@ Mxfp4QuantizedRows QuantizeMxfp4Rows(const float* x, int64_t n, int64_t cols,
                                      float* scales, float* offsets);
 
 // Columns [row_begin, row_end) of y[n, w.rows] = x[n, w.cols] · wᵀ, each
-// weight read once from memory and widened in registers (int8 and int4:
-// multiplied as integers against quantized activations, as ops.h's
-// MatMulTransposed describes; int8's, where x's one row is alone, as one
-// int8 level per block of 32 when `activation_levels` is 1, else as
-// int16): for few activation rows of every type but mxfp4
-// (MatMulRowsMxfp4). `alone`: x's one row is the whole batch, read against
-// the weights as streams; otherwise every row, one or several, goes in
-// tiles, so each row's sum is formed alike whatever n is.
+// weight read once from memory and widened in registers: for few
+// activation rows of f32, bf16, f16 and fp8 weights (int8, int4 and mxfp4:
+// MatMulRowsInt8, MatMulRowsInt4 and MatMulRowsMxfp4, on activations
+// quantized once per product). `alone`: x's one row is the whole batch,
+// read against the weights as streams; otherwise every row, one or
+// several, goes in tiles, so each row's sum is formed alike whatever n is.
 void MatMulRowsDirect(const float* x, int64_t n, const Matrix& w,
-                      int64_t row_begin, int64_t row_end, float* y, bool alone,
-                      int activation_levels = 2);
+                      int64_t row_begin, int64_t row_end, float* y, bool alone);
+
+// n activation rows quantized once per product (ops.cc) for the int8 and
+// int4 products below, as ops.h's MatMulTransposed describes, in memory
+// the caller owns: int4's as n * chunks Int8Chunks in `q` (chunks of 32
+// weight bytes) and, for one row (only a row alone is read four chunks at
+// a time), its four-chunk scales then corrections in `scales`;
+// int8's as int16 in column order (n rows of blocks * 32 in `q`, one scale
+// per block of 32 in `scales`), or where one_level (Q8_0 × Q8_0, for one
+// activation row alone) as one int8 level in column order.
+struct DirectActivations {
+  const void* q = nullptr;
+  const float* scales = nullptr;
+  int64_t q_bytes = 0;
+  int64_t scale_count = 0;
+};
+// The bytes of `q` and the floats of `scales` that n rows against w take.
+DirectActivations DirectActivationLayout(const Matrix& w, int64_t n,
+                                         bool one_level);
+// Quantizes x's n rows for products against w (int8 or int4) into q and
+// scales (both 32-byte aligned).
+DirectActivations PrepareDirectActivations(const float* x, int64_t n,
+                                           const Matrix& w, bool one_level,
+                                           void* q, float* scales);
+// MatMulRowsDirect for int8 weights and int4 weights, on x prepared by
+// PrepareDirectActivations (with the same one_level).
+void MatMulRowsInt8(const DirectActivations& x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y, bool alone,
+                    bool one_level);
+void MatMulRowsInt4(const DirectActivations& x, int64_t n, const Matrix& w,
+                    int64_t row_begin, int64_t row_end, float* y, bool alone);
 // The same for mxfp4 weights, on n activation rows quantized in `levels`
 // (1 to kMxfp4Levels) int8 levels and arranged for these kernels
 // (QuantizeMxfp4Rows with offsets).
@@ -146,8 +173,9 @@ void MatMulRowsMxfp4(const Mxfp4QuantizedRows& x, int64_t n, const Matrix& w,
                      int64_t row_begin, int64_t row_end, float* y, bool alone,
                      int levels);
 // The same blocked for the caches, on float32 activations: for many
-// activation rows of f32, bf16, f16, int8 and mxfp4 weights (int4 goes
-// direct).
+// activation rows of f32, bf16, f16, int8, fp8 and mxfp4 weights (int4's
+// integer products beat blocked float ones at every count: ops.cc never
+// sends it here).
 void MatMulRowsBlocked(const float* x, int64_t n, const Matrix& w,
                        int64_t row_begin, int64_t row_end, float* y);
 

@@ -40,14 +40,15 @@ void MatMulRowsScalar(const float* x, int64_t n, const Matrix& w,
 // A product as its kernel reads it: the float32 activations, or for the
 // AVX512-BF16 path the same rounded to bf16 in rows of ldx (a multiple of
 // 32) with zeros past w.cols, or for the integer products of mxfp4 weights
-// (`mxfp4`) and of int8 and int4 weights on AVX-512 (`integer`) the same
-// quantized.
+// (`mxfp4`) and of int8 and int4 weights (`integer` on AVX-512, `direct`
+// on AVX2) the same quantized.
 struct PreparedProduct {
   const float* x = nullptr;
   const uint16_t* xb = nullptr;
   int64_t ldx = 0;
   avx2::Mxfp4QuantizedRows mxfp4;
   avx512::IntegerActivations integer;
+  avx2::DirectActivations direct;
   int64_t n = 0;
   int64_t batch_rows = 0;  // MatMulJob's, at least n
   Matrix w;
@@ -66,16 +67,28 @@ struct PreparedActivations {
   struct alignas(64) Line {
     float v[16];
   };
-  // `lines` resized to hold `count` items of `unit_bytes`.
-  static Line* Resize(std::vector<Line>* lines, int64_t count,
+  // `lines` resized to hold `count` items of `unit_bytes`, as bytes (null
+  // when there are none).
+  static void* Resize(std::vector<Line>* lines, int64_t count,
                       int64_t unit_bytes) {
     lines->resize(static_cast<size_t>(CeilDiv(count * unit_bytes, 64)));
     return lines->data();
+  }
+  // The same for `count` floats.
+  static float* ResizeFloats(std::vector<Line>* lines, int64_t count) {
+    return static_cast<float*>(Resize(lines, count, sizeof(float)));
   }
   std::vector<uint16_t> bf16;
   std::vector<avx2::Mxfp4Span> mxfp4_spans;
   std::vector<Line> rows, scales, offsets;
 };
+
+// Whether an AVX2 int8 product takes its one activation row as one int8
+// level (Q8_0 × Q8_0): under ActivationPrecision::kInt8, and only for a row
+// alone; else as int16.
+bool OneInt8Level(const PreparedProduct& p) {
+  return p.activation_levels == 1 && p.batch_rows == 1;
+}
 
 // `job` prepared for its path, its activations rounded or quantized once
 // into `storage` where the path takes them so: once for the whole
@@ -113,16 +126,13 @@ PreparedProduct Prepare(const MatMulJob& job, PreparedActivations* storage) {
     // Only the AVX2 kernels take the blocks' offsets (and scales arranged).
     float* offsets = nullptr;
     if (p.path == KernelPath::kAvx2) {
-      offsets = PreparedActivations::Resize(&storage->offsets, scale_count,
-                                            sizeof(float))
-                    ->v;
+      offsets =
+          PreparedActivations::ResizeFloats(&storage->offsets, scale_count);
     }
     p.mxfp4 = avx2::QuantizeMxfp4Rows(
         job.x, job.n, job.w.cols, p.activation_levels,
         storage->mxfp4_spans.data(),
-        PreparedActivations::Resize(&storage->scales, scale_count,
-                                    sizeof(float))
-            ->v,
+        PreparedActivations::ResizeFloats(&storage->scales, scale_count),
         offsets);
   }
   if (p.path == KernelPath::kAvx512 &&
@@ -132,9 +142,20 @@ PreparedProduct Prepare(const MatMulJob& job, PreparedActivations* storage) {
     p.integer = avx512::PrepareIntegerActivations(
         job.x, job.n, job.w, p.activation_levels,
         PreparedActivations::Resize(&storage->rows, job.n, layout.row_bytes),
-        PreparedActivations::Resize(&storage->scales,
-                                    job.n * layout.padded_blocks, sizeof(float))
-            ->v);
+        PreparedActivations::ResizeFloats(&storage->scales,
+                                          job.n * layout.padded_blocks));
+  }
+  if (p.path == KernelPath::kAvx2 &&
+      (job.w.type == WeightType::kInt8 || job.w.type == WeightType::kInt4) &&
+      p.batch_rows <= DirectProductRows(job.w.type)) {
+    const bool one_level = OneInt8Level(p);
+    const avx2::DirectActivations layout =
+        avx2::DirectActivationLayout(job.w, job.n, one_level);
+    p.direct = avx2::PrepareDirectActivations(
+        job.x, job.n, job.w, one_level,
+        PreparedActivations::Resize(&storage->rows, layout.q_bytes, 1),
+        PreparedActivations::ResizeFloats(&storage->scales,
+                                          layout.scale_count));
   }
   return p;
 }
@@ -167,14 +188,21 @@ void MatMulRows(const PreparedProduct& p, int64_t row_begin, int64_t row_end) {
       return avx512::MatMulRow(p.x, p.w, row_begin, row_end, p.y);
     case KernelPath::kAvx2:
       if (p.batch_rows <= DirectProductRows(p.w.type)) {
-        if (p.w.type == WeightType::kMxfp4) {
-          return avx2::MatMulRowsMxfp4(p.mxfp4, p.n, p.w, row_begin, row_end,
-                                       p.y, /*alone=*/p.batch_rows == 1,
-                                       p.activation_levels);
+        const bool alone = p.batch_rows == 1;
+        switch (p.w.type) {
+          case WeightType::kMxfp4:
+            return avx2::MatMulRowsMxfp4(p.mxfp4, p.n, p.w, row_begin, row_end,
+                                         p.y, alone, p.activation_levels);
+          case WeightType::kInt8:
+            return avx2::MatMulRowsInt8(p.direct, p.n, p.w, row_begin, row_end,
+                                        p.y, alone, OneInt8Level(p));
+          case WeightType::kInt4:
+            return avx2::MatMulRowsInt4(p.direct, p.n, p.w, row_begin, row_end,
+                                        p.y, alone);
+          default:
+            return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end,
+                                          p.y, alone);
         }
-        return avx2::MatMulRowsDirect(p.x, p.n, p.w, row_begin, row_end, p.y,
-                                      /*alone=*/p.batch_rows == 1,
-                                      p.activation_levels);
       }
       return avx2::MatMulRowsBlocked(p.x, p.n, p.w, row_begin, row_end, p.y);
     case KernelPath::kScalar:
