@@ -108,8 +108,8 @@ void QuantizeMxfp4Activations(const float* x, int64_t cols, int64_t blocks,
 // kArrangedLane, its block offsets (the sum of a block's span offsets, 0
 // past the last block) likewise at offsets + j * padded_blocks. ops.cc
 // quantizes a product's activations once, before its rows are shared out
-// among the threads, and every piece of the product reads them: quantizing
-// them again for each piece cost as much as the pieces' products.
+// among the threads, and every piece of the product reads them, rather than
+// each piece quantizing them again.
 struct Mxfp4QuantizedRows {
   const Mxfp4Span* spans = nullptr;
   const float* scales = nullptr;

@@ -10,10 +10,9 @@ namespace ringmoe::kernels {
 // What a scratch buffer holds. Every use has its own slot, so buffers that
 // one kernel needs at the same time never share one.
 enum class ScratchSlot : int {
-  kActivationsInt8,    // int4 products: Int8Chunks; int8 at kInt8: int8
-                       // in column order
-  kActivationsInt16,   // int8 products: activations as int16
-  kActivationScales,   // AVX2 int8 and int4 products: block scales
+  kActivationsInt8,    // AVX-512 int4 preparation: Int8Chunks; int8 at
+                       // kInt8: int8 in column order
+  kActivationsInt16,   // AVX-512 int8 preparation: activations as int16
   kScaledActivations,  // fp8 decode products: activations times block scales
   kFp8RowSums,         // fp8 accumulated rows: a segment's unscaled sums
   kSplitActivations,   // AVX-512 bf16 products: columns split by parity
